@@ -1,0 +1,31 @@
+// strata-bench MODE [options]: benchmark programs that print a figure next to a baseline
+// measured in the same run.
+#include <cstdio>
+#include <string_view>
+#include <vector>
+
+#include "modes.hpp"
+
+namespace strata::bench {
+
+static std::vector<mode>& modes() {
+    static std::vector<mode> all;
+    return all;
+}
+
+register_mode::register_mode(const mode& m) { modes().push_back(m); }
+
+}  // namespace strata::bench
+
+int main(int argc, char** argv) {
+    using strata::bench::modes;
+    if (argc >= 2) {
+        for (const auto& m : modes())
+            if (m.name == std::string_view(argv[1])) return m.run(argc - 1, argv + 1);
+    }
+    std::fprintf(stderr, "usage: strata-bench MODE [options]   (MODE --help for its options)\nmodes:\n");
+    for (const auto& m : modes())
+        std::fprintf(stderr, "  %-10.*s %.*s\n", int(m.name.size()), m.name.data(), int(m.summary.size()),
+                     m.summary.data());
+    return argc >= 2 ? 2 : 0;
+}

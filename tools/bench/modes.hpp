@@ -1,0 +1,18 @@
+// strata-bench modes: each bench_<mode>.cpp registers one with a static register_mode.
+#pragma once
+
+#include <string_view>
+
+namespace strata::bench {
+
+struct mode {
+    std::string_view name;
+    std::string_view summary;
+    int (*run)(int argc, char** argv);  // argv[0] is the mode's name
+};
+
+struct register_mode {
+    explicit register_mode(const mode& m);
+};
+
+}  // namespace strata::bench

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs strata's build and test dependencies from Debian's packages (Debian 12).
+# Idempotent: does nothing when everything is already there.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libtbb-dev libhwloc-dev libspdlog-dev libcxxopts-dev libgtest-dev libgmock-dev
+  nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libnuma-dev libbenchmark-dev
+  # the numa-vm test lane boots a small VM under software emulation
+  qemu-system-x86 busybox-static cpio xz-utils
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "strata needs these Debian packages; run as root:" >&2
+  echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
