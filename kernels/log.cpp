@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <mutex>
 
-#include <spdlog/sinks/stderr_color_sinks.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 
 namespace strata {
 
