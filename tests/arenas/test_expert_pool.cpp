@@ -1,0 +1,199 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <mutex>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "expert_pool.hpp"
+#include "numa_policy.hpp"
+
+using namespace strata::arenas;
+
+namespace {
+
+pool_plan test_plan(int n_slices, std::optional<int> workers = std::nullopt) {
+    pool_requests req;
+    req.mode = numa_pool_mode::test;
+    req.test_slices = n_slices;
+    req.pool_workers = workers;
+    return plan_pool(load_synthetic_topology("pack:1 numa:1 core:4 pu:1"), req);
+}
+
+pool_plan off_plan(int workers) {
+    pool_requests req;
+    req.pool_workers = workers;
+    return plan_pool(load_synthetic_topology("pack:1 numa:1 core:4 pu:1"), req);
+}
+
+// Every item of every slice written exactly once, whatever the slicing.
+void expect_every_item_once(expert_pool& pool, std::size_t n_items) {
+    std::vector<std::vector<std::atomic<int>>> hits(static_cast<std::size_t>(pool.n_slices()));
+    for (auto& h : hits) h = std::vector<std::atomic<int>>(n_items);
+    pool.run_phase(n_items, [&](int s, std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) hits[static_cast<std::size_t>(s)][i].fetch_add(1);
+    });
+    for (auto& h : hits)
+        for (auto& x : h) ASSERT_EQ(x.load(), 1);
+}
+
+}  // namespace
+
+TEST(ExpertPool, RunsEveryItemOnceInEverySlice) {
+    for (int slices : {1, 2, 4}) {
+        expert_pool pool(test_plan(slices));
+        EXPECT_EQ(pool.n_slices(), slices);
+        for (int rep = 0; rep < 20; ++rep) expect_every_item_once(pool, 37);
+        EXPECT_EQ(pool.phases_run(), 20u);
+    }
+    expert_pool single(off_plan(2));
+    expect_every_item_once(single, 100);
+}
+
+TEST(ExpertPool, DifferentItemCountsAndEmptySlices) {
+    expert_pool pool(test_plan(3));
+    std::vector<std::size_t> n{5, 0, 9};
+    std::vector<std::atomic<std::size_t>> sum(3);
+    pool.run_phase(n, [&](int s, std::size_t b, std::size_t e) { sum[static_cast<std::size_t>(s)] += e - b; });
+    EXPECT_EQ(sum[0].load(), 5u);
+    EXPECT_EQ(sum[1].load(), 0u);
+    EXPECT_EQ(sum[2].load(), 9u);
+    std::vector<std::size_t> wrong{1, 2};
+    EXPECT_THROW(pool.run_phase(wrong, [](int, std::size_t, std::size_t) {}), std::invalid_argument);
+}
+
+TEST(ExpertPool, WorkerExceptionIsRethrownOnTheCaller) {
+    expert_pool pool(test_plan(2));
+    for (int bad_slice : {0, 1}) {
+        try {
+            pool.run_phase(64, [&](int s, std::size_t b, std::size_t e) {
+                if (s == bad_slice && b <= 10 && 10 < e) throw std::runtime_error("item 10 failed in slice " + std::to_string(s));
+            });
+            FAIL() << "no exception";
+        } catch (const std::runtime_error& e) {
+            EXPECT_EQ(std::string(e.what()), "item 10 failed in slice " + std::to_string(bad_slice));
+        }
+        expect_every_item_once(pool, 16);  // the pool still works afterwards
+    }
+}
+
+TEST(ExpertPool, BitwiseIdenticalAcrossSliceCountsWorkersAndRepeats) {
+    // A fixed-order per-row sum: every row's value depends only on the row, never on the slicing.
+    const std::size_t n_rows = 257;
+    auto compute = [&](expert_pool& pool) {
+        std::vector<float> out(n_rows, std::numeric_limits<float>::quiet_NaN());
+        const int n = pool.n_slices();
+        std::vector<std::size_t> rows(static_cast<std::size_t>(n));
+        for (int s = 0; s < n; ++s) rows[static_cast<std::size_t>(s)] = (n_rows * static_cast<std::size_t>(s + 1)) / static_cast<std::size_t>(n) - (n_rows * static_cast<std::size_t>(s)) / static_cast<std::size_t>(n);
+        pool.run_phase(rows, [&](int s, std::size_t b, std::size_t e) {
+            const std::size_t base = (n_rows * static_cast<std::size_t>(s)) / static_cast<std::size_t>(n);
+            for (std::size_t r = base + b; r < base + e; ++r) {
+                float acc = 0;
+                for (int expert = 0; expert < 8; ++expert) acc += std::sin(0.37f * static_cast<float>(r) + static_cast<float>(expert)) * 0.125f;
+                out[r] = acc;
+            }
+        });
+        return out;
+    };
+    expert_pool reference(off_plan(0));
+    const auto want = compute(reference);
+    int comparisons = 0;
+    for (int slices : {1, 2, 4})
+        for (int workers : {1, 2, 3, 4}) {
+            expert_pool pool(test_plan(slices, workers));
+            for (int rep = 0; rep < 3; ++rep) {
+                auto got = compute(pool);
+                EXPECT_EQ(std::memcmp(got.data(), want.data(), n_rows * sizeof(float)), 0) << slices << "x" << workers;
+                ++comparisons;
+            }
+        }
+    std::printf("bitwise comparisons: %d\n", comparisons);
+}
+
+TEST(ExpertPool, StressPhasesWithIdleGapsLongerThanTheSpin) {
+    pool_options options;
+    options.spin = std::chrono::microseconds(20);
+    expert_pool pool(test_plan(2), options);
+    std::atomic<std::size_t> total{0};
+    for (int phase = 0; phase < 1000; ++phase) {
+        pool.run_phase(8, [&](int, std::size_t b, std::size_t e) { total += e - b; });
+        if (phase % 10 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    EXPECT_EQ(total.load(), 1000u * 8 * 2);
+    EXPECT_EQ(pool.stalls_reported(), 0u);
+}
+
+TEST(ExpertPool, StalledPhaseIsReportedWithSliceAndItems) {
+    pool_options options;
+    options.stall_after = std::chrono::milliseconds(100);
+    std::atomic<bool> release{false};
+    std::vector<stall_report> reports;
+    std::mutex m;
+    options.on_stall = [&](const stall_report& r) {
+        std::lock_guard lock(m);
+        reports.push_back(r);
+        release = true;
+    };
+    expert_pool pool(test_plan(2), options);
+    pool.run_phase(8, [&](int s, std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i)
+            if (s == 1 && i == 5)
+                while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }, 1);
+    ASSERT_GE(reports.size(), 1u);
+    EXPECT_EQ(reports[0].slice, 1);
+    EXPECT_EQ(reports[0].items_total, 8u);
+    EXPECT_LT(reports[0].items_done, 8u);
+    EXPECT_GE(reports[0].seconds, 0.1);
+    EXPECT_GE(pool.stalls_reported(), 1u);
+}
+
+TEST(ExpertPool, PoolIssuesNoNumaSystemCall) {
+    const auto before = numa_calls().total();
+    {
+        expert_pool pool(test_plan(2));
+        expect_every_item_once(pool, 64);
+        auto pool2 = expert_pool::create(load_machine_topology(), pool_requests{});
+        expect_every_item_once(*pool2, 64);
+    }
+    EXPECT_EQ(numa_calls().total(), before);
+}
+
+TEST(ExpertPool, SplitOnSyntheticTwoNodesPinsWithinEachNode) {
+    // A 2-node plan over this machine's real CPUs: with one real CPU per "node" we can check pinning.
+    const auto cpus = allowed_cpus();
+    if (cpus.size() < 2) GTEST_SKIP() << "needs 2 allowed CPUs";
+    pool_plan plan;
+    plan.split = true;
+    plan.host_cpu = cpus[0];
+    plan.host_slice = 0;
+    plan.slices = {pool_slice{0, {cpus[0]}, 0, true, true}, pool_slice{1, {cpus[1]}, 1, false, true}};
+    expert_pool pool(plan);
+    for (int rep = 0; rep < 50; ++rep) expect_every_item_once(pool, 32);
+    std::string why;
+    EXPECT_TRUE(pool.affinity_ok(&why)) << why;
+    EXPECT_EQ(pool.pin_failures(), 0u);
+    const auto seen = pool.cpus_seen();
+    EXPECT_EQ(seen[0], (std::vector<int>{cpus[0]}));
+    EXPECT_EQ(seen[1], (std::vector<int>{cpus[1]}));
+}
+
+TEST(ExpertPool, OptionsFromEnvironment) {
+    std::map<std::string, std::string> vars{{"STRATA_POOL_SPIN_US", "250"}, {"STRATA_POOL_STALL_MS", "1500"}};
+    auto env = [&](std::string_view n) -> std::optional<std::string> {
+        auto it = vars.find(std::string(n));
+        return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+    };
+    auto o = read_pool_options(env);
+    EXPECT_EQ(o.spin, std::chrono::microseconds(250));
+    EXPECT_EQ(o.stall_after, std::chrono::milliseconds(1500));
+    vars["STRATA_POOL_SPIN_US"] = "fast";
+    EXPECT_THROW(read_pool_options(env), std::invalid_argument);
+}
