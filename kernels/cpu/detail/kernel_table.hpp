@@ -1,0 +1,94 @@
+// Internal: the per-ISA kernel table behind kernels/cpu/kernels.hpp, and the kernels each
+// format x ISA file defines. Included by the kernel sources and the tests, never by users.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "cpu/kernels.hpp"
+
+namespace strata::kernels::cpu::detail {
+
+// Most activations one dot call handles; callers split larger token counts into groups.
+inline constexpr int max_dot_tokens = 4;
+// One past the largest ggml type id (MXFP4 = 39).
+inline constexpr size_t n_type_ids = 40;
+
+// Dot products of one weight row (n elements of the entry's weight type) with n_tok activation
+// rows (1 <= n_tok <= max_dot_tokens): out[t] = w . a[t], each a[t] in vec_dot_type(type).
+// Every kernel computes token t's result with the same operation sequence whatever n_tok is,
+// which is what makes multi-token calls bitwise equal to single-token ones.
+using dot_fn = void (*)(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+// Quantizes n floats (a whole number of blocks) into an activation format.
+using quantize_fn = void (*)(const float* x, void* dst, int64_t n);
+
+struct isa_table {
+    isa id = isa::scalar;
+    dot_fn dot[n_type_ids] = {};        // indexed by ggml type id; nullptr: no kernel
+    quantize_fn quantize_q8_0 = nullptr;
+    quantize_fn quantize_q8_1 = nullptr;
+    quantize_fn quantize_q8_K = nullptr;
+    void (*rms_norm)(const float* x, const float* weight, float eps, int64_t n, float* out) = nullptr;
+    void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
+    void (*softmax)(float* x, int64_t n) = nullptr;
+};
+
+// The table of one ISA (built once, immutable afterwards). Throws std::runtime_error naming the
+// ISAs this CPU has when it lacks `which`.
+const isa_table& table_for(isa which);
+
+// Parses a STRATA_FORCE_ISA value and checks the CPU has it; nullptr/empty means "best available".
+// Throws std::runtime_error listing the valid names (and the ones this CPU supports).
+isa choose_isa(const char* forced);
+
+// The row loop behind matvec / matvec_multi / matmul, on an explicit table (tests use it per ISA).
+// Tokens go to the dot kernel in groups of max_dot_tokens, tiles of 64 tokens per pass over the rows.
+void run_rows(const isa_table& t, const matrix& w, int64_t row_begin, int64_t row_end, const void* act,
+              size_t act_stride, int64_t n_tok, float* y, int64_t y_stride);
+
+// Calls the right NT instantiation of a kernel template for a runtime token count.
+template <template <int> class K>
+inline void call_with_tokens(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    switch (n_tok) {
+        case 1: K<1>::run(n, w, a, out); break;
+        case 2: K<2>::run(n, w, a, out); break;
+        case 3: K<3>::run(n, w, a, out); break;
+        default: K<4>::run(n, w, a, out); break;
+    }
+}
+
+// ---- kernels per file (format first, ISA second) ----
+#define STRATA_DOT(name) void name(int64_t n, const void* w, const void* const* a, int n_tok, float* out)
+
+STRATA_DOT(dot_q4_k_avx2);
+STRATA_DOT(dot_q4_k_avx512);
+STRATA_DOT(dot_q6_k_avx2);
+STRATA_DOT(dot_q6_k_avx512);
+STRATA_DOT(dot_q8_0_avx2);
+STRATA_DOT(dot_q8_0_avx512);
+STRATA_DOT(dot_iq4_xs_avx2);
+STRATA_DOT(dot_iq4_xs_avx512);
+STRATA_DOT(dot_q5_k_avx2);
+STRATA_DOT(dot_q4_0_avx2);
+STRATA_DOT(dot_q4_1_avx2);
+STRATA_DOT(dot_q5_0_avx2);
+STRATA_DOT(dot_q5_1_avx2);
+STRATA_DOT(dot_iq4_nl_avx2);
+STRATA_DOT(dot_f32_avx2);
+STRATA_DOT(dot_f16_avx2);
+STRATA_DOT(dot_bf16_avx2);
+STRATA_DOT(dot_f32_avx512);
+STRATA_DOT(dot_f16_avx512);
+STRATA_DOT(dot_bf16_avx512);
+#undef STRATA_DOT
+
+void fill_scalar(isa_table& t);
+void quantize_q8_0_avx2(const float* x, void* dst, int64_t n);
+void quantize_q8_1_avx2(const float* x, void* dst, int64_t n);
+void quantize_q8_K_avx2(const float* x, void* dst, int64_t n);
+void rms_norm_avx2(const float* x, const float* weight, float eps, int64_t n, float* out);
+void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* out);
+void softmax_avx2(float* x, int64_t n);
+
+}  // namespace strata::kernels::cpu::detail

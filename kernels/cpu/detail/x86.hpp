@@ -1,0 +1,60 @@
+// Internal: small SIMD helpers for the AVX2 / AVX-512 kernel files. Every helper is `static` so each
+// translation unit keeps its own copy compiled with its own ISA flags (no ODR mixing of AVX2 and
+// AVX-512 code). Include only from files compiled with at least -mavx2 -mfma -mf16c.
+#pragma once
+
+// GCC 12 warns about the _mm512_undefined_* placeholders inside its own AVX-512 intrinsics when they
+// are inlined; the pragma covers the intrinsic headers' lines only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstdint>
+#include <cstring>
+
+namespace strata::kernels::cpu::detail {
+
+static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
+static inline float hsum(__m128 v) {
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_movehdup_ps(v));
+    return _mm_cvtss_f32(v);
+}
+
+static inline float hsum(__m256 v) {
+    return hsum(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+
+// 32 signed bytes x 32 signed bytes -> 16 int16 sums of adjacent products. maddubs wants unsigned x
+// signed, so x's sign moves onto y. Codes must lie in [-127, 127] (|x| * |y| * 2 fits int16).
+static inline __m256i madd_i8_i8(__m256i x, __m256i y) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+// 16 int16 -> 8 f32 sums of adjacent pairs.
+static inline __m256 sum_pairs_i16_f32(__m256i p16) {
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+// 16 bytes of nibbles -> 32 bytes: low nibbles in bytes 0..15, high nibbles in bytes 16..31
+// (the element order of the 32-element formats).
+static inline __m256i unpack_nibbles_32(const uint8_t* qs) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+// 32 bits -> 32 bytes, 0xFF where the bit is set (bit i -> byte i).
+static inline __m256i expand_bits_32(const uint8_t* bits) {
+    uint32_t x32;
+    std::memcpy(&x32, bits, sizeof(x32));
+    const __m256i shuffle = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x32)), shuffle);
+    const __m256i bit_mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+    return _mm256_cmpeq_epi8(_mm256_or_si256(bytes, bit_mask), _mm256_set1_epi64x(-1));
+}
+
+}  // namespace strata::kernels::cpu::detail

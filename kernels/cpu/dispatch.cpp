@@ -1,0 +1,221 @@
+// ISA choice (once, from CPUID or STRATA_FORCE_ISA), the per-ISA kernel tables, and the row loops
+// that every matvec / matmul shape goes through.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "cpu/detail/kernel_table.hpp"
+#include "formats/quant.hpp"
+#include "log.hpp"
+
+namespace strata::kernels::cpu {
+namespace detail {
+
+using formats::ggml_type;
+
+static void set_dot(isa_table& t, ggml_type type, dot_fn fn) { t.dot[static_cast<size_t>(type)] = fn; }
+
+static void fill_avx2(isa_table& t) {
+    set_dot(t, ggml_type::Q4_K, dot_q4_k_avx2);
+    set_dot(t, ggml_type::Q6_K, dot_q6_k_avx2);
+    set_dot(t, ggml_type::Q8_0, dot_q8_0_avx2);
+    set_dot(t, ggml_type::IQ4_XS, dot_iq4_xs_avx2);
+    set_dot(t, ggml_type::Q5_K, dot_q5_k_avx2);
+    set_dot(t, ggml_type::Q4_0, dot_q4_0_avx2);
+    set_dot(t, ggml_type::Q4_1, dot_q4_1_avx2);
+    set_dot(t, ggml_type::Q5_0, dot_q5_0_avx2);
+    set_dot(t, ggml_type::Q5_1, dot_q5_1_avx2);
+    set_dot(t, ggml_type::IQ4_NL, dot_iq4_nl_avx2);
+    set_dot(t, ggml_type::F32, dot_f32_avx2);
+    set_dot(t, ggml_type::F16, dot_f16_avx2);
+    set_dot(t, ggml_type::BF16, dot_bf16_avx2);
+    t.quantize_q8_0 = quantize_q8_0_avx2;
+    t.quantize_q8_1 = quantize_q8_1_avx2;
+    t.quantize_q8_K = quantize_q8_K_avx2;
+    t.rms_norm = rms_norm_avx2;
+    t.silu_mul = silu_mul_avx2;
+    t.softmax = softmax_avx2;
+}
+
+// AVX-512 overrides the formats where 512-bit code pays; the other formats, the activation quantizers
+// and the vector ops keep their AVX2 kernels (they are a small share of a token's time).
+static void fill_avx512(isa_table& t) {
+    set_dot(t, ggml_type::Q4_K, dot_q4_k_avx512);
+    set_dot(t, ggml_type::Q6_K, dot_q6_k_avx512);
+    set_dot(t, ggml_type::Q8_0, dot_q8_0_avx512);
+    set_dot(t, ggml_type::IQ4_XS, dot_iq4_xs_avx512);
+    set_dot(t, ggml_type::F32, dot_f32_avx512);
+    set_dot(t, ggml_type::F16, dot_f16_avx512);
+    set_dot(t, ggml_type::BF16, dot_bf16_avx512);
+}
+
+static isa_table build_table(isa which) {
+    isa_table t;
+    t.id = which;
+    fill_scalar(t);
+    if (which == isa::avx2 || which == isa::avx512) fill_avx2(t);
+    if (which == isa::avx512) fill_avx512(t);
+    return t;
+}
+
+static std::string supported_list() {
+    std::string s;
+    for (isa i : {isa::scalar, isa::avx2, isa::avx512})
+        if (cpu_supports(i)) s += (s.empty() ? "" : ", ") + std::string(isa_name(i));
+    return s;
+}
+
+const isa_table& table_for(isa which) {
+    static const isa_table tables[3] = {build_table(isa::scalar), build_table(isa::avx2), build_table(isa::avx512)};
+    if (!cpu_supports(which))
+        throw std::runtime_error("CPU kernels: this CPU lacks the " + std::string(isa_name(which)) +
+                                 " path; it supports: " + supported_list() + ".");
+    return tables[static_cast<int>(which)];
+}
+
+isa choose_isa(const char* forced) {
+    if (forced == nullptr || *forced == '\0') {
+        for (isa i : {isa::avx512, isa::avx2})
+            if (cpu_supports(i)) return i;
+        return isa::scalar;
+    }
+    for (isa i : {isa::scalar, isa::avx2, isa::avx512}) {
+        if (isa_name(i) != forced) continue;
+        if (!cpu_supports(i))
+            throw std::runtime_error("STRATA_FORCE_ISA=" + std::string(forced) +
+                                     " but this CPU lacks it; valid here: " + supported_list() + ".");
+        return i;
+    }
+    throw std::runtime_error("STRATA_FORCE_ISA=" + std::string(forced) +
+                             " is not an ISA strata knows; use one of scalar, avx2, avx512 (this CPU supports: " +
+                             supported_list() + ").");
+}
+
+static const isa_table& active_table() {
+    static const isa_table* const table = [] {
+        const char* forced = std::getenv("STRATA_FORCE_ISA");
+        const isa chosen = choose_isa(forced);
+        logger("kernels")->info("CPU kernels use the {} path ({}; this CPU supports: {}).", isa_name(chosen),
+                                forced && *forced ? "forced by STRATA_FORCE_ISA" : "chosen from CPUID",
+                                supported_list());
+        return &table_for(chosen);
+    }();
+    return *table;
+}
+
+static dot_fn dot_for(const isa_table& t, const matrix& w) {
+    const auto id = static_cast<size_t>(w.type);
+    if (id >= n_type_ids || t.dot[id] == nullptr)
+        throw std::invalid_argument("CPU kernels: no matvec for weight type " +
+                                    std::string(formats::info(w.type).name) + ".");
+    if (w.n_cols % formats::info(w.type).block_size != 0)
+        throw std::invalid_argument("CPU kernels: n_cols " + std::to_string(w.n_cols) + " is not a multiple of " +
+                                    std::string(formats::info(w.type).name) + "'s block size " +
+                                    std::to_string(formats::info(w.type).block_size) + ".");
+    return t.dot[id];
+}
+
+// Tokens per tile of matmul: 64 activation rows of a 4096-wide Q8_K activation are ~300 KiB and stay in L2
+// while the tile's weight rows stream past them.
+static constexpr int64_t matmul_token_tile = 64;
+
+void run_rows(const isa_table& t, const matrix& w, int64_t row_begin, int64_t row_end, const void* act,
+              size_t act_stride, int64_t n_tok, float* y, int64_t y_stride) {
+    const dot_fn dot = dot_for(t, w);
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const auto* act_base = static_cast<const uint8_t*>(act);
+    const void* act_rows[matmul_token_tile];  // act_rows[t]: activation row of token t0 + t
+    for (int64_t t0 = 0; t0 < n_tok; t0 += matmul_token_tile) {
+        const int64_t n_tile = std::min(matmul_token_tile, n_tok - t0);
+        for (int64_t i = 0; i < n_tile; ++i) act_rows[i] = act_base + (t0 + i) * act_stride;
+        for (int64_t r = row_begin; r < row_end; ++r) {
+            const uint8_t* row = base + r * w.row_stride;
+            for (int64_t g = 0; g < n_tile; g += max_dot_tokens) {
+                const int k = static_cast<int>(std::min<int64_t>(max_dot_tokens, n_tile - g));
+                float out[max_dot_tokens];
+                dot(w.n_cols, row, act_rows + g, k, out);
+                for (int i = 0; i < k; ++i) y[(t0 + g + i) * y_stride + (r - row_begin)] = out[i];
+            }
+        }
+    }
+}
+
+}  // namespace detail
+
+std::string_view isa_name(isa which) {
+    switch (which) {
+        case isa::scalar: return "scalar";
+        case isa::avx2: return "avx2";
+        case isa::avx512: return "avx512";
+    }
+    return "unknown";
+}
+
+bool cpu_supports(isa which) {
+    switch (which) {
+        case isa::scalar: return true;
+        case isa::avx2:
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        case isa::avx512:
+            return cpu_supports(isa::avx2) && __builtin_cpu_supports("avx512f") &&
+                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                   __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni") &&
+                   __builtin_cpu_supports("avx512vbmi");
+    }
+    return false;
+}
+
+isa active_isa() { return detail::active_table().id; }
+
+bool has_matvec(ggml_type type) {
+    const auto id = static_cast<size_t>(type);
+    return id < detail::n_type_ids && detail::table_for(isa::scalar).dot[id] != nullptr;
+}
+
+ggml_type activation_type(ggml_type weight_type) { return formats::vec_dot_type(weight_type); }
+
+size_t activation_row_size(ggml_type weight_type, int64_t n_cols) {
+    return formats::row_size(activation_type(weight_type), n_cols);
+}
+
+void quantize_activation(ggml_type weight_type, const float* x, void* dst, int64_t n_cols) {
+    const auto& t = detail::active_table();
+    switch (activation_type(weight_type)) {
+        case ggml_type::Q8_0: t.quantize_q8_0(x, dst, n_cols); break;
+        case ggml_type::Q8_1: t.quantize_q8_1(x, dst, n_cols); break;
+        case ggml_type::Q8_K: t.quantize_q8_K(x, dst, n_cols); break;
+        case ggml_type::F32: std::memcpy(dst, x, static_cast<size_t>(n_cols) * sizeof(float)); break;
+        default:
+            throw std::invalid_argument("CPU kernels: no activation quantizer for weight type " +
+                                        std::string(formats::info(weight_type).name) + ".");
+    }
+}
+
+void matvec(const matrix& w, int64_t row_begin, int64_t row_end, const void* act, float* y) {
+    detail::run_rows(detail::active_table(), w, row_begin, row_end, act, 0, 1, y, 0);
+}
+
+void matvec_multi(const matrix& w, int64_t row_begin, int64_t row_end, const void* act, size_t act_stride,
+                  int n_tok, float* y, int64_t y_stride) {
+    if (n_tok < 1 || n_tok > max_matvec_tokens)
+        throw std::invalid_argument("CPU kernels: matvec_multi takes 1 to 16 tokens, got " +
+                                    std::to_string(n_tok) + ".");
+    detail::run_rows(detail::active_table(), w, row_begin, row_end, act, act_stride, n_tok, y, y_stride);
+}
+
+void matmul(const matrix& w, int64_t row_begin, int64_t row_end, const void* act, size_t act_stride,
+            int64_t n_tok, float* y, int64_t y_stride) {
+    detail::run_rows(detail::active_table(), w, row_begin, row_end, act, act_stride, n_tok, y, y_stride);
+}
+
+void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* out) {
+    detail::active_table().rms_norm(x, weight, eps, n, out);
+}
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+    detail::active_table().silu_mul(gate, up, n, out);
+}
+void softmax(float* x, int64_t n) { detail::active_table().softmax(x, n); }
+
+}  // namespace strata::kernels::cpu

@@ -1,0 +1,60 @@
+// F32 / F16 / BF16 weights x f32 activation, AVX-512F.
+#include "cpu/detail/kernel_table.hpp"
+#include "cpu/detail/x86.hpp"
+#include "cpu/float/dot_float.hpp"
+
+namespace strata::kernels::cpu::detail {
+namespace {
+
+struct v512 {
+    using reg = __m512;
+    static constexpr int width = 16;
+    static reg zero() { return _mm512_setzero_ps(); }
+    static reg load(const float* p) { return _mm512_loadu_ps(p); }
+    static reg fmadd(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+    static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+    static float hsum(reg v) { return _mm512_reduce_add_ps(v); }
+};
+
+static inline float bf16_bits_to_float(uint16_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+struct load_f32 {
+    static __m512 load(const void* w, int64_t i) { return _mm512_loadu_ps(static_cast<const float*>(w) + i); }
+    static float scalar(const void* w, int64_t i) { return static_cast<const float*>(w)[i]; }
+};
+struct load_f16 {
+    static __m512 load(const void* w, int64_t i) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i)));
+    }
+    static float scalar(const void* w, int64_t i) { return half_to_float(static_cast<const uint16_t*>(w)[i]); }
+};
+struct load_bf16 {
+    static __m512 load(const void* w, int64_t i) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    static float scalar(const void* w, int64_t i) { return bf16_bits_to_float(static_cast<const uint16_t*>(w)[i]); }
+};
+
+template <int NT> using f32_kernel = float_dot<v512, load_f32, NT>;
+template <int NT> using f16_kernel = float_dot<v512, load_f16, NT>;
+template <int NT> using bf16_kernel = float_dot<v512, load_bf16, NT>;
+
+}  // namespace
+
+void dot_f32_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    call_with_tokens<f32_kernel>(n, w, a, n_tok, out);
+}
+void dot_f16_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    call_with_tokens<f16_kernel>(n, w, a, n_tok, out);
+}
+void dot_bf16_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    call_with_tokens<bf16_kernel>(n, w, a, n_tok, out);
+}
+
+}  // namespace strata::kernels::cpu::detail

@@ -1,0 +1,80 @@
+// CPU kernels: quantized matvec / matmul per weight format, float matvec, and the small vector ops
+// of a forward pass. One ISA path (scalar, AVX2, AVX-512) is chosen once per process from CPUID, or
+// forced with STRATA_FORCE_ISA=scalar|avx2|avx512 (an exception names the valid ISAs if the CPU lacks
+// the forced one); the choice is logged once on the "kernels" logger.
+//
+// Threading: every function is single-threaded, reentrant and safe to call concurrently from many
+// threads on disjoint outputs. Callers parallelise by row ranges (a pool slice owns [row_begin, row_end)).
+//
+// Shapes: a weight matrix has n_rows rows of n_cols elements of `type`; row r starts at
+// data + r * row_stride bytes (row_stride >= formats::row_size(type, n_cols)). Activations are rows
+// of n_cols elements in activation_type(type), act_stride bytes apart. Outputs are f32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "formats/types.hpp"
+
+namespace strata::kernels::cpu {
+
+using formats::ggml_type;
+
+enum class isa { scalar, avx2, avx512 };
+
+std::string_view isa_name(isa which);
+bool cpu_supports(isa which);
+// The ISA every function below uses (chosen at first use, then fixed).
+isa active_isa();
+
+struct matrix {
+    ggml_type type;
+    const void* data;    // [n_rows][row_stride] bytes
+    int64_t n_cols;      // elements per row, a multiple of the type's block size
+    size_t row_stride;   // bytes between rows
+};
+
+// True where strata has a CPU dot product for weights of `type` (every quantized format that
+// formats::vec_dot_ref supports, plus F32, F16, BF16).
+bool has_matvec(ggml_type type);
+
+// The activation format that weights of `type` multiply (Q8_0, Q8_1, Q8_K, or F32 for float weights)
+// and the bytes of one activation row of n_cols elements.
+ggml_type activation_type(ggml_type weight_type);
+size_t activation_row_size(ggml_type weight_type, int64_t n_cols);
+// x: [n_cols] f32 -> dst: activation_row_size(weight_type, n_cols) bytes. Bitwise equal to
+// formats::quantize_row(activation_type(weight_type), ...) on every ISA (F32: a copy).
+void quantize_activation(ggml_type weight_type, const float* x, void* dst, int64_t n_cols);
+
+// y[r - row_begin] = W[r, :] . act for r in [row_begin, row_end).
+// act: one activation row; y: [row_end - row_begin].
+void matvec(const matrix& w, int64_t row_begin, int64_t row_end, const void* act, float* y);
+
+// The same rows times n_tok activations (1 <= n_tok <= 16), reading each weight row once:
+// y[t * y_stride + (r - row_begin)] = W[r, :] . act_t, act_t at act + t * act_stride.
+// Bitwise equal to n_tok matvec calls on the same ISA.
+inline constexpr int max_matvec_tokens = 16;
+void matvec_multi(const matrix& w, int64_t row_begin, int64_t row_end, const void* act, size_t act_stride,
+                  int n_tok, float* y, int64_t y_stride);
+
+// Prompt processing: any n_tok, same layout as matvec_multi; tiles tokens so a block of weight rows
+// stays in cache while every token of the tile passes over it. Bitwise equal to matvec per token.
+void matmul(const matrix& w, int64_t row_begin, int64_t row_end, const void* act, size_t act_stride,
+            int64_t n_tok, float* y, int64_t y_stride);
+
+// out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i]; weight may be nullptr (no scale). out may be x.
+void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* out);
+// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). out may alias gate or up.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+// In place: x = exp(x - max) / sum.
+void softmax(float* x, int64_t n);
+
+// Rotary embedding in place on x: [n_head][head_dim] for token position pos, rotating the first
+// n_rot dims of each head (n_rot even, <= head_dim) with theta_i = pos * freq_base^(-2i / n_rot).
+// normal: pairs (x[2i], x[2i+1]) (GPT-J / LLaMA GGUF layout); neox: pairs (x[i], x[i + n_rot/2]).
+enum class rope_style { normal, neox };
+void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,
+          rope_style style);
+
+}  // namespace strata::kernels::cpu

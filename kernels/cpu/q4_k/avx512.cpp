@@ -1,0 +1,79 @@
+// Q4_K x Q8_K, AVX-512 (BW). 128 elements per step: 64 bytes of nibbles give four sub-blocks; the low
+// and high nibbles are regrouped by 128-bit lanes so each 64-byte vector covers 64 consecutive
+// elements and the activation is read with plain loads (once per token, shared unpacking).
+#include "cpu/detail/k_scales.hpp"
+#include "cpu/detail/kernel_table.hpp"
+#include "cpu/detail/x86.hpp"
+#include "formats/blocks.hpp"
+
+namespace strata::kernels::cpu::detail {
+namespace {
+
+using formats::block_q4_K;
+using formats::block_q8_K;
+using formats::QK_K;
+
+// Word index vector broadcasting scale s (lanes 0..15) and s + 1 (lanes 16..31).
+static inline __m512i scale_pair_index(int s) {
+    return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(s)), _mm256_set1_epi16(static_cast<short>(s + 1)), 1);
+}
+
+template <int NT>
+struct q4_k_avx512 {
+    static void run(int64_t n, const void* w, const void* const* a, float* out) {
+        const auto* x = static_cast<const block_q4_K*>(w);
+        const block_q8_K* y[NT];
+        for (int t = 0; t < NT; ++t) y[t] = static_cast<const block_q8_K*>(a[t]);
+        const __m512i low4 = _mm512_set1_epi8(0x0F);
+        const __m512i pair_index[4] = {scale_pair_index(0), scale_pair_index(2), scale_pair_index(4), scale_pair_index(6)};
+
+        __m512 acc[NT];    // d * sum(sc * q . a)
+        __m128 acc_m[NT];  // -dmin * sum(m * bsum)
+        for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps(), acc_m[t] = _mm_setzero_ps();
+
+        for (int64_t i = 0; i < n / QK_K; ++i) {
+            const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
+            uint32_t sm[4];
+            unpack_k4_scales(x[i].scales, sm);
+            const __m256i scales_mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sm)));
+            const __m128i mins = _mm256_extracti128_si256(scales_mins, 1);
+            const __m512i scales = _mm512_castsi256_si512(scales_mins);  // words 0..7: scales
+
+            __m512i sumi[NT];
+            for (int t = 0; t < NT; ++t) {
+                const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums));
+                const __m128i bsums32 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+                const __m128i prod = _mm_madd_epi16(mins, bsums32);
+                acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(-y[t][i].d * dmin), _mm_cvtepi32_ps(prod), acc_m[t]);
+                sumi[t] = _mm512_setzero_si512();
+            }
+            for (int k = 0; k < 2; ++k) {
+                // 64 bytes: low nibbles = sub-blocks 4k, 4k+2 (lanes 0-1, 2-3), high = 4k+1, 4k+3.
+                const __m512i q4 = _mm512_loadu_si512(x[i].qs + 64 * k);
+                const __m512i lo = _mm512_and_si512(q4, low4);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q4, 4), low4);
+                const __m512i w0 = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));  // elements 128k + 0..63
+                const __m512i w1 = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));  // elements 128k + 64..127
+                const __m512i s0 = _mm512_permutexvar_epi16(pair_index[2 * k], scales);
+                const __m512i s1 = _mm512_permutexvar_epi16(pair_index[2 * k + 1], scales);
+                for (int t = 0; t < NT; ++t) {
+                    const int8_t* q8 = y[t][i].qs + 128 * k;
+                    const __m512i p0 = _mm512_madd_epi16(s0, _mm512_maddubs_epi16(w0, _mm512_loadu_si512(q8)));
+                    const __m512i p1 = _mm512_madd_epi16(s1, _mm512_maddubs_epi16(w1, _mm512_loadu_si512(q8 + 64)));
+                    sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(p0, p1));
+                }
+            }
+            for (int t = 0; t < NT; ++t)
+                acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y[t][i].d * d), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+        }
+        for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]) + hsum(acc_m[t]);
+    }
+};
+
+}  // namespace
+
+void dot_q4_k_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    call_with_tokens<q4_k_avx512>(n, w, a, n_tok, out);
+}
+
+}  // namespace strata::kernels::cpu::detail

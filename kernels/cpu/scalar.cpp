@@ -1,0 +1,126 @@
+// The scalar path: quantized dots call the formats' references (so the scalar path *is* the
+// reference), float dots and vector ops are plain loops. Also RoPE, which is scalar on every ISA
+// (it touches n_head * head_dim floats once per token and never shows in a profile).
+#include <cmath>
+#include <vector>
+
+#include "cpu/detail/kernel_table.hpp"
+#include "formats/quant.hpp"
+
+namespace strata::kernels::cpu {
+namespace detail {
+
+using formats::ggml_type;
+
+template <ggml_type T>
+static void dot_reference(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    for (int t = 0; t < n_tok; ++t) out[t] = formats::vec_dot_ref(T, n, w, a[t]);
+}
+
+template <typename Convert>
+static void dot_float(int64_t n, const void* const* a, int n_tok, float* out, Convert weight) {
+    for (int t = 0; t < n_tok; ++t) {
+        const auto* x = static_cast<const float*>(a[t]);
+        float sum = 0.0f;
+        for (int64_t i = 0; i < n; ++i) sum += weight(i) * x[i];
+        out[t] = sum;
+    }
+}
+
+static void dot_f32_scalar(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    const auto* wf = static_cast<const float*>(w);
+    dot_float(n, a, n_tok, out, [wf](int64_t i) { return wf[i]; });
+}
+static void dot_f16_scalar(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    const auto* wh = static_cast<const formats::fp16_t*>(w);
+    dot_float(n, a, n_tok, out, [wh](int64_t i) { return formats::fp16_to_fp32(wh[i]); });
+}
+static void dot_bf16_scalar(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    const auto* wb = static_cast<const formats::bf16_t*>(w);
+    dot_float(n, a, n_tok, out, [wb](int64_t i) { return formats::bf16_to_fp32(wb[i]); });
+}
+
+static void quantize_q8_0_scalar(const float* x, void* dst, int64_t n) {
+    formats::quantize_row(ggml_type::Q8_0, x, dst, n);
+}
+static void quantize_q8_1_scalar(const float* x, void* dst, int64_t n) {
+    formats::quantize_row(ggml_type::Q8_1, x, dst, n);
+}
+static void quantize_q8_K_scalar(const float* x, void* dst, int64_t n) {
+    formats::quantize_row(ggml_type::Q8_K, x, dst, n);
+}
+
+static void rms_norm_scalar(const float* x, const float* weight, float eps, int64_t n, float* out) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
+    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * (weight ? weight[i] : 1.0f);
+}
+
+static void silu_mul_scalar(const float* gate, const float* up, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+static void softmax_scalar(float* x, int64_t n) {
+    float max = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) max = std::fmax(max, x[i]);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void fill_scalar(isa_table& t) {
+    t.dot[static_cast<size_t>(ggml_type::Q4_0)] = dot_reference<ggml_type::Q4_0>;
+    t.dot[static_cast<size_t>(ggml_type::Q4_1)] = dot_reference<ggml_type::Q4_1>;
+    t.dot[static_cast<size_t>(ggml_type::Q5_0)] = dot_reference<ggml_type::Q5_0>;
+    t.dot[static_cast<size_t>(ggml_type::Q5_1)] = dot_reference<ggml_type::Q5_1>;
+    t.dot[static_cast<size_t>(ggml_type::Q8_0)] = dot_reference<ggml_type::Q8_0>;
+    t.dot[static_cast<size_t>(ggml_type::Q2_K)] = dot_reference<ggml_type::Q2_K>;
+    t.dot[static_cast<size_t>(ggml_type::Q3_K)] = dot_reference<ggml_type::Q3_K>;
+    t.dot[static_cast<size_t>(ggml_type::Q4_K)] = dot_reference<ggml_type::Q4_K>;
+    t.dot[static_cast<size_t>(ggml_type::Q5_K)] = dot_reference<ggml_type::Q5_K>;
+    t.dot[static_cast<size_t>(ggml_type::Q6_K)] = dot_reference<ggml_type::Q6_K>;
+    t.dot[static_cast<size_t>(ggml_type::IQ4_NL)] = dot_reference<ggml_type::IQ4_NL>;
+    t.dot[static_cast<size_t>(ggml_type::IQ4_XS)] = dot_reference<ggml_type::IQ4_XS>;
+    t.dot[static_cast<size_t>(ggml_type::F32)] = dot_f32_scalar;
+    t.dot[static_cast<size_t>(ggml_type::F16)] = dot_f16_scalar;
+    t.dot[static_cast<size_t>(ggml_type::BF16)] = dot_bf16_scalar;
+    t.quantize_q8_0 = quantize_q8_0_scalar;
+    t.quantize_q8_1 = quantize_q8_1_scalar;
+    t.quantize_q8_K = quantize_q8_K_scalar;
+    t.rms_norm = rms_norm_scalar;
+    t.silu_mul = silu_mul_scalar;
+    t.softmax = softmax_scalar;
+}
+
+}  // namespace detail
+
+void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,
+          rope_style style) {
+    const int64_t half = n_rot / 2;
+    // cos_sin[2i], cos_sin[2i+1]: rotation of pair i, shared by every head.
+    std::vector<float> cos_sin(static_cast<size_t>(n_rot));
+    for (int64_t i = 0; i < half; ++i) {
+        const float theta = static_cast<float>(pos) *
+                            std::pow(freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
+        cos_sin[2 * i] = std::cos(theta);
+        cos_sin[2 * i + 1] = std::sin(theta);
+    }
+    for (int64_t h = 0; h < n_head; ++h) {
+        float* v = x + h * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+            const int64_t i0 = style == rope_style::neox ? i : 2 * i;
+            const int64_t i1 = style == rope_style::neox ? i + half : 2 * i + 1;
+            const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+            const float x0 = v[i0], x1 = v[i1];
+            v[i0] = x0 * c - x1 * s;
+            v[i1] = x0 * s + x1 * c;
+        }
+    }
+}
+
+}  // namespace strata::kernels::cpu

@@ -1,0 +1,98 @@
+// RMSNorm, SiLU-mul and softmax, AVX2 + FMA. exp is a Cephes-style polynomial (about 1 ulp over the
+// clamped range [-87, 88]; below it returns exp(-87) ~ 1.6e-38 instead of a smaller number).
+#include <algorithm>
+#include <cmath>
+
+#include "cpu/detail/kernel_table.hpp"
+#include "cpu/detail/x86.hpp"
+
+namespace strata::kernels::cpu::detail {
+namespace {
+
+static inline __m256 exp_ps(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    // r = x - n * ln2 in two parts (Cody-Waite).
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
+}
+
+static inline float exp_scalar(float x) {
+    alignas(32) float v[8] = {x};
+    _mm256_store_ps(v, exp_ps(_mm256_load_ps(v)));
+    return v[0];
+}
+
+}  // namespace
+
+void rms_norm_avx2(const float* x, const float* weight, float eps, int64_t n, float* out) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        acc0 = _mm256_fmadd_ps(a, a, acc0);
+        acc1 = _mm256_fmadd_ps(b, b, acc1);
+    }
+    float sum = hsum(_mm256_add_ps(acc0, acc1));
+    for (; i < n; ++i) sum += x[i] * x[i];
+    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
+    const __m256 s = _mm256_set1_ps(scale);
+    i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), s);
+        if (weight) v = _mm256_mul_ps(v, _mm256_loadu_ps(weight + i));
+        _mm256_storeu_ps(out + i, v);
+    }
+    for (; i < n; ++i) out[i] = x[i] * scale * (weight ? weight[i] : 1.0f);
+}
+
+void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* out) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; ++i) out[i] = gate[i] / (1.0f + exp_scalar(-gate[i])) * up[i];
+}
+
+void softmax_avx2(float* x, int64_t n) {
+    float max = -INFINITY;
+    int64_t i = 0;
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vmax);
+    for (float v : lanes) max = std::max(max, v);
+    for (; i < n; ++i) max = std::max(max, x[i]);
+
+    const __m256 m = _mm256_set1_ps(max);
+    __m256 vsum = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        _mm256_storeu_ps(x + i, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    float sum = hsum(vsum);
+    for (; i < n; ++i) {
+        x[i] = exp_scalar(x[i] - max);
+        sum += x[i];
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / sum);
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (; i < n; ++i) x[i] *= 1.0f / sum;
+}
+
+}  // namespace strata::kernels::cpu::detail

@@ -1,0 +1,304 @@
+// CPU kernels: every ISA path against the scalar path (= the formats' references) over ragged shapes,
+// multi-token and matmul bitwise against single-token calls, activation quantizers bitwise against
+// formats::quantize_row, vector ops against plain loops, and the STRATA_FORCE_ISA parsing.
+//
+// Tolerances (float sums in a different order than the reference; integer block sums are exact):
+//   quantized formats: |y - y_ref| <= 4 * (n_blocks + 16) * FLT_EPSILON * sum_i |w_i * a_i|
+//   F32 / F16 / BF16:  |y - y_exact| <= (n / 16 + 16) * FLT_EPSILON * sum_i |w_i * a_i| (vs a double sum)
+// Both catch a single wrong element (which moves y by ~ sum|w a| / n).
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/detail/kernel_table.hpp"
+#include "cpu/kernels.hpp"
+#include "formats/quant.hpp"
+
+namespace {
+
+using namespace strata::kernels::cpu;
+using strata::formats::ggml_type;
+namespace formats = strata::formats;
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = dist(rng);
+    return v;
+}
+
+// Encodes rows x n_cols floats into `type` rows of row_stride bytes (stride padded past the row).
+std::vector<uint8_t> encode_rows(ggml_type type, const std::vector<float>& src, int64_t n_rows, int64_t n_cols,
+                                 size_t row_stride) {
+    std::vector<uint8_t> out(row_stride * n_rows, 0xAB);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const float* x = src.data() + r * n_cols;
+        uint8_t* dst = out.data() + r * row_stride;
+        if (type == ggml_type::F32) {
+            std::memcpy(dst, x, n_cols * sizeof(float));
+        } else if (type == ggml_type::F16 || type == ggml_type::BF16) {
+            auto* h = reinterpret_cast<uint16_t*>(dst);
+            for (int64_t i = 0; i < n_cols; ++i)
+                h[i] = type == ggml_type::F16 ? formats::fp32_to_fp16(x[i]) : formats::fp32_to_bf16(x[i]);
+        } else {
+            formats::quantize_row(type, x, dst, n_cols);
+        }
+    }
+    return out;
+}
+
+std::vector<float> decode_row(ggml_type type, const void* src, int64_t n) {
+    std::vector<float> out(n);
+    formats::dequantize_row(type, src, out.data(), n);
+    return out;
+}
+
+bool is_float(ggml_type t) { return t == ggml_type::F32 || t == ggml_type::F16 || t == ggml_type::BF16; }
+
+std::string isa_label(isa i) { return std::string(isa_name(i)); }
+
+void skip_unless_supported(isa i) {
+    if (!cpu_supports(i)) GTEST_SKIP() << "this CPU lacks the " << isa_name(i) << " path";
+}
+
+// ---- matvec per (format, ISA) ----
+
+struct matvec_case {
+    ggml_type type;
+    isa path;
+};
+
+class MatvecTest : public ::testing::TestWithParam<matvec_case> {};
+
+TEST_P(MatvecTest, MatchesReferenceOverRaggedShapes) {
+    const auto [type, path] = GetParam();
+    skip_unless_supported(path);
+    const auto& table = detail::table_for(path);
+    const auto& scalar = detail::table_for(isa::scalar);
+    const int64_t block = formats::info(type).block_size;
+    const std::vector<int64_t> widths =
+        is_float(type) ? std::vector<int64_t>{1, 7, 33, 100, 4096}
+                       : (block == 256 ? std::vector<int64_t>{256, 512, 2816, 4096} : std::vector<int64_t>{32, 96, 544, 4096});
+    const ggml_type act_type = activation_type(type);
+    constexpr int64_t n_rows = 37;
+    constexpr int n_tok = 3;
+
+    for (const int64_t n_cols : widths) {
+        SCOPED_TRACE("n_cols " + std::to_string(n_cols));
+        const size_t row_stride = formats::row_size(type, n_cols) + 64;  // padded rows
+        const auto w_f = random_floats(n_rows * n_cols, 1000 + static_cast<uint32_t>(n_cols));
+        const auto w = encode_rows(type, w_f, n_rows, n_cols, row_stride);
+        const size_t act_stride = activation_row_size(type, n_cols);
+        const auto a_f = random_floats(n_tok * n_cols, 7 + static_cast<uint32_t>(n_cols), 2.0f);
+        std::vector<uint8_t> act(act_stride * n_tok);
+        for (int t = 0; t < n_tok; ++t)
+            formats::quantize_row(act_type, a_f.data() + t * n_cols, act.data() + t * act_stride, n_cols);
+        const matrix m{type, w.data(), n_cols, row_stride};
+
+        for (const auto& [rb, re] : {std::pair<int64_t, int64_t>{0, n_rows}, {5, 29}, {36, 37}, {13, 14}}) {
+            std::vector<float> y(re - rb), y_ref(re - rb);
+            for (int t = 0; t < n_tok; ++t) {
+                const uint8_t* a_t = act.data() + t * act_stride;
+                detail::run_rows(table, m, rb, re, a_t, 0, 1, y.data(), 0);
+                detail::run_rows(scalar, m, rb, re, a_t, 0, 1, y_ref.data(), 0);
+                const auto a_deq = decode_row(act_type, a_t, n_cols);
+                for (int64_t r = rb; r < re; ++r) {
+                    const auto w_deq = decode_row(type, w.data() + r * row_stride, n_cols);
+                    double mag = 0.0, exact = 0.0;
+                    for (int64_t i = 0; i < n_cols; ++i) {
+                        mag += std::fabs(double(w_deq[i]) * a_deq[i]);
+                        exact += double(w_deq[i]) * a_deq[i];
+                    }
+                    const float got = y[r - rb];
+                    if (is_float(type)) {
+                        const double tol = (n_cols / 16 + 16) * double(FLT_EPSILON) * mag;
+                        ASSERT_NEAR(got, exact, tol) << "row " << r << " token " << t;
+                        ASSERT_NEAR(y_ref[r - rb], exact, n_cols * double(FLT_EPSILON) * mag + 1e-30);
+                    } else {
+                        const double tol = 4.0 * (n_cols / block + 16) * double(FLT_EPSILON) * mag;
+                        if (path == isa::scalar)
+                            ASSERT_EQ(got, y_ref[r - rb]) << "row " << r << " token " << t;
+                        else
+                            ASSERT_NEAR(got, y_ref[r - rb], tol) << "row " << r << " token " << t;
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_P(MatvecTest, MultiTokenAndMatmulAreBitwiseSingleToken) {
+    const auto [type, path] = GetParam();
+    skip_unless_supported(path);
+    const auto& table = detail::table_for(path);
+    const int64_t n_cols = is_float(type) ? 300 : 4 * 256;
+    constexpr int64_t n_rows = 19;
+    constexpr int64_t n_tok = 70;  // crosses the 64-token matmul tile and every group remainder
+    const size_t row_stride = formats::row_size(type, n_cols);
+    const auto w = encode_rows(type, random_floats(n_rows * n_cols, 42), n_rows, n_cols, row_stride);
+    const size_t act_stride = activation_row_size(type, n_cols) + 16;
+    const auto a_f = random_floats(n_tok * n_cols, 43);
+    std::vector<uint8_t> act(act_stride * n_tok);
+    for (int64_t t = 0; t < n_tok; ++t)
+        formats::quantize_row(activation_type(type), a_f.data() + t * n_cols, act.data() + t * act_stride, n_cols);
+    const matrix m{type, w.data(), n_cols, row_stride};
+    const int64_t rb = 3, re = 17, n_out = re - rb;
+
+    std::vector<float> single(n_tok * n_out);
+    for (int64_t t = 0; t < n_tok; ++t)
+        detail::run_rows(table, m, rb, re, act.data() + t * act_stride, 0, 1, single.data() + t * n_out, 0);
+
+    for (int n_multi = 1; n_multi <= max_matvec_tokens; ++n_multi) {
+        std::vector<float> multi(n_multi * n_out);
+        detail::run_rows(table, m, rb, re, act.data(), act_stride, n_multi, multi.data(), n_out);
+        ASSERT_EQ(0, std::memcmp(multi.data(), single.data(), multi.size() * sizeof(float))) << n_multi << " tokens";
+    }
+    std::vector<float> batched(n_tok * n_out);
+    detail::run_rows(table, m, rb, re, act.data(), act_stride, n_tok, batched.data(), n_out);
+    ASSERT_EQ(0, std::memcmp(batched.data(), single.data(), batched.size() * sizeof(float)));
+}
+
+std::vector<matvec_case> all_matvec_cases() {
+    std::vector<matvec_case> cases;
+    for (ggml_type t : {ggml_type::Q4_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::IQ4_XS, ggml_type::Q5_K,
+                        ggml_type::Q4_0, ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::Q2_K,
+                        ggml_type::Q3_K, ggml_type::IQ4_NL, ggml_type::F32, ggml_type::F16, ggml_type::BF16})
+        for (isa i : {isa::scalar, isa::avx2, isa::avx512}) cases.push_back({t, i});
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(FormatsByIsa, MatvecTest, ::testing::ValuesIn(all_matvec_cases()),
+                         [](const auto& info) {
+                             return std::string(formats::info(info.param.type).name) + "_" + isa_label(info.param.path);
+                         });
+
+// ---- activation quantizers ----
+
+class QuantizerTest : public ::testing::TestWithParam<isa> {};
+
+TEST_P(QuantizerTest, BitwiseEqualToFormatsQuantizeRow) {
+    skip_unless_supported(GetParam());
+    const auto& table = detail::table_for(GetParam());
+    constexpr int64_t n = 4096;
+    auto x = random_floats(n, 5, 3.0f);
+    std::fill(x.begin() + 256, x.begin() + 512, 0.0f);                        // an all-zero super-block
+    for (int64_t i = 512; i < 768; ++i) x[i] = static_cast<float>(i % 7) * 0.5f;  // exact ties after scaling
+    x[1000] = 1e4f;
+    x[2000] = -3e-6f;
+    for (const auto& [type, fn] : {std::pair{ggml_type::Q8_0, table.quantize_q8_0},
+                                  std::pair{ggml_type::Q8_1, table.quantize_q8_1},
+                                  std::pair{ggml_type::Q8_K, table.quantize_q8_K}}) {
+        const size_t bytes = formats::row_size(type, n);
+        std::vector<uint8_t> got(bytes), want(bytes);
+        fn(x.data(), got.data(), n);
+        formats::quantize_row(type, x.data(), want.data(), n);
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), bytes)) << formats::info(type).name;
+    }
+}
+
+// ---- vector ops ----
+
+TEST_P(QuantizerTest, VectorOpsMatchPlainLoops) {
+    skip_unless_supported(GetParam());
+    const auto& table = detail::table_for(GetParam());
+    for (const int64_t n : {1, 7, 64, 1000, 4096}) {
+        SCOPED_TRACE("n " + std::to_string(n));
+        const auto x = random_floats(n, 11, 4.0f), w = random_floats(n, 12), up = random_floats(n, 13);
+        std::vector<float> out(n);
+
+        table.rms_norm(x.data(), w.data(), 1e-6f, n, out.data());
+        double ss = 0.0;
+        for (float v : x) ss += double(v) * v;
+        const double scale = 1.0 / std::sqrt(ss / n + 1e-6);
+        for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(out[i], x[i] * scale * w[i], 1e-5 * std::fabs(x[i] * scale * w[i]) + 1e-6);
+
+        table.silu_mul(x.data(), up.data(), n, out.data());
+        for (int64_t i = 0; i < n; ++i) {
+            const double want = x[i] / (1.0 + std::exp(-double(x[i]))) * up[i];
+            ASSERT_NEAR(out[i], want, 4e-6 * std::fabs(want) + 1e-30) << i;
+        }
+
+        std::vector<float> s = x;
+        table.softmax(s.data(), n);
+        double mx = -INFINITY, sum = 0.0;
+        for (float v : x) mx = std::max(mx, double(v));
+        for (float v : x) sum += std::exp(v - mx);
+        for (int64_t i = 0; i < n; ++i) {
+            const double want = std::exp(x[i] - mx) / sum;
+            ASSERT_NEAR(s[i], want, 1e-5 * want + 1e-30) << i;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(ByIsa, QuantizerTest, ::testing::Values(isa::scalar, isa::avx2, isa::avx512),
+                         [](const auto& info) { return isa_label(info.param); });
+
+TEST(Rope, NormalAndNeoxMatchNaiveRotation) {
+    constexpr int64_t n_head = 3, head_dim = 64, n_rot = 32, pos = 17;
+    const auto x = random_floats(n_head * head_dim, 21);
+    for (const auto style : {rope_style::normal, rope_style::neox}) {
+        auto y = x;
+        rope(y.data(), n_head, head_dim, n_rot, pos, 10000.0f, style);
+        for (int64_t h = 0; h < n_head; ++h) {
+            const float* v = x.data() + h * head_dim;
+            for (int64_t i = 0; i < n_rot / 2; ++i) {
+                const double theta = pos * std::pow(10000.0, -2.0 * i / n_rot);
+                const int64_t i0 = style == rope_style::neox ? i : 2 * i;
+                const int64_t i1 = style == rope_style::neox ? i + n_rot / 2 : 2 * i + 1;
+                EXPECT_NEAR(y[h * head_dim + i0], v[i0] * std::cos(theta) - v[i1] * std::sin(theta), 1e-4);
+                EXPECT_NEAR(y[h * head_dim + i1], v[i0] * std::sin(theta) + v[i1] * std::cos(theta), 1e-4);
+            }
+            for (int64_t i = n_rot; i < head_dim; ++i) EXPECT_EQ(y[h * head_dim + i], v[i]);  // unrotated tail
+        }
+    }
+}
+
+// ---- ISA choice ----
+
+TEST(IsaChoice, ForcedNamesAndErrors) {
+    EXPECT_EQ(detail::choose_isa("scalar"), isa::scalar);
+    const isa best = cpu_supports(isa::avx512) ? isa::avx512 : cpu_supports(isa::avx2) ? isa::avx2 : isa::scalar;
+    EXPECT_EQ(detail::choose_isa(nullptr), best);
+    EXPECT_EQ(detail::choose_isa(""), best);
+    for (isa i : {isa::avx2, isa::avx512}) {
+        if (cpu_supports(i)) {
+            EXPECT_EQ(detail::choose_isa(std::string(isa_name(i)).c_str()), i);
+            EXPECT_EQ(detail::table_for(i).id, i);
+        } else {
+            EXPECT_THROW(detail::choose_isa(std::string(isa_name(i)).c_str()), std::runtime_error);
+            EXPECT_THROW(detail::table_for(i), std::runtime_error);
+        }
+    }
+    try {
+        detail::choose_isa("sse9");
+        FAIL() << "an unknown ISA name must throw";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("scalar, avx2, avx512"), std::string::npos) << e.what();
+    }
+}
+
+TEST(PublicApi, MatvecUsesTheActiveIsa) {
+    constexpr int64_t n_cols = 512, n_rows = 9;
+    const auto type = ggml_type::Q4_K;
+    const size_t stride = formats::row_size(type, n_cols);
+    const auto w = encode_rows(type, random_floats(n_rows * n_cols, 3), n_rows, n_cols, stride);
+    const auto x = random_floats(n_cols, 4);
+    std::vector<uint8_t> act(activation_row_size(type, n_cols));
+    quantize_activation(type, x.data(), act.data(), n_cols);
+    const matrix m{type, w.data(), n_cols, stride};
+    std::vector<float> y(n_rows), want(n_rows);
+    matvec(m, 0, n_rows, act.data(), y.data());
+    detail::run_rows(detail::table_for(active_isa()), m, 0, n_rows, act.data(), 0, 1, want.data(), 0);
+    EXPECT_EQ(0, std::memcmp(y.data(), want.data(), sizeof(float) * n_rows));
+    EXPECT_THROW(matvec_multi(m, 0, n_rows, act.data(), 0, 17, y.data(), 0), std::invalid_argument);
+    EXPECT_THROW(matvec(matrix{ggml_type::Q8_K, w.data(), n_cols, stride}, 0, 1, act.data(), y.data()),
+                 std::invalid_argument);
+}
+
+}  // namespace
