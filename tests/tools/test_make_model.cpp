@@ -1,0 +1,167 @@
+// strata-make-model: round trips per architecture, determinism, tokenizer and shape errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include <tbb/global_control.h>
+
+#include "formats/quant.hpp"
+#include "generate.hpp"
+#include "gguf/gguf_reader.hpp"
+#include "model_spec.hpp"
+
+namespace strata::make_model {
+namespace {
+
+using formats::ggml_type;
+
+gguf::reader generate(const model_spec& s) { return gguf::reader::from_bytes(build_model(s).write_to_memory()); }
+
+model_spec tiny(arch a) {
+    model_spec s = preset("tiny");
+    s.architecture = a;
+    return s;
+}
+
+void expect_tensor(const gguf::reader& r, const std::string& name, std::vector<int64_t> ne, ggml_type type) {
+    const gguf::tensor_info* t = r.find_tensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->ne, ne) << name;
+    EXPECT_EQ(t->type, type) << name;
+}
+
+TEST(MakeModel, Qwen3MoeHasLlamaCppNamesAndShapes) {
+    const model_spec s = tiny(arch::qwen3moe);
+    const gguf::reader r = generate(s);
+    EXPECT_EQ(r.at("general.architecture").as_string(), "qwen3moe");
+    EXPECT_EQ(r.at("qwen3moe.block_count").as_u64(), 2u);
+    EXPECT_EQ(r.at("qwen3moe.embedding_length").as_u64(), 256u);
+    EXPECT_EQ(r.at("qwen3moe.expert_count").as_u64(), 8u);
+    EXPECT_EQ(r.at("qwen3moe.expert_used_count").as_u64(), 2u);
+    EXPECT_EQ(r.at("qwen3moe.expert_feed_forward_length").as_u64(), 256u);
+    EXPECT_EQ(r.at("qwen3moe.attention.key_length").as_u64(), 64u);
+    expect_tensor(r, "token_embd.weight", {256, 512}, ggml_type::Q8_0);
+    expect_tensor(r, "blk.1.attn_q.weight", {256, 256}, ggml_type::Q8_0);
+    expect_tensor(r, "blk.1.attn_k.weight", {256, 128}, ggml_type::Q8_0);
+    expect_tensor(r, "blk.1.attn_q_norm.weight", {64}, ggml_type::F32);
+    expect_tensor(r, "blk.0.ffn_gate_inp.weight", {256, 8}, ggml_type::F32);
+    expect_tensor(r, "blk.0.ffn_gate_exps.weight", {256, 256, 8}, ggml_type::Q4_K);
+    expect_tensor(r, "blk.0.ffn_down_exps.weight", {256, 256, 8}, ggml_type::Q4_K);
+    expect_tensor(r, "output.weight", {256, 512}, ggml_type::Q6_K);
+    EXPECT_EQ(r.find_tensor("blk.0.attn_q.bias"), nullptr);
+    EXPECT_EQ(r.tensors().size(), 1u + 2u * 12u + 2u);
+}
+
+TEST(MakeModel, Qwen2MoeHasBiasesAndSharedExpert) {
+    const gguf::reader r = generate(tiny(arch::qwen2moe));
+    EXPECT_EQ(r.at("general.architecture").as_string(), "qwen2moe");
+    EXPECT_EQ(r.at("qwen2moe.expert_shared_feed_forward_length").as_u64(), 256u);
+    expect_tensor(r, "blk.0.attn_q.bias", {256}, ggml_type::F32);
+    expect_tensor(r, "blk.0.attn_v.bias", {128}, ggml_type::F32);
+    expect_tensor(r, "blk.0.ffn_gate_inp_shexp.weight", {256}, ggml_type::F32);
+    expect_tensor(r, "blk.0.ffn_down_shexp.weight", {256, 256}, ggml_type::Q8_0);
+    EXPECT_EQ(r.find_tensor("blk.0.attn_q_norm.weight"), nullptr);
+}
+
+TEST(MakeModel, MixtralIsLlamaArchitectureWithBothExpertNamings) {
+    model_spec s = tiny(arch::mixtral);
+    gguf::reader merged = generate(s);
+    EXPECT_EQ(merged.at("general.architecture").as_string(), "llama");
+    EXPECT_EQ(merged.at("llama.expert_count").as_u64(), 8u);
+    EXPECT_EQ(merged.at("llama.feed_forward_length").as_u64(), 256u);
+    EXPECT_EQ(merged.at("llama.rope.dimension_count").as_u64(), 64u);
+    expect_tensor(merged, "blk.0.ffn_up_exps.weight", {256, 256, 8}, ggml_type::Q4_K);
+    s.split_experts = true;
+    gguf::reader split = generate(s);
+    expect_tensor(split, "blk.1.ffn_gate.7.weight", {256, 256}, ggml_type::Q4_K);
+    expect_tensor(split, "blk.0.ffn_down.0.weight", {256, 256}, ggml_type::Q4_K);
+    EXPECT_EQ(split.find_tensor("blk.0.ffn_up_exps.weight"), nullptr);
+    s.architecture = arch::qwen3moe;
+    EXPECT_THROW(build_model(s), std::invalid_argument);
+}
+
+TEST(MakeModel, SameSeedSameBytesWhateverTheThreads) {
+    const model_spec s = tiny(arch::qwen3moe);
+    const std::vector<uint8_t> a = build_model(s).write_to_memory();
+    std::vector<uint8_t> b;
+    {
+        tbb::global_control one_thread(tbb::global_control::max_allowed_parallelism, 1);
+        b = build_model(s).write_to_memory();
+    }
+    EXPECT_TRUE(a == b);
+    model_spec other = s;
+    other.seed = s.seed + 1;
+    EXPECT_FALSE(a == build_model(other).write_to_memory());
+}
+
+TEST(MakeModel, WeightsAreFiniteAndScaled) {
+    const gguf::reader r = generate(tiny(arch::qwen3moe));
+    for (const auto& t : r.tensors()) {
+        std::vector<float> v(static_cast<size_t>(t.n_elements));
+        formats::dequantize_row(t.type, r.tensor_data(t).data(), v.data(), t.n_elements);
+        double sum2 = 0;
+        for (float x : v) {
+            ASSERT_TRUE(std::isfinite(x)) << t.name;
+            sum2 += double(x) * x;
+        }
+        const double rms = std::sqrt(sum2 / double(v.size()));
+        if (t.name.find("_norm") != std::string::npos) {
+            EXPECT_NEAR(rms, 1.0, 0.1) << t.name;
+        } else if (t.name.find("exps") != std::string::npos || t.name.find("attn_q.weight") != std::string::npos) {
+            EXPECT_NEAR(rms, 1.0 / std::sqrt(double(t.ne[0])), 0.25 / std::sqrt(double(t.ne[0]))) << t.name;
+        }
+    }
+}
+
+TEST(MakeModel, TokenizerIsAConsistentByteLevelBpe) {
+    model_spec s = tiny(arch::qwen3moe);
+    s.n_vocab = 4096;  // the demo's vocabulary on tiny weights
+    const gguf::reader r = generate(s);
+    EXPECT_EQ(r.at("tokenizer.ggml.model").as_string(), "gpt2");
+    EXPECT_EQ(r.at("tokenizer.ggml.pre").as_string(), "qwen2");
+    const auto& tokens = r.at("tokenizer.ggml.tokens").as_array();
+    const auto& types = r.at("tokenizer.ggml.token_type").as_array();
+    const auto& merges = r.at("tokenizer.ggml.merges").as_array();
+    ASSERT_EQ(tokens.size(), 4096u);
+    ASSERT_EQ(types.size(), tokens.size());
+    std::set<std::string> vocab;
+    for (const auto& t : tokens) EXPECT_TRUE(vocab.insert(t.as_string()).second) << "duplicate " << t.as_string();
+    EXPECT_GT(merges.size(), 500u);
+    for (const auto& m : merges) {
+        const std::string s = m.as_string();
+        const size_t sp = s.find(' ');
+        ASSERT_NE(sp, std::string::npos) << s;
+        const std::string left = s.substr(0, sp), right = s.substr(sp + 1);
+        EXPECT_TRUE(vocab.count(left) && vocab.count(right) && vocab.count(left + right)) << s;
+    }
+    EXPECT_TRUE(vocab.count("Ġthe")) << "a common word with its leading space should be one token";
+    EXPECT_TRUE(vocab.count("Hello"));
+    const auto eos = r.at("tokenizer.ggml.eos_token_id").as_u64();
+    EXPECT_EQ(tokens[eos].as_string(), "<|im_end|>");
+    EXPECT_EQ(tokens[eos - 1].as_string(), "<|im_start|>");
+    EXPECT_EQ(types[eos].as_i64(), 3);
+    EXPECT_NE(r.at("tokenizer.chat_template").as_string().find("<|im_start|>"), std::string::npos);
+}
+
+TEST(MakeModel, ShapeThatDoesNotFitTheTypeNamesTheTensor) {
+    model_spec s = tiny(arch::qwen3moe);
+    s.n_embd = 320;  // not a multiple of Q4_K's 256
+    try {
+        build_model(s);
+        FAIL();
+    } catch (const std::invalid_argument& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("320"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("Q4_K"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("ffn_gate_exps"), std::string::npos) << msg;
+    }
+    s = tiny(arch::qwen3moe);
+    s.n_head_kv = 3;
+    EXPECT_THROW(build_model(s), std::invalid_argument);
+    EXPECT_THROW(preset("huge"), std::invalid_argument);
+    EXPECT_THROW(parse_arch("gpt2"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace strata::make_model

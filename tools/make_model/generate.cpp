@@ -1,0 +1,187 @@
+#include "generate.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+#include <spdlog/fmt/fmt.h>
+#include <tbb/parallel_for.h>
+
+#include "bpe_trainer.hpp"
+#include "corpus.hpp"
+#include "formats/quant.hpp"
+
+namespace strata::make_model {
+
+namespace {
+
+constexpr const char* kChatMLTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+// llama.cpp token types.
+constexpr int32_t kTokenNormal = 1, kTokenControl = 3, kTokenUnused = 5;
+
+uint64_t splitmix64(uint64_t& x) {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+uint64_t hash_name(const std::string& s) {
+    uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
+    return h;
+}
+
+// xoshiro256+ : fast, good enough for weights; uniform floats in [-1, 1).
+class rng {
+public:
+    explicit rng(uint64_t seed) {
+        for (auto& w : s_) w = splitmix64(seed);
+    }
+    float uniform() {
+        const uint64_t r = s_[0] + s_[3];
+        const uint64_t t = s_[1] << 17;
+        s_[2] ^= s_[0];
+        s_[3] ^= s_[1];
+        s_[1] ^= s_[2];
+        s_[0] ^= s_[3];
+        s_[2] ^= t;
+        s_[3] = (s_[3] << 45) | (s_[3] >> 19);
+        return static_cast<float>(r >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    }
+
+private:
+    uint64_t s_[4];
+};
+
+void draw(rng& r, const tensor_spec& t, float* out, int64_t n) {
+    constexpr float kSqrt3 = 1.7320508f;  // uniform on [-a, a] has std a / sqrt(3)
+    for (int64_t i = 0; i < n; ++i) {
+        const float u = r.uniform();
+        switch (t.kind) {
+            case init::matrix:
+            case init::embedding: out[i] = u * t.scale * kSqrt3; break;
+            case init::norm: out[i] = 1.0f + u * t.scale; break;
+            case init::bias: out[i] = u * t.scale; break;
+        }
+    }
+}
+
+// Rows are drawn and quantized in chunks, each chunk from its own seed, so the bytes do not depend
+// on how TBB schedules the chunks.
+void fill_tensor(const tensor_spec& t, uint64_t seed, std::span<uint8_t> out) {
+    constexpr int64_t kRowsPerChunk = 16;
+    const int64_t n_cols = t.ne[0];
+    int64_t n_rows = 1;
+    for (size_t d = 1; d < t.ne.size(); ++d) n_rows *= t.ne[d];
+    const size_t row_bytes = formats::row_size(t.type, n_cols);
+    const uint64_t tensor_seed = seed ^ hash_name(t.name);
+    const int64_t n_chunks = (n_rows + kRowsPerChunk - 1) / kRowsPerChunk;
+    tbb::parallel_for(int64_t{0}, n_chunks, [&](int64_t chunk) {
+        rng r(tensor_seed + static_cast<uint64_t>(chunk) * 0x9E3779B97F4A7C15ull);
+        std::vector<float> row(static_cast<size_t>(n_cols));
+        const int64_t end = std::min(n_rows, (chunk + 1) * kRowsPerChunk);
+        for (int64_t i = chunk * kRowsPerChunk; i < end; ++i) {
+            draw(r, t, row.data(), n_cols);
+            uint8_t* dst = out.data() + static_cast<size_t>(i) * row_bytes;
+            if (t.type == formats::ggml_type::F32)
+                std::memcpy(dst, row.data(), row_bytes);
+            else
+                formats::quantize_row(t.type, row.data(), dst, n_cols);
+        }
+    });
+}
+
+void set_hparams(gguf::writer& w, const model_spec& s) {
+    using gguf::value;
+    const std::string a = gguf_architecture(s.architecture) + ".";
+    w.set(a + "context_length", value::u32(s.n_ctx));
+    w.set(a + "embedding_length", value::u32(s.n_embd));
+    w.set(a + "block_count", value::u32(s.n_layer));
+    w.set(a + "attention.head_count", value::u32(s.n_head));
+    w.set(a + "attention.head_count_kv", value::u32(s.n_head_kv));
+    w.set(a + "attention.key_length", value::u32(s.head_dim));
+    w.set(a + "attention.value_length", value::u32(s.head_dim));
+    w.set(a + "attention.layer_norm_rms_epsilon", value::f32(s.rms_eps));
+    w.set(a + "rope.freq_base", value::f32(s.rope_freq_base));
+    w.set(a + "expert_count", value::u32(s.n_expert));
+    w.set(a + "expert_used_count", value::u32(s.n_expert_used));
+    switch (s.architecture) {
+        case arch::qwen3moe:
+            w.set(a + "feed_forward_length", value::u32(s.n_ff_exp * s.n_expert_used));
+            w.set(a + "expert_feed_forward_length", value::u32(s.n_ff_exp));
+            break;
+        case arch::qwen2moe:
+            w.set(a + "feed_forward_length", value::u32(s.n_ff_exp * s.n_expert_used));
+            w.set(a + "expert_feed_forward_length", value::u32(s.n_ff_exp));
+            w.set(a + "expert_shared_feed_forward_length", value::u32(s.n_ff_shexp));
+            break;
+        case arch::mixtral:  // llama-style MoE: feed_forward_length is the expert's hidden size
+            w.set(a + "feed_forward_length", value::u32(s.n_ff_exp));
+            w.set(a + "rope.dimension_count", value::u32(s.head_dim));
+            w.set(a + "vocab_size", value::u32(s.n_vocab));
+            break;
+    }
+}
+
+void set_tokenizer(gguf::writer& w, const model_spec& s) {
+    using gguf::value;
+    static const std::vector<std::string> kSpecials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    const int64_t n_special = static_cast<int64_t>(kSpecials.size());
+    if (s.n_vocab < 256 + n_special)
+        throw std::invalid_argument(fmt::format("a vocabulary of {} tokens is too small: the byte tokens and special "
+                                                "tokens alone need {}",
+                                                s.n_vocab, 256 + n_special));
+    bpe_vocab bpe = train_bpe(training_corpus(), static_cast<size_t>(s.n_vocab - n_special - 256));
+    std::vector<int32_t> types(bpe.tokens.size(), kTokenNormal);
+    // When the corpus runs out of pairs, reserved tokens fill the vocabulary up to the requested size.
+    for (int i = 0; static_cast<int64_t>(bpe.tokens.size()) < s.n_vocab - n_special; ++i) {
+        bpe.tokens.push_back(fmt::format("<|reserved_{}|>", i));
+        types.push_back(kTokenUnused);
+    }
+    const auto first_special = static_cast<uint32_t>(bpe.tokens.size());
+    for (const auto& sp : kSpecials) {
+        bpe.tokens.push_back(sp);
+        types.push_back(kTokenControl);
+    }
+    w.set("tokenizer.ggml.model", value::str("gpt2"));
+    w.set("tokenizer.ggml.pre", value::str("qwen2"));
+    w.set("tokenizer.ggml.tokens", value::str_array(bpe.tokens));
+    w.set("tokenizer.ggml.token_type", value::i32_array(types));
+    w.set("tokenizer.ggml.merges", value::str_array(bpe.merges));
+    w.set("tokenizer.ggml.bos_token_id", value::u32(first_special));      // <|endoftext|>
+    w.set("tokenizer.ggml.padding_token_id", value::u32(first_special));  // <|endoftext|>
+    w.set("tokenizer.ggml.eos_token_id", value::u32(first_special + 2));  // <|im_end|>
+    w.set("tokenizer.ggml.add_bos_token", value::boolean(false));
+    w.set("tokenizer.chat_template", value::str(kChatMLTemplate));
+}
+
+}  // namespace
+
+gguf::writer build_model(const model_spec& spec) {
+    using gguf::value;
+    if (spec.n_head % spec.n_head_kv != 0)
+        throw std::invalid_argument(fmt::format("{} attention heads cannot be grouped over {} kv heads", spec.n_head,
+                                                spec.n_head_kv));
+    if (spec.n_expert_used < 1 || spec.n_expert_used > spec.n_expert)
+        throw std::invalid_argument(fmt::format("experts used per token must be 1..{} (the expert count), got {}",
+                                                spec.n_expert, spec.n_expert_used));
+    if (spec.split_experts && spec.architecture != arch::mixtral)
+        throw std::invalid_argument("per-expert tensors (--split-experts) exist only for mixtral");
+    const std::vector<tensor_spec> tensors = tensor_specs(spec);
+
+    gguf::writer w;
+    w.set("general.architecture", value::str(gguf_architecture(spec.architecture)));
+    w.set("general.name", value::str(spec.name));
+    w.set("general.quantization_version", value::u32(2));
+    w.set("general.alignment", value::u32(32));
+    set_hparams(w, spec);
+    set_tokenizer(w, spec);
+    for (const tensor_spec& t : tensors)
+        w.add_tensor(t.name, t.type, t.ne, [t, seed = spec.seed](std::span<uint8_t> out) { fill_tensor(t, seed, out); });
+    return w;
+}
+
+}  // namespace strata::make_model

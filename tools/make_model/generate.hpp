@@ -1,0 +1,15 @@
+// Turns a model_spec into a GGUF writer: metadata as llama.cpp reads it for the architecture, a
+// learned byte-level BPE tokenizer, a ChatML template, and random weights filled at write time.
+#pragma once
+
+#include <cstdint>
+
+#include "gguf/gguf_writer.hpp"
+#include "model_spec.hpp"
+
+namespace strata::make_model {
+
+// The same spec (seed included) always gives the same bytes, whatever the thread count.
+gguf::writer build_model(const model_spec& spec);
+
+}  // namespace strata::make_model

@@ -1,0 +1,114 @@
+// strata-make-model: writes a synthetic MoE model as a real GGUF file (random weights, learned
+// byte-level BPE vocabulary, ChatML template), since no real weights can be downloaded here.
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <string>
+
+#include <cxxopts.hpp>
+#include <spdlog/fmt/fmt.h>
+
+#include "formats/quant.hpp"
+#include "generate.hpp"
+#include "model_spec.hpp"
+
+namespace {
+
+using strata::formats::ggml_type;
+
+ggml_type parse_type(const std::string& flag, const std::string& name) {
+    const auto t = strata::formats::type_from_name(name);
+    if (!t || (*t != ggml_type::F32 && !strata::formats::can_quantize(*t)))
+        throw std::invalid_argument(fmt::format("--{} {}: not a type strata can write (try F32, F16, BF16, Q8_0, "
+                                                "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)",
+                                                flag, name));
+    return *t;
+}
+
+int run(int argc, char** argv) {
+    cxxopts::Options opts("strata-make-model", "Write a synthetic MoE model as a GGUF file");
+    opts.add_options()
+        ("o,output", "output file", cxxopts::value<std::string>()->default_value("model.gguf"))
+        ("preset", "tiny | demo | bench (dimensions below override it)",
+         cxxopts::value<std::string>()->default_value("tiny"))
+        ("arch", "qwen3moe | qwen2moe | mixtral", cxxopts::value<std::string>()->default_value("qwen3moe"))
+        ("name", "general.name", cxxopts::value<std::string>())
+        ("seed", "random seed", cxxopts::value<uint64_t>())
+        ("layers", "transformer blocks", cxxopts::value<int>())
+        ("n-embd", "embedding width", cxxopts::value<int>())
+        ("heads", "attention heads", cxxopts::value<int>())
+        ("kv-heads", "key/value heads", cxxopts::value<int>())
+        ("head-dim", "width of one head", cxxopts::value<int>())
+        ("experts", "routed experts per layer", cxxopts::value<int>())
+        ("experts-used", "experts routed per token", cxxopts::value<int>())
+        ("n-ff", "hidden size of a routed expert", cxxopts::value<int>())
+        ("n-ff-shared", "hidden size of the shared expert (qwen2moe)", cxxopts::value<int>())
+        ("vocab", "vocabulary size", cxxopts::value<int>())
+        ("ctx", "context length", cxxopts::value<int>())
+        ("type-experts", "type of routed expert weights", cxxopts::value<std::string>())
+        ("type-shexp", "type of shared expert weights", cxxopts::value<std::string>())
+        ("type-attn", "type of attention weights", cxxopts::value<std::string>())
+        ("type-embd", "type of the token embeddings", cxxopts::value<std::string>())
+        ("type-out", "type of the output head", cxxopts::value<std::string>())
+        ("type-router", "type of the router weights", cxxopts::value<std::string>())
+        ("tie-embeddings", "no output.weight; the head reuses token_embd")
+        ("split-experts", "mixtral: one tensor per expert (blk.N.ffn_gate.E.weight), as older files have")
+        ("h,help", "show help");
+    const auto a = opts.parse(argc, argv);
+    if (a.count("help")) {
+        std::printf("%s\n", opts.help().c_str());
+        return 0;
+    }
+
+    using namespace strata::make_model;
+    model_spec s = preset(a["preset"].as<std::string>());
+    s.architecture = parse_arch(a["arch"].as<std::string>());
+    auto set_int = [&](const char* flag, int& field) {
+        if (!a.count(flag)) return;
+        field = a[flag].as<int>();
+        if (field <= 0) throw std::invalid_argument(fmt::format("--{} must be positive, got {}", flag, field));
+    };
+    set_int("layers", s.n_layer);
+    set_int("n-embd", s.n_embd);
+    set_int("heads", s.n_head);
+    set_int("kv-heads", s.n_head_kv);
+    set_int("head-dim", s.head_dim);
+    set_int("experts", s.n_expert);
+    set_int("experts-used", s.n_expert_used);
+    set_int("n-ff", s.n_ff_exp);
+    set_int("n-ff-shared", s.n_ff_shexp);
+    set_int("vocab", s.n_vocab);
+    set_int("ctx", s.n_ctx);
+    if (a.count("seed")) s.seed = a["seed"].as<uint64_t>();
+    if (a.count("name")) s.name = a["name"].as<std::string>();
+    const std::pair<const char*, ggml_type*> types[] = {
+        {"type-experts", &s.type_experts}, {"type-shexp", &s.type_shexp}, {"type-attn", &s.type_attn},
+        {"type-embd", &s.type_embd},       {"type-out", &s.type_out},     {"type-router", &s.type_router}};
+    for (auto [flag, field] : types)
+        if (a.count(flag)) *field = parse_type(flag, a[flag].as<std::string>());
+    s.tie_embeddings = a.count("tie-embeddings") > 0;
+    s.split_experts = a.count("split-experts") > 0;
+
+    const std::string out = a["output"].as<std::string>();
+    const auto t0 = std::chrono::steady_clock::now();
+    const strata::gguf::writer w = build_model(s);
+    if (const auto dir = std::filesystem::path(out).parent_path(); !dir.empty())
+        std::filesystem::create_directories(dir);
+    w.write_file(out);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("wrote %s: %s, %zu tensors, %.1f MiB in %.1f s\n", out.c_str(), arch_name(s.architecture).c_str(),
+                w.tensor_count(), static_cast<double>(std::filesystem::file_size(out)) / (1 << 20), secs);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "strata-make-model: error: %s\n", e.what());
+        return 1;
+    }
+}

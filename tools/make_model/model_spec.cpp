@@ -1,0 +1,137 @@
+#include "model_spec.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <spdlog/fmt/fmt.h>
+
+namespace strata::make_model {
+
+using formats::ggml_type;
+
+std::string arch_name(arch a) {
+    switch (a) {
+        case arch::qwen3moe: return "qwen3moe";
+        case arch::qwen2moe: return "qwen2moe";
+        case arch::mixtral: return "mixtral";
+    }
+    return "?";
+}
+
+std::string gguf_architecture(arch a) { return a == arch::mixtral ? "llama" : arch_name(a); }
+
+arch parse_arch(const std::string& name) {
+    for (arch a : {arch::qwen3moe, arch::qwen2moe, arch::mixtral})
+        if (arch_name(a) == name) return a;
+    throw std::invalid_argument("unknown architecture '" + name + "' (valid: qwen3moe, qwen2moe, mixtral)");
+}
+
+model_spec preset(const std::string& name) {
+    model_spec s;
+    if (name == "tiny") {
+        s.name = "strata tiny";  // the defaults above
+    } else if (name == "demo") {
+        s.name = "strata demo";
+        s.n_layer = 4;
+        s.n_embd = 512;
+        s.n_head = 8;
+        s.n_head_kv = 4;
+        s.head_dim = 64;
+        s.n_expert = 16;
+        s.n_expert_used = 4;
+        s.n_ff_exp = 512;
+        s.n_ff_shexp = 512;
+        s.n_vocab = 4096;
+        s.n_ctx = 4096;
+    } else if (name == "bench") {
+        s.name = "strata bench";
+        s.n_layer = 8;
+        s.n_embd = 2048;
+        s.n_head = 32;
+        s.n_head_kv = 4;
+        s.head_dim = 128;
+        s.n_expert = 64;
+        s.n_expert_used = 8;
+        s.n_ff_exp = 768;
+        s.n_ff_shexp = 2048;
+        s.n_vocab = 32000;
+        s.n_ctx = 4096;
+        s.type_attn = ggml_type::Q4_K;
+        s.type_shexp = ggml_type::Q4_K;
+        s.type_embd = ggml_type::Q4_K;
+    } else {
+        throw std::invalid_argument("unknown preset '" + name + "' (valid: tiny, demo, bench)");
+    }
+    return s;
+}
+
+namespace {
+
+float matrix_scale(int64_t fan_in) { return 1.0f / std::sqrt(static_cast<float>(fan_in)); }
+
+}  // namespace
+
+std::vector<tensor_spec> tensor_specs(const model_spec& s) {
+    const int64_t n_embd = s.n_embd, hd = s.head_dim, n_q = int64_t{s.n_head} * hd, n_kv = int64_t{s.n_head_kv} * hd;
+    std::vector<tensor_spec> t;
+    auto matrix = [&](std::string name, ggml_type type, std::vector<int64_t> ne, float scale = 0) {
+        const float sc = scale > 0 ? scale : matrix_scale(ne[0]);
+        t.push_back({std::move(name), type, std::move(ne), init::matrix, sc});
+    };
+    auto vec = [&](std::string name, int64_t n, init kind) {
+        t.push_back({std::move(name), ggml_type::F32, {n}, kind, kind == init::norm ? 0.1f : 0.02f});
+    };
+
+    t.push_back({"token_embd.weight", s.type_embd, {n_embd, s.n_vocab}, init::embedding, 1.0f});
+    for (int i = 0; i < s.n_layer; ++i) {
+        const std::string b = fmt::format("blk.{}.", i);
+        vec(b + "attn_norm.weight", n_embd, init::norm);
+        matrix(b + "attn_q.weight", s.type_attn, {n_embd, n_q});
+        matrix(b + "attn_k.weight", s.type_attn, {n_embd, n_kv});
+        matrix(b + "attn_v.weight", s.type_attn, {n_embd, n_kv});
+        matrix(b + "attn_output.weight", s.type_attn, {n_q, n_embd});
+        if (s.architecture == arch::qwen3moe) {
+            vec(b + "attn_q_norm.weight", hd, init::norm);
+            vec(b + "attn_k_norm.weight", hd, init::norm);
+        }
+        if (s.architecture == arch::qwen2moe) {
+            vec(b + "attn_q.bias", n_q, init::bias);
+            vec(b + "attn_k.bias", n_kv, init::bias);
+            vec(b + "attn_v.bias", n_kv, init::bias);
+        }
+        vec(b + "ffn_norm.weight", n_embd, init::norm);
+        // A wider router spread makes routing decisions clear rather than near-uniform.
+        matrix(b + "ffn_gate_inp.weight", s.type_router, {n_embd, s.n_expert}, 4.0f * matrix_scale(n_embd));
+        if (s.architecture == arch::mixtral && s.split_experts) {
+            for (int e = 0; e < s.n_expert; ++e) {
+                matrix(fmt::format("{}ffn_gate.{}.weight", b, e), s.type_experts, {n_embd, s.n_ff_exp});
+                matrix(fmt::format("{}ffn_down.{}.weight", b, e), s.type_experts, {s.n_ff_exp, n_embd});
+                matrix(fmt::format("{}ffn_up.{}.weight", b, e), s.type_experts, {n_embd, s.n_ff_exp});
+            }
+        } else {
+            matrix(b + "ffn_gate_exps.weight", s.type_experts, {n_embd, s.n_ff_exp, s.n_expert});
+            matrix(b + "ffn_down_exps.weight", s.type_experts, {s.n_ff_exp, n_embd, s.n_expert});
+            matrix(b + "ffn_up_exps.weight", s.type_experts, {n_embd, s.n_ff_exp, s.n_expert});
+        }
+        if (s.architecture == arch::qwen2moe) {
+            matrix(b + "ffn_gate_inp_shexp.weight", ggml_type::F32, {n_embd});
+            matrix(b + "ffn_gate_shexp.weight", s.type_shexp, {n_embd, s.n_ff_shexp});
+            matrix(b + "ffn_down_shexp.weight", s.type_shexp, {s.n_ff_shexp, n_embd});
+            matrix(b + "ffn_up_shexp.weight", s.type_shexp, {n_embd, s.n_ff_shexp});
+        }
+    }
+    vec("output_norm.weight", n_embd, init::norm);
+    if (!s.tie_embeddings) matrix("output.weight", s.type_out, {n_embd, s.n_vocab});
+
+    for (const auto& ts : t) {
+        const auto& ti = formats::info(ts.type);
+        if (ts.ne[0] % ti.block_size != 0)
+            throw std::invalid_argument(fmt::format(
+                "tensor {} has rows of {} elements, which {} cannot hold (its blocks are {} elements); pick "
+                "dimensions that are multiples of {} or another --type for that class",
+                ts.name, ts.ne[0], ti.name, ti.block_size, ti.block_size));
+    }
+    return t;
+}
+
+}  // namespace strata::make_model

@@ -1,0 +1,64 @@
+// What strata-make-model writes: an architecture, its dimensions and the type of each tensor class.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/types.hpp"
+
+namespace strata::make_model {
+
+enum class arch { qwen3moe, qwen2moe, mixtral };
+
+struct model_spec {
+    arch architecture = arch::qwen3moe;
+    std::string name = "strata synthetic";
+    int n_layer = 2;
+    int n_embd = 256;
+    int n_head = 4;
+    int n_head_kv = 2;
+    int head_dim = 64;
+    int n_expert = 8;
+    int n_expert_used = 2;
+    int n_ff_exp = 256;      // routed expert hidden size
+    int n_ff_shexp = 256;    // shared expert hidden size (qwen2moe)
+    int n_vocab = 512;
+    int n_ctx = 512;
+    float rope_freq_base = 1000000.0f;
+    float rms_eps = 1e-6f;
+    bool tie_embeddings = false;       // no output.weight; the head reuses token_embd
+    bool split_experts = false;        // mixtral only: older per-expert tensors blk.N.ffn_gate.E.weight
+    uint64_t seed = 42;
+    formats::ggml_type type_experts = formats::ggml_type::Q4_K;
+    formats::ggml_type type_shexp = formats::ggml_type::Q8_0;
+    formats::ggml_type type_attn = formats::ggml_type::Q8_0;
+    formats::ggml_type type_embd = formats::ggml_type::Q8_0;
+    formats::ggml_type type_out = formats::ggml_type::Q6_K;
+    formats::ggml_type type_router = formats::ggml_type::F32;
+};
+
+std::string arch_name(arch a);             // the name on the command line
+std::string gguf_architecture(arch a);     // general.architecture ("llama" for mixtral, as llama.cpp expects)
+arch parse_arch(const std::string& name);  // throws std::invalid_argument listing the valid names
+
+// Presets: "tiny" (a few MB, unit tests), "demo" (tens of MB, the README's model), "bench"
+// (about 1.5 GB: n_embd 2048, 8 layers, 32/4 heads of 128, 64 experts of 768, 8 used).
+model_spec preset(const std::string& name);  // throws std::invalid_argument listing the presets
+
+// How a tensor's values are drawn before quantization.
+enum class init { matrix, embedding, norm, bias };
+
+struct tensor_spec {
+    std::string name;
+    formats::ggml_type type;
+    std::vector<int64_t> ne;  // ggml order
+    init kind;
+    float scale;              // matrix: std of the entries; others: their spread
+};
+
+// Every tensor of the model in file order, with shapes as llama.cpp's loader expects them.
+// Throws std::invalid_argument naming the tensor when a dimension does not fit its type's blocks.
+std::vector<tensor_spec> tensor_specs(const model_spec& spec);
+
+}  // namespace strata::make_model

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds strata, generates the demo model if it is absent, and describes it with `strata info`.
+# Usage: tools/run-demo.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+tools/install-deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSTRATA_BUILD_TESTS=OFF >/dev/null
+cmake --build build -j"$(nproc)" --target strata strata-make-model
+
+model=models/demo.gguf
+[ -f "$model" ] || build/tools/make_model/strata-make-model --preset demo -o "$model"
+build/tools/strata/strata info "$model"

@@ -1,0 +1,88 @@
+// `strata info FILE [--json]`: what a GGUF model file holds.
+#include <cstdio>
+#include <string>
+
+#include <cxxopts.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/fmt/fmt.h>
+
+#include "commands.hpp"
+#include "model_info.hpp"
+
+namespace strata::cli {
+
+namespace {
+
+std::string human_bytes(uint64_t b) {
+    if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", double(b) / double(1ull << 30));
+    if (b >= (1ull << 20)) return fmt::format("{:.2f} MiB", double(b) / double(1ull << 20));
+    if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", double(b) / double(1ull << 10));
+    return fmt::format("{} B", b);
+}
+
+void print_table(const gguf::reader& file, const model_summary& s) {
+    fmt::print("file:           {} (GGUF v{}, {}, alignment {})\n", file.path(), file.version(),
+               human_bytes(file.file_size()), file.alignment());
+    fmt::print("architecture:   {}{}\n", s.architecture.empty() ? "(none)" : s.architecture,
+               s.name.empty() ? "" : fmt::format(" (\"{}\")", s.name));
+    fmt::print("hyper-parameters:\n");
+    for (const auto& [k, v] : s.hparams) fmt::print("  {:<36} {}\n", k, v);
+    std::string types;
+    for (const auto& [t, n] : s.tensors_by_type) types += fmt::format("{}{} x {}", types.empty() ? "" : ", ", t, n);
+    fmt::print("tensors:        {} ({}), {:.3f} B parameters, {}\n", s.n_tensors, types, double(s.n_params) / 1e9,
+               human_bytes(s.tensor_bytes));
+    fmt::print("bytes by class:\n");
+    for (const auto& [cls, c] : s.bytes_by_class)
+        fmt::print("  {:<14} {:>12}  {:5.1f} %  ({} tensors)\n", cls, human_bytes(c.n_bytes),
+                   s.tensor_bytes ? 100.0 * double(c.n_bytes) / double(s.tensor_bytes) : 0.0, c.n_tensors);
+    if (s.vocab_size > 0)
+        fmt::print("vocabulary:     {} tokens (tokenizer {}{})\n", s.vocab_size, s.tokenizer_model,
+                   s.tokenizer_pre.empty() ? "" : ", pre-split " + s.tokenizer_pre);
+    else
+        fmt::print("vocabulary:     none\n");
+    fmt::print("chat template:  {}\n", s.has_chat_template ? "present" : "absent");
+}
+
+void print_json(const gguf::reader& file, const model_summary& s) {
+    nlohmann::ordered_json j;
+    j["file"] = file.path();
+    j["gguf_version"] = file.version();
+    j["file_bytes"] = file.file_size();
+    j["architecture"] = s.architecture;
+    j["name"] = s.name;
+    for (const auto& [k, v] : s.hparams) j["hparams"][k] = v;
+    j["n_tensors"] = s.n_tensors;
+    j["n_params"] = s.n_params;
+    j["tensor_bytes"] = s.tensor_bytes;
+    j["tensors_by_type"] = s.tensors_by_type;
+    for (const auto& [cls, c] : s.bytes_by_class) j["bytes_by_class"][cls] = {{"bytes", c.n_bytes}, {"tensors", c.n_tensors}};
+    j["vocab_size"] = s.vocab_size;
+    j["tokenizer_model"] = s.tokenizer_model;
+    j["tokenizer_pre"] = s.tokenizer_pre;
+    j["chat_template"] = s.has_chat_template;
+    fmt::print("{}\n", j.dump(2));
+}
+
+}  // namespace
+
+int run_info(int argc, char** argv) {
+    cxxopts::Options options("strata info", "Describe a GGUF model file");
+    options.add_options()("json", "print JSON")("h,help", "show help")("file", "GGUF file",
+                                                                        cxxopts::value<std::string>());
+    options.parse_positional({"file"});
+    options.positional_help("FILE");
+    const auto args = options.parse(argc, argv);
+    if (args.count("help") || !args.count("file")) {
+        fmt::print(stderr, "{}\n", options.help());
+        return args.count("help") ? 0 : 2;
+    }
+    const gguf::reader file = gguf::reader::open(args["file"].as<std::string>());
+    const model_summary s = summarize(file);
+    if (args.count("json"))
+        print_json(file, s);
+    else
+        print_table(file, s);
+    return 0;
+}
+
+}  // namespace strata::cli
