@@ -80,9 +80,13 @@ void try_affine(int n, int nmax, const float* x, float iscale, float offset, boo
     }
     const float fn = static_cast<float>(n);
     const float det = fn * sum_l2 - sum_l * sum_l;
-    if (det <= 0.0f) return;
-    float scale = (fn * sum_lx - sum_l * sum_x) / det;
-    float off = (sum_l2 * sum_x - sum_l * sum_lx) / det;
+    float scale = 0.0f, off = 0.0f;
+    if (det > 0.0f) {
+        scale = (fn * sum_lx - sum_l * sum_x) / det;
+        off = (sum_l2 * sum_x - sum_l * sum_lx) / det;
+    } else if (sum_l2 > 0.0f) {  // all codes equal (a constant block): no offset needed
+        scale = sum_lx / sum_l2;
+    }
     if (!free_offset && off > 0.0f) {
         off = 0.0f;
         scale = sum_lx / sum_l2;
