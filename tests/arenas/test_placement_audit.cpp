@@ -1,0 +1,65 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "numa_policy.hpp"
+#include "placement_audit.hpp"
+#include "region_map.hpp"
+#include "topology.hpp"
+
+using namespace strata::arenas;
+
+TEST(PlacementAudit, ParsesNumaMaps) {
+    const auto entries = parse_numa_maps(
+        "7f0000000000 bind:1 anon=512 dirty=512 N1=500 N0=12 kernelpagesize_kB=4\n"
+        "7f0000200000 default\n"
+        "5638a42da000 default heap anon=4 dirty=4 active=0 N0=4 kernelpagesize_kB=4\n");
+    ASSERT_EQ(entries.size(), 3u);
+    EXPECT_EQ(entries[0].start, 0x7f0000000000u);
+    EXPECT_EQ(entries[0].pages_per_node, (std::vector<std::size_t>{12, 500}));
+    EXPECT_TRUE(entries[1].pages_per_node.empty());
+    EXPECT_EQ(entries[2].pages_per_node, (std::vector<std::size_t>{4}));
+}
+
+namespace {
+
+int run_report(const std::string& args) {
+    const std::string cmd = std::string(PLACEMENT_REPORT) + " " + args + " > /dev/null";
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST(PlacementAudit, ReportAgreesAndFailsOnAMisplacedRegion) {
+    if (!numa_policy_available()) GTEST_SKIP();
+    const int node = load_machine_topology().nodes.front().os_index;
+    region_map map(region_map::default_path(getpid()));
+    node_buffer local(4 << 20, node, {});
+    map.add({"local buffer", reinterpret_cast<std::uintptr_t>(local.data()), local.mapped(), local.node()});
+    auto audits = audit_regions(getpid(), map.regions(), 0.95);
+    ASSERT_EQ(audits.size(), 1u);
+    EXPECT_TRUE(audits[0].ok);
+    EXPECT_GE(audits[0].local_share, 0.99);
+    EXPECT_GE(audits[0].pages, (4u << 20) / 4096);
+    const std::string pid = std::to_string(getpid());
+    EXPECT_EQ(run_report("--pid " + pid), 0);
+    EXPECT_EQ(run_report("--pid " + pid + " --json"), 0);
+
+    // Deliberately misplaced: memory on our node, intended for a node it is not on.
+    node_buffer elsewhere(2 << 20, -1, {});
+    map.add({"misplaced buffer", reinterpret_cast<std::uintptr_t>(elsewhere.data()), elsewhere.mapped(), 63});
+    audits = audit_regions(getpid(), map.regions(), 0.95);
+    EXPECT_FALSE(audits[1].ok);
+    EXPECT_EQ(run_report("--pid " + pid), 1);
+    EXPECT_EQ(run_report("--pid 999999999"), 2);
+}
+
+TEST(PlacementAudit, PlanDryRun) {
+    EXPECT_EQ(run_report("--plan --topology 'pack:2 numa:1 core:4 pu:2'"), 0);
+    EXPECT_EQ(run_report("--plan --topology 'pack:2 numa:1 core:4 pu:2' --json --numa-pool test:3"), 0);
+    EXPECT_EQ(run_report("--plan --topology 'nonsense:3'"), 2);
+}
