@@ -40,7 +40,8 @@ public:
     explicit rng(uint64_t seed) {
         for (auto& w : s_) w = splitmix64(seed);
     }
-    float uniform() {
+    float uniform() { return static_cast<float>(next() >> 40) * (2.0f / 16777216.0f) - 1.0f; }
+    uint64_t next() {
         const uint64_t r = s_[0] + s_[3];
         const uint64_t t = s_[1] << 17;
         s_[2] ^= s_[0];
@@ -49,7 +50,7 @@ public:
         s_[0] ^= s_[3];
         s_[2] ^= t;
         s_[3] = (s_[3] << 45) | (s_[3] >> 19);
-        return static_cast<float>(r >> 40) * (2.0f / 16777216.0f) - 1.0f;
+        return r;
     }
 
 private:
@@ -71,13 +72,10 @@ void draw(rng& r, const tensor_spec& t, float* out, int64_t n) {
 
 // Rows are drawn and quantized in chunks, each chunk from its own seed, so the bytes do not depend
 // on how TBB schedules the chunks.
-void fill_tensor(const tensor_spec& t, uint64_t seed, std::span<uint8_t> out) {
+void quantize_rows(const tensor_spec& t, uint64_t tensor_seed, int64_t n_rows, std::span<uint8_t> out) {
     constexpr int64_t kRowsPerChunk = 16;
     const int64_t n_cols = t.ne[0];
-    int64_t n_rows = 1;
-    for (size_t d = 1; d < t.ne.size(); ++d) n_rows *= t.ne[d];
     const size_t row_bytes = formats::row_size(t.type, n_cols);
-    const uint64_t tensor_seed = seed ^ hash_name(t.name);
     const int64_t n_chunks = (n_rows + kRowsPerChunk - 1) / kRowsPerChunk;
     tbb::parallel_for(int64_t{0}, n_chunks, [&](int64_t chunk) {
         rng r(tensor_seed + static_cast<uint64_t>(chunk) * 0x9E3779B97F4A7C15ull);
@@ -90,6 +88,42 @@ void fill_tensor(const tensor_spec& t, uint64_t seed, std::span<uint8_t> out) {
                 std::memcpy(dst, row.data(), row_bytes);
             else
                 formats::quantize_row(t.type, row.data(), dst, n_cols);
+        }
+    });
+}
+
+// NOTE: the reference quantizers search scales carefully and take ~100 ns per weight, which would make
+// the 1.5 GB bench model a matter of minutes. Large quantized tensors are instead assembled from a pool
+// of kPoolBlocks blocks quantized from the same distribution, each block of each row drawn from the pool
+// at random: every block is a real encoding with the format's usual error, rows stay distinct, and the
+// statistics per tensor are those of direct quantization.
+constexpr int64_t kPoolBlocks = 2048;
+
+void fill_tensor(const tensor_spec& t, uint64_t seed, std::span<uint8_t> out) {
+    const formats::type_info& ti = formats::info(t.type);
+    const uint64_t tensor_seed = seed ^ hash_name(t.name);
+    int64_t n_rows = 1;
+    for (size_t d = 1; d < t.ne.size(); ++d) n_rows *= t.ne[d];
+    const int64_t n_blocks = n_rows * (t.ne[0] / ti.block_size);
+    if (!ti.quantized || n_blocks < 4 * kPoolBlocks) {
+        quantize_rows(t, tensor_seed, n_rows, out);
+        return;
+    }
+    tensor_spec pool_spec = t;
+    pool_spec.ne = {ti.block_size * 64};  // the pool as rows of 64 blocks
+    const int64_t pool_rows = kPoolBlocks / 64;
+    std::vector<uint8_t> pool(static_cast<size_t>(kPoolBlocks) * ti.type_size);
+    quantize_rows(pool_spec, ~tensor_seed, pool_rows, pool);
+
+    constexpr int64_t kBlocksPerChunk = 1 << 16;
+    const int64_t n_chunks = (n_blocks + kBlocksPerChunk - 1) / kBlocksPerChunk;
+    tbb::parallel_for(int64_t{0}, n_chunks, [&](int64_t chunk) {
+        rng r(tensor_seed + static_cast<uint64_t>(chunk) * 0x9E3779B97F4A7C15ull);
+        const int64_t end = std::min(n_blocks, (chunk + 1) * kBlocksPerChunk);
+        for (int64_t b = chunk * kBlocksPerChunk; b < end; ++b) {
+            const uint64_t pick = r.next() % static_cast<uint64_t>(kPoolBlocks);
+            std::memcpy(out.data() + static_cast<size_t>(b) * ti.type_size, pool.data() + pick * ti.type_size,
+                        ti.type_size);
         }
     });
 }
