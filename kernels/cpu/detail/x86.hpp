@@ -16,6 +16,18 @@
 
 namespace strata::kernels::cpu::detail {
 
+// Software prefetch of the weight stream, prefetch_distance bytes ahead of the block being read, one
+// prefetch per cache line of the block. NOTE: on the development box (Sapphire Rapids VM, 256 MiB
+// matrices) the hardware prefetchers alone reached ~63 % of the read bandwidth with a single-token
+// Q4_K matvec; 2-4 KiB ahead brought it to ~100 % (1.5 KiB: ~96 %).
+inline constexpr int prefetch_distance = 3072;
+
+template <int Bytes>
+static inline void prefetch_weights(const void* block) {
+    const char* p = static_cast<const char*>(block) + prefetch_distance;
+    for (int offset = 0; offset < Bytes; offset += 64) _mm_prefetch(p + offset, _MM_HINT_T0);
+}
+
 static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 static inline float hsum(__m128 v) {

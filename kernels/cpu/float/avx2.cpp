@@ -26,12 +26,14 @@ static inline float bf16_bits_to_float(uint16_t h) {
 struct load_f32 {
     static __m256 load(const void* w, int64_t i) { return _mm256_loadu_ps(static_cast<const float*>(w) + i); }
     static float scalar(const void* w, int64_t i) { return static_cast<const float*>(w)[i]; }
+    static void prefetch(const void* w, int64_t i) { prefetch_weights<2 * 8 * 4>(static_cast<const float*>(w) + i); }
 };
 struct load_f16 {
     static __m256 load(const void* w, int64_t i) {
         return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i)));
     }
     static float scalar(const void* w, int64_t i) { return half_to_float(static_cast<const uint16_t*>(w)[i]); }
+    static void prefetch(const void* w, int64_t i) { prefetch_weights<2 * 8 * 2>(static_cast<const uint16_t*>(w) + i); }
 };
 struct load_bf16 {
     static __m256 load(const void* w, int64_t i) {
@@ -39,6 +41,7 @@ struct load_bf16 {
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
     static float scalar(const void* w, int64_t i) { return bf16_bits_to_float(static_cast<const uint16_t*>(w)[i]); }
+    static void prefetch(const void* w, int64_t i) { prefetch_weights<2 * 8 * 2>(static_cast<const uint16_t*>(w) + i); }
 };
 
 template <int NT> using f32_kernel = float_dot<v256, load_f32, NT>;

@@ -26,12 +26,14 @@ static inline float bf16_bits_to_float(uint16_t h) {
 struct load_f32 {
     static __m512 load(const void* w, int64_t i) { return _mm512_loadu_ps(static_cast<const float*>(w) + i); }
     static float scalar(const void* w, int64_t i) { return static_cast<const float*>(w)[i]; }
+    static void prefetch(const void* w, int64_t i) { prefetch_weights<2 * 16 * 4>(static_cast<const float*>(w) + i); }
 };
 struct load_f16 {
     static __m512 load(const void* w, int64_t i) {
         return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i)));
     }
     static float scalar(const void* w, int64_t i) { return half_to_float(static_cast<const uint16_t*>(w)[i]); }
+    static void prefetch(const void* w, int64_t i) { prefetch_weights<2 * 16 * 2>(static_cast<const uint16_t*>(w) + i); }
 };
 struct load_bf16 {
     static __m512 load(const void* w, int64_t i) {
@@ -39,6 +41,7 @@ struct load_bf16 {
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }
     static float scalar(const void* w, int64_t i) { return bf16_bits_to_float(static_cast<const uint16_t*>(w)[i]); }
+    static void prefetch(const void* w, int64_t i) { prefetch_weights<2 * 16 * 2>(static_cast<const uint16_t*>(w) + i); }
 };
 
 template <int NT> using f32_kernel = float_dot<v512, load_f32, NT>;

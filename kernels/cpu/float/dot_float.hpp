@@ -23,6 +23,7 @@ struct float_dot {
         constexpr int step = lanes * V::width;
         int64_t i = 0;
         for (; i + step <= n; i += step) {
+            Load::prefetch(w, i);
             for (int l = 0; l < lanes; ++l) {
                 const auto wv = Load::load(w, i + l * V::width);
                 for (int t = 0; t < NT; ++t) acc[t][l] = V::fmadd(wv, V::load(y[t] + i + l * V::width), acc[t][l]);

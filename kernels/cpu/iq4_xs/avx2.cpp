@@ -30,6 +30,7 @@ struct iq4_xs_avx2 {
         for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
 
         for (int64_t i = 0; i < n / QK_K; ++i) {
+            prefetch_weights<sizeof(block_iq4_xs)>(x + i);
             __m256i sumi[NT];
             for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
             for (int ib = 0; ib < QK_K / 32; ++ib) {

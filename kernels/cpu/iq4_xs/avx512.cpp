@@ -34,6 +34,7 @@ struct iq4_xs_avx512 {
         for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
 
         for (int64_t i = 0; i < n / QK_K; ++i) {
+            prefetch_weights<sizeof(block_iq4_xs)>(x + i);
             alignas(16) int16_t ls[8];
             for (int ib = 0; ib < 8; ++ib) {
                 const int low = (x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;

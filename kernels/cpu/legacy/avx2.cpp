@@ -52,6 +52,7 @@ struct signed_x_q8_0 {
             __m256 acc[NT];
             for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
             for (int64_t i = 0; i < n / 32; ++i) {
+                prefetch_weights<sizeof(typename Codes::block)>(x + i);
                 const float d = half_to_float(x[i].d);
                 const __m256i qx = Codes::load(x[i]);
                 const __m256i ax = _mm256_sign_epi8(qx, qx);
@@ -78,6 +79,7 @@ struct unsigned_x_q8_1 {
             float mins[NT] = {};  // sum of m_w * s_a
             for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
             for (int64_t i = 0; i < n / 32; ++i) {
+                prefetch_weights<sizeof(typename Codes::block)>(x + i);
                 const float d = half_to_float(x[i].d), m = half_to_float(x[i].m);
                 const __m256i qx = Codes::load(x[i]);
                 for (int t = 0; t < NT; ++t) {

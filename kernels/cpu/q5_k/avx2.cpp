@@ -25,6 +25,7 @@ struct q5_k_avx2 {
         for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), acc_m[t] = _mm_setzero_ps();
 
         for (int64_t i = 0; i < n / QK_K; ++i) {
+            prefetch_weights<sizeof(block_q5_K)>(x + i);
             const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
             uint32_t sm[4];
             unpack_k4_scales(x[i].scales, sm);

@@ -28,6 +28,7 @@ struct q6_k_avx2 {
         for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
 
         for (int64_t i = 0; i < n / QK_K; ++i) {
+            prefetch_weights<sizeof(block_q6_K)>(x + i);
             const float d = half_to_float(x[i].d);
             const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
             const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);

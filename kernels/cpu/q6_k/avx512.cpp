@@ -32,6 +32,7 @@ struct q6_k_avx512 {
         for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
 
         for (int64_t i = 0; i < n / QK_K; ++i) {
+            prefetch_weights<sizeof(block_q6_K)>(x + i);
             const float d = half_to_float(x[i].d);
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
             const __m512i scales = _mm512_castsi256_si512(sc16);

@@ -18,6 +18,7 @@ struct q8_0_avx2 {
         __m256 acc[NT];
         for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
         for (int64_t i = 0; i < n / QK8_0; ++i) {
+            prefetch_weights<sizeof(block_q8_0)>(x + i);
             const float d = half_to_float(x[i].d);
             const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
             const __m256i ax = _mm256_sign_epi8(qx, qx);

@@ -20,6 +20,7 @@ struct q8_0_avx512 {
         for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
         const int64_t nb = n / QK8_0;
         for (int64_t i = 0; i < nb; ++i) {
+            prefetch_weights<sizeof(block_q8_0)>(x + i);
             const float d = half_to_float(x[i].d);
             const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
             const __m256i ax = _mm256_sign_epi8(qx, qx);

@@ -1,0 +1,269 @@
+// strata-bench kernels: single-token matvec weight bandwidth per format on 1..N threads next to a
+// STREAM-like read bandwidth measured in the same run (same buffer size, same thread counts,
+// alternating repeat by repeat so both see the same machine load), and tokens/s of the batched matmul.
+#include <sys/mman.h>
+#include <xmmintrin.h>
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cxxopts.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cpu/kernels.hpp"
+#include "formats/quant.hpp"
+#include "modes.hpp"
+
+namespace strata::bench {
+namespace {
+
+namespace cpu = kernels::cpu;
+using formats::ggml_type;
+using clock_type = std::chrono::steady_clock;
+
+constexpr size_t huge_page = size_t{2} << 20;
+
+// A 2 MiB-aligned buffer with transparent huge pages requested (as the pool's node buffers are).
+struct buffer {
+    std::unique_ptr<uint8_t, decltype(&std::free)> data{nullptr, &std::free};
+    size_t size = 0;
+    explicit buffer(size_t bytes) : size(bytes) {
+        const size_t rounded = (bytes + huge_page - 1) / huge_page * huge_page;
+        data.reset(static_cast<uint8_t*>(std::aligned_alloc(huge_page, rounded)));
+        if (!data) throw std::bad_alloc();
+        madvise(data.get(), rounded, MADV_HUGEPAGE);
+    }
+};
+
+// Runs fn(thread, n_threads) on n_threads threads `repeats` times; returns the seconds of each repeat
+// (between the start barrier and the last thread finishing).
+std::vector<double> time_parallel(int n_threads, int repeats, const std::function<void(int, int)>& fn) {
+    std::barrier sync(n_threads + 1);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < n_threads; ++t)
+        threads.emplace_back([&, t] {
+            for (int r = 0; r < repeats; ++r) {
+                sync.arrive_and_wait();
+                fn(t, n_threads);
+                sync.arrive_and_wait();
+            }
+        });
+    std::vector<double> seconds;
+    for (int r = 0; r < repeats; ++r) {
+        const auto start = clock_type::now();
+        sync.arrive_and_wait();
+        sync.arrive_and_wait();
+        seconds.push_back(std::chrono::duration<double>(clock_type::now() - start).count());
+    }
+    for (auto& th : threads) th.join();
+    return seconds;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// [begin, end) of part `i` of `n` equal parts of `count` items.
+std::pair<int64_t, int64_t> split(int64_t count, int i, int n) { return {count * i / n, count * (i + 1) / n}; }
+
+// STREAM-like read: sums 64-bit words with 8 independent accumulators (the compiler vectorises it),
+// optionally with the same software prefetch distance as the kernels (3 KiB ahead, one per line).
+uint64_t read_words(const uint64_t* p, size_t n, bool prefetch) {
+    uint64_t acc[8] = {};
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(p + i) + 3072, _MM_HINT_T0);
+        for (int k = 0; k < 8; ++k) acc[k] += p[i + k];
+    }
+    uint64_t s = 0;
+    for (uint64_t a : acc) s += a;
+    return s;
+}
+
+// Fills `rows` rows of a matrix by encoding a few random rows and repeating them.
+void fill_matrix(ggml_type type, int64_t n_cols, int64_t n_rows, uint8_t* dst) {
+    const size_t row_bytes = formats::row_size(type, n_cols);
+    constexpr int64_t distinct = 16;
+    std::mt19937 rng(1);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(n_cols);
+    std::vector<uint8_t> seed(row_bytes * distinct);
+    for (int64_t r = 0; r < distinct; ++r) {
+        for (auto& v : x) v = dist(rng);
+        uint8_t* row = seed.data() + r * row_bytes;
+        if (type == ggml_type::F32) std::memcpy(row, x.data(), row_bytes);
+        else if (type == ggml_type::F16 || type == ggml_type::BF16) {
+            auto* h = reinterpret_cast<uint16_t*>(row);
+            for (int64_t i = 0; i < n_cols; ++i)
+                h[i] = type == ggml_type::F16 ? formats::fp32_to_fp16(x[i]) : formats::fp32_to_bf16(x[i]);
+        } else formats::quantize_row(type, x.data(), row, n_cols);
+    }
+    for (int64_t r = 0; r < n_rows; ++r) std::memcpy(dst + r * row_bytes, seed.data() + (r % distinct) * row_bytes, row_bytes);
+}
+
+std::vector<uint8_t> make_activations(ggml_type type, int64_t n_cols, int64_t n_tok) {
+    const size_t stride = cpu::activation_row_size(type, n_cols);
+    std::vector<uint8_t> act(stride * n_tok);
+    std::mt19937 rng(2);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(n_cols);
+    for (int64_t t = 0; t < n_tok; ++t) {
+        for (auto& v : x) v = dist(rng);
+        cpu::quantize_activation(type, x.data(), act.data() + t * stride, n_cols);
+    }
+    return act;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty()) out.push_back(item);
+    return out;
+}
+
+int run(int argc, char** argv) {
+    cxxopts::Options options("strata-bench kernels",
+                             "Single-token matvec GB/s per format vs read bandwidth, and batched matmul tokens/s.");
+    options.add_options()
+        ("formats", "comma-separated weight formats",
+         cxxopts::value<std::string>()->default_value("Q4_K,Q6_K,Q8_0,IQ4_XS,Q5_K,Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,Q2_K,Q3_K,F16,BF16,F32"))
+        ("mib", "weight matrix (and read buffer) size in MiB", cxxopts::value<int64_t>()->default_value("256"))
+        ("cols", "elements per row", cxxopts::value<int64_t>()->default_value("4096"))
+        ("threads", "comma-separated thread counts", cxxopts::value<std::string>()->default_value("1,2"))
+        ("repeats", "repeats per figure (the median is reported)", cxxopts::value<int>()->default_value("7"))
+        ("matmul-tokens", "comma-separated token counts for the batched matmul (empty: skip)",
+         cxxopts::value<std::string>()->default_value("64,512"))
+        ("matmul-rows", "rows of the matmul matrix (n_cols x rows)", cxxopts::value<int64_t>()->default_value("4096"))
+        ("json", "print JSON instead of a table")
+        ("h,help", "this help");
+    const auto args = options.parse(argc, argv);
+    if (args.count("help")) {
+        std::printf("%s\n", options.help().c_str());
+        return 0;
+    }
+    const int64_t mib = args["mib"].as<int64_t>(), n_cols = args["cols"].as<int64_t>();
+    const int repeats = std::max(1, args["repeats"].as<int>());
+    std::vector<int> thread_counts;
+    for (const auto& t : split_list(args["threads"].as<std::string>())) thread_counts.push_back(std::stoi(t));
+    std::vector<int64_t> matmul_tokens;
+    for (const auto& t : split_list(args["matmul-tokens"].as<std::string>())) matmul_tokens.push_back(std::stoll(t));
+    const int64_t matmul_rows = args["matmul-rows"].as<int64_t>();
+    const bool json = args.count("json") > 0;
+
+    std::vector<ggml_type> types;
+    for (const auto& name : split_list(args["formats"].as<std::string>())) {
+        const auto t = formats::type_from_name(name);
+        if (!t || !cpu::has_matvec(*t)) {
+            std::fprintf(stderr, "strata-bench kernels: unknown or unsupported format '%s'\n", name.c_str());
+            return 2;
+        }
+        types.push_back(*t);
+    }
+
+    const size_t bytes = static_cast<size_t>(mib) << 20;
+    buffer weights(bytes), reads(bytes);
+    std::memset(reads.data.get(), 1, bytes);
+    const std::string isa(cpu::isa_name(cpu::active_isa()));
+    nlohmann::json out = {{"isa", isa}, {"mib", mib}, {"n_cols", n_cols}, {"repeats", repeats},
+                          {"matvec", nlohmann::json::array()}, {"matmul", nlohmann::json::array()}};
+    if (!json) {
+        std::printf("strata-bench kernels: ISA %s, %lld MiB matrix of %lld columns, one token, median of %d\n",
+                    isa.c_str(), static_cast<long long>(mib), static_cast<long long>(n_cols), repeats);
+        std::printf("read GB/s: the better of a plain and a software-prefetching read of %lld MiB, same threads\n",
+                    static_cast<long long>(mib));
+        std::printf("%-8s %4s %12s %12s %7s\n", "format", "thr", "weight GB/s", "read GB/s", "ratio");
+    }
+
+    for (const ggml_type type : types) {
+        const std::string name(formats::info(type).name);
+        const size_t row_bytes = formats::row_size(type, n_cols);
+        const int64_t n_rows = static_cast<int64_t>(bytes / row_bytes);
+        const double matrix_bytes = static_cast<double>(row_bytes) * n_rows;
+        fill_matrix(type, n_cols, n_rows, weights.data.get());
+        const cpu::matrix w{type, weights.data.get(), n_cols, row_bytes};
+        int64_t n_act = 1;
+        for (const int64_t n_tok : matmul_tokens) n_act = std::max(n_act, n_tok);
+        const auto act = make_activations(type, n_cols, n_act);
+        std::vector<float> y(n_rows);
+        std::vector<uint64_t> sink(64);
+
+        for (const int n_threads : thread_counts) {
+            std::vector<double> t_read[2], t_mv;  // t_read[0]: plain, [1]: with software prefetch
+            for (int r = 0; r < repeats; ++r) {  // alternate so all figures see the same load
+                for (int pf = 0; pf < 2; ++pf)
+                    t_read[pf].push_back(time_parallel(n_threads, 1, [&](int i, int n) {
+                        const size_t words = bytes / 8;
+                        const auto [b, e] = split(static_cast<int64_t>(words), i, n);
+                        sink[8 * i] += read_words(reinterpret_cast<const uint64_t*>(reads.data.get()) + b, e - b, pf);
+                    })[0]);
+                t_mv.push_back(time_parallel(n_threads, 1, [&](int i, int n) {
+                    const auto [b, e] = split(n_rows, i, n);
+                    cpu::matvec(w, b, e, act.data(), y.data() + b);
+                })[0]);
+            }
+            const double read_plain = static_cast<double>(bytes) / median(t_read[0]) / 1e9;
+            const double read_prefetch = static_cast<double>(bytes) / median(t_read[1]) / 1e9;
+            const double read_gbps = std::max(read_plain, read_prefetch);  // the better of the two is the baseline
+            const double weight_gbps = matrix_bytes / median(t_mv) / 1e9;
+            out["matvec"].push_back({{"format", name}, {"threads", n_threads}, {"weight_gbps", weight_gbps},
+                                     {"read_gbps", read_gbps}, {"read_plain_gbps", read_plain},
+                                     {"read_prefetch_gbps", read_prefetch}, {"ratio", weight_gbps / read_gbps}});
+            if (!json)
+                std::printf("%-8s %4d %12.2f %12.2f %6.0f%%\n", name.c_str(), n_threads, weight_gbps, read_gbps,
+                            100.0 * weight_gbps / read_gbps);
+        }
+
+        // Batched matmul on a matmul_rows x n_cols matrix (a prefix of the same buffer), all threads.
+        const int n_threads = *std::max_element(thread_counts.begin(), thread_counts.end());
+        const int64_t rows = std::min(matmul_rows, n_rows);
+        const cpu::matrix wm{type, weights.data.get(), n_cols, row_bytes};
+        const size_t act_stride = cpu::activation_row_size(type, n_cols);
+        for (const int64_t n_tok : matmul_tokens) {
+            std::vector<float> ym(rows * n_tok);
+            std::vector<double> times;
+            for (int r = 0; r < std::max(1, repeats / 2); ++r) {
+                times.push_back(time_parallel(n_threads, 1, [&](int i, int n) {
+                    const auto [b, e] = split(rows, i, n);
+                    cpu::matmul(wm, b, e, act.data(), act_stride, n_tok, ym.data() + b, rows);
+                })[0]);
+                if (times.back() > 2.0) break;  // scalar-only formats: one repeat is enough
+            }
+            const double tps = static_cast<double>(n_tok) / median(times);
+            out["matmul"].push_back({{"format", name}, {"tokens", n_tok}, {"threads", n_threads}, {"rows", rows},
+                                     {"n_cols", n_cols}, {"tokens_per_s", tps}});
+        }
+    }
+
+    if (json) {
+        std::printf("%s\n", out.dump(2).c_str());
+        return 0;
+    }
+    if (!matmul_tokens.empty()) {
+        std::printf("\nbatched matmul, %lld x %lld matrix, %d threads (activation quantization not timed)\n",
+                    static_cast<long long>(matmul_rows), static_cast<long long>(n_cols),
+                    *std::max_element(thread_counts.begin(), thread_counts.end()));
+        std::printf("%-8s %7s %12s %14s\n", "format", "tokens", "tokens/s", "GMAC/s");
+        for (const auto& m : out["matmul"])
+            std::printf("%-8s %7lld %12.1f %14.2f\n", m["format"].get<std::string>().c_str(),
+                        static_cast<long long>(m["tokens"].get<int64_t>()), m["tokens_per_s"].get<double>(),
+                        m["tokens_per_s"].get<double>() * m["rows"].get<int64_t>() * n_cols / 1e9);
+    }
+    return 0;
+}
+
+register_mode reg{{"kernels", "CPU kernels: matvec GB/s per format vs read bandwidth, matmul tokens/s", &run}};
+
+}  // namespace
+}  // namespace strata::bench
