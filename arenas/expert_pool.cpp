@@ -32,6 +32,19 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+// ThreadSanitizer cannot see the synchronisation inside libtbb (not instrumented): the hand-off of a
+// phase to a slice's task and of a chunk's results back to the thread that joins would read as races.
+// These annotations state the happens-before edges TBB guarantees; they compile to nothing otherwise.
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+void happens_after(void* p) { __tsan_acquire(p); }
+void happens_before(void* p) { __tsan_release(p); }
+#else
+void happens_after(void*) {}
+void happens_before(void*) {}
+#endif
+
 // Chosen with `strata-bench pool` (see the report in tools/bench/bench_pool.cpp): long enough to
 // cover the gap between the phases of one MoE layer, short enough that an idle pool sleeps at once.
 constexpr std::chrono::microseconds spin_default{50};
@@ -80,11 +93,13 @@ public:
         for (int cpu : slice.cores)
             if (!(slice.has_host && cpu == host_cpu)) worker_cores_.push_back(cpu);
         reserved_ = slice.has_host ? 1 : 0;
+        happens_before(this);
         observe(true);
     }
     ~pinning_observer() override { observe(false); }
 
     void on_scheduler_entry(bool is_worker) override {
+        happens_after(this);
         if (!is_worker || worker_cores_.empty()) return;
         const int slot = std::max(0, tbb::this_task_arena::current_thread_index() - reserved_);
         const int cpu = worker_cores_[static_cast<std::size_t>(slot) % worker_cores_.size()];
@@ -162,17 +177,22 @@ struct expert_pool::impl {
     bool host_pinned = false;
 
     void run_slice(int s) {
+        happens_after(this);
         auto& rt = *slices[static_cast<std::size_t>(s)];
         try {
             tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rt.items_total, std::max<std::size_t>(1, grain)),
                               [&](const tbb::blocked_range<std::size_t>& r) {
+                                  happens_after(this);
                                   rt.cpus.note();
                                   (*fn)(s, r.begin(), r.end());
                                   rt.items_done.fetch_add(r.size(), std::memory_order_relaxed);
+                                  happens_before(&rt);
                               });
         } catch (...) {
+            happens_after(&rt);
             rt.error = std::current_exception();
         }
+        happens_after(&rt);
     }
 
     void finish_slice() {
@@ -184,6 +204,7 @@ struct expert_pool::impl {
 
     // Runs in a worker of slice s's arena: serve phases until none arrives within the spin time.
     void serve(int s) {
+        happens_after(this);
         auto& rt = *slices[static_cast<std::size_t>(s)];
         for (;;) {
             run_slice(s);
@@ -351,6 +372,7 @@ void expert_pool::run_phase(std::span<const std::size_t> n_items, const phase_fn
         if (static_cast<int>(s) != host && n_items[s] > 0) ++others;
     }
     m.remaining.store(others, std::memory_order_release);
+    happens_before(&m);
     {
         std::lock_guard lock(m.watch_mutex);
         m.phase_active = true;
