@@ -117,26 +117,36 @@ static dot_fn dot_for(const isa_table& t, const matrix& w) {
     return t.dot[id];
 }
 
-// Tokens per tile of matmul: 64 activation rows of a 4096-wide Q8_K activation are ~300 KiB and stay in L2
-// while the tile's weight rows stream past them.
-static constexpr int64_t matmul_token_tile = 64;
+// Tiling of the row loop (for several tokens; one token simply streams the rows):
+//   token tile: 64 activation rows, ~300 KiB for 4096 columns of Q8_K, stay in L2;
+//   row tile:   ~128 KiB of weight rows stay in L2 while every group of max_dot_tokens tokens of the
+//               token tile passes over them, and each group's activations (~19 KiB) stay in L1.
+// The dot call for a (row, token group) pair is the same whatever the tiling, so results are bitwise
+// independent of it (and of n_tok).
+static constexpr int64_t token_tile = 64;
+static constexpr size_t row_tile_bytes = size_t{128} << 10;
 
 void run_rows(const isa_table& t, const matrix& w, int64_t row_begin, int64_t row_end, const void* act,
               size_t act_stride, int64_t n_tok, float* y, int64_t y_stride) {
     const dot_fn dot = dot_for(t, w);
     const auto* base = static_cast<const uint8_t*>(w.data);
     const auto* act_base = static_cast<const uint8_t*>(act);
-    const void* act_rows[matmul_token_tile];  // act_rows[t]: activation row of token t0 + t
-    for (int64_t t0 = 0; t0 < n_tok; t0 += matmul_token_tile) {
-        const int64_t n_tile = std::min(matmul_token_tile, n_tok - t0);
+    const int64_t row_tile =
+        std::max<int64_t>(1, static_cast<int64_t>(row_tile_bytes / std::max<size_t>(1, formats::row_size(w.type, w.n_cols))));
+    const void* act_rows[token_tile];  // act_rows[i]: activation row of token t0 + i
+    for (int64_t t0 = 0; t0 < n_tok; t0 += token_tile) {
+        const int64_t n_tile = std::min(token_tile, n_tok - t0);
         for (int64_t i = 0; i < n_tile; ++i) act_rows[i] = act_base + (t0 + i) * act_stride;
-        for (int64_t r = row_begin; r < row_end; ++r) {
-            const uint8_t* row = base + r * w.row_stride;
+        for (int64_t r0 = row_begin; r0 < row_end; r0 += row_tile) {
+            const int64_t r1 = std::min(row_end, r0 + row_tile);
             for (int64_t g = 0; g < n_tile; g += max_dot_tokens) {
                 const int k = static_cast<int>(std::min<int64_t>(max_dot_tokens, n_tile - g));
-                float out[max_dot_tokens];
-                dot(w.n_cols, row, act_rows + g, k, out);
-                for (int i = 0; i < k; ++i) y[(t0 + g + i) * y_stride + (r - row_begin)] = out[i];
+                float* y_group = y + (t0 + g) * y_stride - row_begin;  // y_group[i * y_stride + r]
+                for (int64_t r = r0; r < r1; ++r) {
+                    float out[max_dot_tokens];
+                    dot(w.n_cols, base + r * w.row_stride, act_rows + g, k, out);
+                    for (int i = 0; i < k; ++i) y_group[i * y_stride + r] = out[i];
+                }
             }
         }
     }

@@ -46,6 +46,20 @@ static inline __m256i madd_i8_i8(__m256i x, __m256i y) {
     return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
 
+// The packed 6-bit scales and mins of Q4_K / Q5_K (12 bytes at `packed`; reads 16, the block goes on)
+// -> bytes 0..7 = the 8 sub-block scales, bytes 8..15 = the 8 mins:
+//   sc[0..3] = p[0..3] & 63,                 m[0..3] = p[4..7] & 63,
+//   sc[4..7] = (p[8..11] & 15) | (p[0..3] >> 6) << 4,   m[4..7] = (p[8..11] >> 4) | (p[4..7] >> 6) << 4.
+static inline __m128i unpack_k4_scales(const uint8_t* packed) {
+    const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+    const __m128i a = _mm_shuffle_epi8(p, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i b = _mm_shuffle_epi8(p, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i low = _mm_and_si128(a, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+    const __m128i top_nibble = _mm_and_si128(_mm_srli_epi16(a, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
+    const __m128i high_bits = _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30));  // b's bits 6-7 -> 4-5
+    return _mm_or_si128(_mm_or_si128(low, top_nibble), high_bits);
+}
+
 // 16 int16 -> 8 f32 sums of adjacent pairs.
 static inline __m256 sum_pairs_i16_f32(__m256i p16) {
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));

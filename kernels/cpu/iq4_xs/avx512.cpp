@@ -1,4 +1,4 @@
-// IQ4_XS x Q8_K, AVX-512 (BW). Four sub-blocks (64 bytes of codes) per step: table lookups on the low
+// IQ4_XS x Q8_K, AVX-512 (BW, VNNI: vpdpwssd applies the sub-block scales). Four sub-blocks (64 bytes of codes) per step: table lookups on the low
 // and high nibbles are regrouped by 128-bit lanes into two vectors of 64 consecutive codes, looked up in
 // a table of |value|, and the signs (code < 8) move onto the activation with a mask (no vpsignb here).
 #include "cpu/detail/kernel_table.hpp"
@@ -66,7 +66,7 @@ struct iq4_xs_avx512 {
                     for (int t = 0; t < NT; ++t) {
                         const __m512i q8 = _mm512_loadu_si512(y[t][i].qs + 128 * k + 64 * h);
                         const __m512i sq8 = _mm512_mask_sub_epi8(q8, negative, _mm512_setzero_si512(), q8);
-                        sumi[t] = _mm512_add_epi32(sumi[t], _mm512_madd_epi16(_mm512_maddubs_epi16(aw, sq8), scale));
+                        sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(aw, sq8), scale);
                     }
                 }
             }

@@ -1,6 +1,5 @@
 // Q4_K x Q8_K, AVX2. Per super-block: sum over 8 sub-blocks of sc * (q . a) in int32, minus
 // dmin * sum(m * bsum) through the activation's bsums, as ggml's AVX2 kernel.
-#include "cpu/detail/k_scales.hpp"
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
 #include "formats/blocks.hpp"
@@ -20,25 +19,23 @@ struct q4_k_avx2 {
         for (int t = 0; t < NT; ++t) y[t] = static_cast<const block_q8_K*>(a[t]);
         const __m256i low4 = _mm256_set1_epi8(0x0F);
 
+        const __m128i dup_mins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
         __m256 acc[NT];    // d * sum(sc * q . a)
-        __m128 acc_m[NT];  // -dmin * sum(m * bsum)
-        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), acc_m[t] = _mm_setzero_ps();
+        __m256 acc_m[NT];  // -dmin * sum(m * bsum)
+        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), acc_m[t] = _mm256_setzero_ps();
 
         for (int64_t i = 0; i < n / QK_K; ++i) {
             prefetch_weights<sizeof(block_q4_K)>(x + i);
             const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
-            uint32_t sm[4];
-            unpack_k4_scales(x[i].scales, sm);
-            const __m256i scales_mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sm)));
-            const __m128i mins = _mm256_extracti128_si256(scales_mins, 1);
-            const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(scales_mins));
+            const __m128i scales_mins = unpack_k4_scales(x[i].scales);
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scales_mins, dup_mins));  // m[j] in words 2j, 2j+1
+            const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scales_mins));  // words 0..7, twice
 
             __m256i sumi[NT];
             for (int t = 0; t < NT; ++t) {
                 const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums));
-                const __m128i bsums32 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
-                const __m128i prod = _mm_madd_epi16(mins, bsums32);
-                acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(-y[t][i].d * dmin), _mm_cvtepi32_ps(prod), acc_m[t]);
+                acc_m[t] = _mm256_fmadd_ps(_mm256_set1_ps(-y[t][i].d * dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums)),
+                                           acc_m[t]);
                 sumi[t] = _mm256_setzero_si256();
             }
             // j: 64 elements = sub-blocks 2j (low nibbles of 32 bytes) and 2j + 1 (high nibbles).

@@ -1,7 +1,7 @@
-// Q4_K x Q8_K, AVX-512 (BW). 128 elements per step: 64 bytes of nibbles give four sub-blocks; the low
-// and high nibbles are regrouped by 128-bit lanes so each 64-byte vector covers 64 consecutive
-// elements and the activation is read with plain loads (once per token, shared unpacking).
-#include "cpu/detail/k_scales.hpp"
+// Q4_K x Q8_K, AVX-512 (BW, VNNI). 128 elements per step: 64 bytes of nibbles give four sub-blocks; the
+// low and high nibbles are regrouped by 128-bit lanes so each 64-byte vector covers 64 consecutive
+// elements and the activation is read with plain loads (the unpacking is shared by all tokens).
+// Sub-block scales multiply the maddubs pair sums inside vpdpwssd; the mins go through the bsums.
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
 #include "formats/blocks.hpp"
@@ -26,26 +26,24 @@ struct q4_k_avx512 {
         for (int t = 0; t < NT; ++t) y[t] = static_cast<const block_q8_K*>(a[t]);
         const __m512i low4 = _mm512_set1_epi8(0x0F);
         const __m512i pair_index[4] = {scale_pair_index(0), scale_pair_index(2), scale_pair_index(4), scale_pair_index(6)};
+        const __m128i dup_mins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
 
         __m512 acc[NT];    // d * sum(sc * q . a)
-        __m128 acc_m[NT];  // -dmin * sum(m * bsum)
-        for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps(), acc_m[t] = _mm_setzero_ps();
+        __m256 acc_m[NT];  // -dmin * sum(m * bsum)
+        for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps(), acc_m[t] = _mm256_setzero_ps();
 
         for (int64_t i = 0; i < n / QK_K; ++i) {
             prefetch_weights<sizeof(block_q4_K)>(x + i);
             const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
-            uint32_t sm[4];
-            unpack_k4_scales(x[i].scales, sm);
-            const __m256i scales_mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sm)));
-            const __m128i mins = _mm256_extracti128_si256(scales_mins, 1);
-            const __m512i scales = _mm512_castsi256_si512(scales_mins);  // words 0..7: scales
+            const __m128i scales_mins = unpack_k4_scales(x[i].scales);
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scales_mins, dup_mins));  // m[j] in words 2j, 2j+1
+            const __m512i scales = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(scales_mins));  // words 0..7
 
             __m512i sumi[NT];
             for (int t = 0; t < NT; ++t) {
                 const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums));
-                const __m128i bsums32 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
-                const __m128i prod = _mm_madd_epi16(mins, bsums32);
-                acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(-y[t][i].d * dmin), _mm_cvtepi32_ps(prod), acc_m[t]);
+                acc_m[t] = _mm256_fmadd_ps(_mm256_set1_ps(-y[t][i].d * dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums)),
+                                           acc_m[t]);
                 sumi[t] = _mm512_setzero_si512();
             }
             for (int k = 0; k < 2; ++k) {
@@ -59,9 +57,8 @@ struct q4_k_avx512 {
                 const __m512i s1 = _mm512_permutexvar_epi16(pair_index[2 * k + 1], scales);
                 for (int t = 0; t < NT; ++t) {
                     const int8_t* q8 = y[t][i].qs + 128 * k;
-                    const __m512i p0 = _mm512_madd_epi16(s0, _mm512_maddubs_epi16(w0, _mm512_loadu_si512(q8)));
-                    const __m512i p1 = _mm512_madd_epi16(s1, _mm512_maddubs_epi16(w1, _mm512_loadu_si512(q8 + 64)));
-                    sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(p0, p1));
+                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(w0, _mm512_loadu_si512(q8)), s0);
+                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(w1, _mm512_loadu_si512(q8 + 64)), s1);
                 }
             }
             for (int t = 0; t < NT; ++t)

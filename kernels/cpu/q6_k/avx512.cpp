@@ -1,4 +1,4 @@
-// Q6_K x Q8_K, AVX-512 (BW). 128 elements per step as two 64-byte vectors of consecutive codes:
+// Q6_K x Q8_K, AVX-512 (BW, VNNI: vpdpwssd applies the sub-block scales). 128 elements per step as two 64-byte vectors of consecutive codes:
 // ql's low nibbles with qh bits 0-1 / 2-3 give elements 0..63, its high nibbles with bits 4-5 / 6-7
 // give 64..127. The -32 bias goes through the bsums as in the AVX2 kernel.
 #include "cpu/detail/kernel_table.hpp"
@@ -54,9 +54,8 @@ struct q6_k_avx512 {
                 const __m512i s1 = _mm512_permutexvar_epi16(quad_index[2 * j + 1], scales);
                 for (int t = 0; t < NT; ++t) {
                     const int8_t* q8 = y[t][i].qs + 128 * j;
-                    const __m512i p0 = _mm512_madd_epi16(s0, _mm512_maddubs_epi16(w0, _mm512_loadu_si512(q8)));
-                    const __m512i p1 = _mm512_madd_epi16(s1, _mm512_maddubs_epi16(w1, _mm512_loadu_si512(q8 + 64)));
-                    sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(p0, p1));
+                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(w0, _mm512_loadu_si512(q8)), s0);
+                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(w1, _mm512_loadu_si512(q8 + 64)), s1);
                 }
             }
             for (int t = 0; t < NT; ++t) {
