@@ -167,12 +167,11 @@ bool cpu_supports(isa which) {
     switch (which) {
         case isa::scalar: return true;
         case isa::avx2:
-            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
         case isa::avx512:
             return cpu_supports(isa::avx2) && __builtin_cpu_supports("avx512f") &&
                    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                   __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni") &&
-                   __builtin_cpu_supports("avx512vbmi");
+                   __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
     }
     return false;
 }

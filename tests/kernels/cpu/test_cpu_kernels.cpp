@@ -10,6 +10,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -281,6 +282,29 @@ TEST(IsaChoice, ForcedNamesAndErrors) {
     } catch (const std::runtime_error& e) {
         EXPECT_NE(std::string(e.what()).find("scalar, avx2, avx512"), std::string::npos) << e.what();
     }
+}
+
+// The process-wide choice reads STRATA_FORCE_ISA once; each statement runs in a fresh child process
+// (threadsafe death-test style re-executes the binary), so the choice is made there from scratch.
+TEST(IsaChoiceDeathTest, EnvironmentForcesThePath) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            setenv("STRATA_FORCE_ISA", "scalar", 1);
+            std::exit(active_isa() == isa::scalar ? 0 : 3);
+        },
+        ::testing::ExitedWithCode(0), "");
+    EXPECT_EXIT(
+        {
+            setenv("STRATA_FORCE_ISA", "avx9000", 1);
+            try {
+                active_isa();
+            } catch (const std::runtime_error&) {
+                std::exit(0);
+            }
+            std::exit(3);
+        },
+        ::testing::ExitedWithCode(0), "");
 }
 
 TEST(PublicApi, MatvecUsesTheActiveIsa) {
