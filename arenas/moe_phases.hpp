@@ -1,0 +1,112 @@
+// Routed experts on the CPU expert pool, in two phases per MoE layer (../shared/DESIGN.md):
+//   phase 1: h[t,j] = silu(gate_e x_t) * (up_e x_t), each slice over its own rows of n_ff;
+//   phase 2: out[t] = sum_j w[t,j] * down_e h[t,j], each slice over its own rows of n_embd,
+//            experts summed in routing order per row.
+// No partial sum crosses a slice, so the result is bitwise identical for any slicing, worker count
+// or timing. Activations (x, then h) are quantized once per slice into that slice's own buffers.
+//
+// Thread-safety: run() is called by the pool's host thread, one call at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpu/kernels.hpp"
+#include "expert_pool.hpp"
+
+namespace strata::arenas {
+
+// One expert matrix kind (gate, up or down) of one layer: n_expert matrices of n_rows x n_cols of
+// one type; experts[e] points at expert e's first row (a 3-D tensor or one tensor per expert).
+struct expert_tensor {
+    std::string name;
+    formats::ggml_type type{};
+    int64_t n_cols = 0;
+    int64_t n_rows = 0;
+    size_t row_stride = 0;
+    std::vector<const uint8_t*> experts;
+
+    kernels::cpu::matrix expert(int e) const { return {type, experts[static_cast<size_t>(e)], n_cols, row_stride}; }
+};
+
+enum class expert_part { gate = 0, up = 1, down = 2 };
+
+struct moe_layer {
+    expert_tensor gate;  // [n_ff x n_embd] per expert
+    expert_tensor up;    // [n_ff x n_embd]
+    expert_tensor down;  // [n_embd x n_ff]
+
+    const expert_tensor& part(expert_part p) const { return p == expert_part::gate ? gate : p == expert_part::up ? up : down; }
+};
+
+struct moe_shape {
+    int n_embd = 0;
+    int n_ff = 0;
+    int n_expert = 0;
+    int n_expert_used = 0;
+};
+
+struct row_range {
+    int64_t begin = 0;
+    int64_t end = 0;
+};
+
+// Cuts [0, n_rows) into one contiguous range per slice of the plan, proportional to each slice's
+// threads, every boundary but the last a multiple of `align`.
+std::vector<row_range> split_rows(const pool_plan& plan, int64_t n_rows, int64_t align = 1);
+
+// Where a slice finds its rows of an expert matrix. The default reads the model's tensors in place;
+// the expert store substitutes copies placed in each slice's NUMA node.
+class expert_rows {
+public:
+    virtual ~expert_rows() = default;
+    // Rows [begin, ...) of `part` of expert e in `layer`, as seen by `slice`: a matrix whose row 0 is
+    // row `begin`. begin lies in the slice's own range.
+    virtual kernels::cpu::matrix rows(int layer, expert_part part, int expert, int slice, int64_t begin) const = 0;
+};
+
+class mapped_expert_rows final : public expert_rows {
+public:
+    explicit mapped_expert_rows(const std::vector<moe_layer>& layers) : layers_(layers) {}
+    kernels::cpu::matrix rows(int layer, expert_part part, int expert, int slice, int64_t begin) const override;
+
+private:
+    const std::vector<moe_layer>& layers_;
+};
+
+class moe_runner {
+public:
+    static constexpr int64_t row_block = 32;  // rows per work item; slice boundaries are multiples of it
+
+    moe_runner(expert_pool& pool, moe_shape shape, const std::vector<moe_layer>& layers, const expert_rows& rows);
+    ~moe_runner();
+
+    // x: [n_tok][n_embd]; ids, weights: [n_tok][n_expert_used] (ids < 0 are skipped: computed
+    // elsewhere, e.g. by experts resident on the GPU); out: [n_tok][n_embd], overwritten.
+    void run(int layer, int n_tok, const float* x, const int32_t* ids, const float* weights, float* out);
+
+    const std::vector<row_range>& ff_ranges() const { return ff_ranges_; }
+    const std::vector<row_range>& embd_ranges() const { return embd_ranges_; }
+
+private:
+    struct slice_buffers;
+    void prepare(int layer, int n_tok, const int32_t* ids);
+
+    expert_pool& pool_;
+    moe_shape shape_;
+    const std::vector<moe_layer>& layers_;
+    const expert_rows& rows_;
+    std::vector<row_range> ff_ranges_;    // per slice: its rows of gate/up
+    std::vector<row_range> embd_ranges_;  // per slice: its rows of down
+    std::vector<std::unique_ptr<slice_buffers>> slices_;
+
+    // The current call's routing grouped by expert: slots_of_[e] = slots (t * n_expert_used + j) routed to e.
+    std::vector<std::vector<int32_t>> slots_of_;
+    std::vector<int32_t> active_;  // experts with at least one slot, ascending
+    std::vector<float> h_;         // [n_slot][n_ff]
+    std::vector<float> y_;         // [n_slot][n_embd]
+};
+
+}  // namespace strata::arenas

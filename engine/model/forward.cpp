@@ -1,0 +1,196 @@
+#include "model/forward.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "formats/quant.hpp"
+#include "model/parallel.hpp"
+
+namespace strata::engine {
+
+namespace cpu = kernels::cpu;
+
+namespace {
+
+constexpr int64_t kDenseGrain = 16;  // rows per work item of a dense matmul
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+}  // namespace
+
+void route_token(const float* logits, int n_expert, int k, bool normalize, int32_t* ids, float* weights) {
+    std::vector<float> p(logits, logits + n_expert);
+    cpu::softmax(p.data(), n_expert);
+    std::vector<int32_t> order(static_cast<size_t>(n_expert));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float sum = 0;
+    for (int j = 0; j < k; ++j) {
+        ids[j] = order[static_cast<size_t>(j)];
+        weights[j] = p[static_cast<size_t>(order[static_cast<size_t>(j)])];
+        sum += weights[j];
+    }
+    if (normalize)
+        for (int j = 0; j < k; ++j) weights[j] /= sum;
+}
+
+std::vector<arenas::moe_layer> moe_layers(const model_weights& w) {
+    std::vector<arenas::moe_layer> layers;
+    for (const auto& l : w.layers) layers.push_back({l.gate, l.up, l.down});
+    return layers;
+}
+
+forward_pass::forward_pass(arenas::expert_pool& pool, const hparams& hp, const model_weights& w,
+                           const arenas::expert_rows& rows)
+    : pool_(pool),
+      hp_(hp),
+      w_(w),
+      moe_layers_(moe_layers(w)),
+      moe_(pool, {hp.n_embd, hp.n_ff_exp, hp.n_expert, hp.n_expert_used}, moe_layers_, rows) {
+    routing_.counts.assign(static_cast<size_t>(hp.n_layer) * hp.n_expert, 0);
+}
+
+void forward_pass::matmul(const weight_matrix& w, int n_tok, const float* in, float* y) {
+    const cpu::matrix& m = w.m;
+    const size_t act_bytes = cpu::activation_row_size(m.type, m.n_cols);
+    if (act_.size() < act_bytes * static_cast<size_t>(n_tok)) act_.resize(act_bytes * static_cast<size_t>(n_tok));
+    for (int t = 0; t < n_tok; ++t)
+        cpu::quantize_activation(m.type, in + static_cast<size_t>(t) * m.n_cols, act_.data() + t * act_bytes, m.n_cols);
+    parallel_rows(pool_, w.n_rows, kDenseGrain, [&](int64_t r0, int64_t r1) {
+        cpu::matmul(m, r0, r1, act_.data(), act_bytes, n_tok, y + r0, w.n_rows);
+    });
+}
+
+void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv, float* logits, bool all_logits,
+                        int n_batch) {
+    const int n = static_cast<int>(tokens.size());
+    for (int first = 0; first < n; first += n_batch) {
+        const int n_tok = std::min(n_batch, n - first);
+        const bool last = first + n_tok == n;
+        float* out = nullptr;
+        if (all_logits)
+            out = logits + static_cast<size_t>(first) * hp_.n_vocab;
+        else if (last)
+            out = logits;
+        eval_batch(tokens.data() + first, n_tok, pos0 + first, kv, out, all_logits);
+    }
+}
+
+void forward_pass::eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits,
+                              bool all_logits) {
+    const size_t n_embd = static_cast<size_t>(hp_.n_embd);
+    const size_t nt = static_cast<size_t>(n_tok);
+    x_.resize(nt * n_embd);
+    xn_.resize(nt * n_embd);
+    q_.resize(nt * hp_.n_q());
+    att_.resize(nt * hp_.n_q());
+    k_.resize(nt * hp_.n_kv());
+    v_.resize(nt * hp_.n_kv());
+    tmp_.resize(nt * std::max<size_t>(n_embd, static_cast<size_t>(hp_.n_ff_shexp)));
+    tmp2_.resize(nt * static_cast<size_t>(std::max(hp_.n_ff_shexp, 1)));
+    router_.resize(nt * hp_.n_expert);
+    ids_.resize(nt * hp_.n_expert_used);
+    weights_.resize(nt * hp_.n_expert_used);
+
+    const cpu::matrix& embd = w_.tok_embd.m;
+    for (int t = 0; t < n_tok; ++t) {
+        const auto* row = static_cast<const uint8_t*>(embd.data) + static_cast<size_t>(tokens[t]) * embd.row_stride;
+        formats::dequantize_row(embd.type, row, x_.data() + t * n_embd, hp_.n_embd);
+    }
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        const layer_weights& l = w_.layers[static_cast<size_t>(il)];
+        for (int t = 0; t < n_tok; ++t)
+            cpu::rms_norm(x_.data() + t * n_embd, l.attn_norm, hp_.rms_eps, hp_.n_embd, xn_.data() + t * n_embd);
+        attention(il, n_tok, pos0, kv);
+        matmul(l.wo, n_tok, att_.data(), tmp_.data());
+        for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
+
+        for (int t = 0; t < n_tok; ++t)
+            cpu::rms_norm(x_.data() + t * n_embd, l.ffn_norm, hp_.rms_eps, hp_.n_embd, xn_.data() + t * n_embd);
+        moe(il, n_tok);
+        for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
+        if (l.shexp_gate.present()) {
+            shared_expert(il, n_tok);
+            for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
+        }
+    }
+    if (!logits) return;
+    const int first = all_logits ? 0 : n_tok - 1;
+    const int n_out = n_tok - first;
+    for (int t = first; t < n_tok; ++t)
+        cpu::rms_norm(x_.data() + t * n_embd, w_.output_norm, hp_.rms_eps, hp_.n_embd,
+                      xn_.data() + (t - first) * n_embd);
+    matmul(w_.output, n_out, xn_.data(), logits);
+}
+
+void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
+    const layer_weights& l = w_.layers[static_cast<size_t>(il)];
+    const int hd = hp_.head_dim, n_q = hp_.n_q(), n_kv = hp_.n_kv();
+    matmul(l.wq, n_tok, xn_.data(), q_.data());
+    matmul(l.wk, n_tok, xn_.data(), k_.data());
+    matmul(l.wv, n_tok, xn_.data(), v_.data());
+    for (int t = 0; t < n_tok; ++t) {
+        float* q = q_.data() + static_cast<size_t>(t) * n_q;
+        float* k = k_.data() + static_cast<size_t>(t) * n_kv;
+        float* v = v_.data() + static_cast<size_t>(t) * n_kv;
+        if (l.bq) {
+            for (int i = 0; i < n_q; ++i) q[i] += l.bq[i];
+            for (int i = 0; i < n_kv; ++i) k[i] += l.bk[i];
+            for (int i = 0; i < n_kv; ++i) v[i] += l.bv[i];
+        }
+        if (l.q_norm) {
+            for (int h = 0; h < hp_.n_head; ++h) cpu::rms_norm(q + h * hd, l.q_norm, hp_.rms_eps, hd, q + h * hd);
+            for (int h = 0; h < hp_.n_head_kv; ++h) cpu::rms_norm(k + h * hd, l.k_norm, hp_.rms_eps, hd, k + h * hd);
+        }
+        cpu::rope(q, hp_.n_head, hd, hp_.n_rot, pos0 + t, hp_.rope_freq_base, hp_.arch.rope);
+        cpu::rope(k, hp_.n_head_kv, hd, hp_.n_rot, pos0 + t, hp_.rope_freq_base, hp_.arch.rope);
+        kv.store(il, pos0 + t, k, v);
+    }
+    // Work items: (token, kv head group); each reads the cache rows of its kv head once per query head.
+    const int group = hp_.n_head / hp_.n_head_kv;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    parallel_rows(pool_, int64_t{n_tok} * hp_.n_head_kv, 1, [&](int64_t i0, int64_t i1) {
+        std::vector<float> scratch(static_cast<size_t>(pos0 + n_tok));
+        for (int64_t i = i0; i < i1; ++i) {
+            const int t = static_cast<int>(i / hp_.n_head_kv), g = static_cast<int>(i % hp_.n_head_kv);
+            kv.attend(il, q_.data() + static_cast<size_t>(t) * n_q, hp_.n_head, g * group, (g + 1) * group, pos0 + t + 1,
+                      scale, att_.data() + static_cast<size_t>(t) * n_q, scratch.data());
+        }
+    });
+}
+
+void forward_pass::moe(int il, int n_tok) {
+    const layer_weights& l = w_.layers[static_cast<size_t>(il)];
+    const int k = hp_.n_expert_used;
+    matmul(l.router, n_tok, xn_.data(), router_.data());
+    uint64_t* counts = routing_.counts.data() + static_cast<size_t>(il) * hp_.n_expert;
+    for (int t = 0; t < n_tok; ++t) {
+        route_token(router_.data() + static_cast<size_t>(t) * hp_.n_expert, hp_.n_expert, k, hp_.arch.norm_topk,
+                    ids_.data() + t * k, weights_.data() + t * k);
+        for (int j = 0; j < k; ++j) ++counts[ids_[static_cast<size_t>(t * k + j)]];
+    }
+    moe_.run(il, n_tok, xn_.data(), ids_.data(), weights_.data(), tmp_.data());
+}
+
+void forward_pass::shared_expert(int il, int n_tok) {
+    const layer_weights& l = w_.layers[static_cast<size_t>(il)];
+    const size_t n_embd = static_cast<size_t>(hp_.n_embd), n_ff = static_cast<size_t>(hp_.n_ff_shexp);
+    std::vector<float> up(static_cast<size_t>(n_tok) * n_ff);
+    matmul(l.shexp_gate, n_tok, xn_.data(), tmp2_.data());
+    matmul(l.shexp_up, n_tok, xn_.data(), up.data());
+    for (int t = 0; t < n_tok; ++t)
+        cpu::silu_mul(tmp2_.data() + t * n_ff, up.data() + t * n_ff, static_cast<int64_t>(n_ff), tmp2_.data() + t * n_ff);
+    matmul(l.shexp_down, n_tok, tmp2_.data(), tmp_.data());
+    for (int t = 0; t < n_tok; ++t) {
+        const float* xn = xn_.data() + t * n_embd;
+        float dot = 0;
+        for (size_t i = 0; i < n_embd; ++i) dot += l.shexp_gate_inp[i] * xn[i];
+        const float gate = sigmoid(dot);
+        for (size_t i = 0; i < n_embd; ++i) tmp_[t * n_embd + i] *= gate;
+    }
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,72 @@
+// The CPU forward pass: a batch of tokens at consecutive positions through every layer, writing their
+// keys and values into the KV cache and producing logits.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "expert_pool.hpp"
+#include "model/hparams.hpp"
+#include "model/kv_cache.hpp"
+#include "moe_phases.hpp"
+#include "model/weights.hpp"
+
+namespace strata::engine {
+
+// Per-expert routing counts, accumulated over every token evaluated (for statistics and profiles).
+struct routing_counts {
+    std::vector<uint64_t> counts;  // [n_layer][n_expert]
+};
+
+class forward_pass {
+public:
+    // `rows` says where the pool's slices read expert rows (the mapped file, or placed copies);
+    // moe_layers(w) describes the experts it reads.
+    forward_pass(arenas::expert_pool& pool, const hparams& hp, const model_weights& w, const arenas::expert_rows& rows);
+
+    // Runs tokens at positions [pos0, pos0 + n); every position below pos0 must already be in `kv`.
+    // logits: [n_vocab] for the last token, or [n][n_vocab] when all_logits. Splits the tokens into
+    // batches of at most n_batch.
+    void eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv, float* logits, bool all_logits = false,
+              int n_batch = 512);
+
+    const routing_counts& routing() const { return routing_; }
+
+private:
+    void eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
+    void attention(int layer, int n_tok, int pos0, kv_cache& kv);
+    void moe(int layer, int n_tok);
+    void shared_expert(int layer, int n_tok);
+    // y[t][r] = W[r, :] . in[t] for every row r: in: [n_tok][in_cols], y: [n_tok][n_rows].
+    void matmul(const weight_matrix& w, int n_tok, const float* in, float* y);
+
+    arenas::expert_pool& pool_;
+    const hparams& hp_;
+    const model_weights& w_;
+    std::vector<arenas::moe_layer> moe_layers_;
+    arenas::moe_runner moe_;
+    routing_counts routing_;
+
+    // Scratch, sized for the largest batch seen (shape comments per token).
+    std::vector<float> x_;        // [n_tok][n_embd] residual stream
+    std::vector<float> xn_;       // [n_tok][n_embd] normed input of a block
+    std::vector<float> q_;        // [n_tok][n_q]
+    std::vector<float> k_, v_;    // [n_tok][n_kv]
+    std::vector<float> att_;      // [n_tok][n_q]
+    std::vector<float> tmp_;      // [n_tok][max(n_embd, n_ff_shexp)]
+    std::vector<float> tmp2_;     // [n_tok][n_ff_shexp]
+    std::vector<float> router_;   // [n_tok][n_expert]
+    std::vector<int32_t> ids_;    // [n_tok][n_expert_used]
+    std::vector<float> weights_;  // [n_tok][n_expert_used]
+    std::vector<uint8_t> act_;    // quantized activations of a matmul
+};
+
+// The routed experts of every layer, as the pool reads them.
+std::vector<arenas::moe_layer> moe_layers(const model_weights& w);
+
+// Softmax over the router logits, top-k by probability (ties: the lower expert id), optionally
+// renormalised: ids and weights [k]. Exposed for tests.
+void route_token(const float* logits, int n_expert, int k, bool normalize, int32_t* ids, float* weights);
+
+}  // namespace strata::engine

@@ -1,0 +1,152 @@
+#include "model/weights.hpp"
+
+#include <stdexcept>
+
+#include <spdlog/fmt/fmt.h>
+
+namespace strata::engine {
+
+namespace {
+
+std::string shape(const std::vector<int64_t>& ne) {
+    std::string s = "[";
+    for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+}
+
+class binder {
+public:
+    binder(const gguf::reader& f) : f_(f) {}
+
+    const gguf::tensor_info* find(const std::string& name, bool required) const {
+        const gguf::tensor_info* t = f_.find_tensor(name);
+        if (!t && required)
+            throw std::runtime_error(fmt::format("{}: tensor '{}' is missing", f_.path(), name));
+        return t;
+    }
+
+    const gguf::tensor_info* checked(const std::string& name, std::vector<int64_t> ne, const char* dims,
+                                     bool required = true) const {
+        const gguf::tensor_info* t = find(name, required);
+        if (t && t->ne != ne)
+            throw std::runtime_error(fmt::format("{}: tensor '{}' has shape {}, expected {} ({})", f_.path(), name,
+                                                 t->shape_string(), shape(ne), dims));
+        return t;
+    }
+
+    const float* vec(const std::string& name, int64_t n, const char* dims, bool required = true) const {
+        const gguf::tensor_info* t = checked(name, {n}, dims, required);
+        if (!t) return nullptr;
+        if (t->type != formats::ggml_type::F32)
+            throw std::runtime_error(fmt::format("{}: tensor '{}' is {}; strata expects F32 for norms and biases",
+                                                 f_.path(), name, formats::info(t->type).name));
+        return reinterpret_cast<const float*>(f_.tensor_data(*t).data());
+    }
+
+    weight_matrix mat(const std::string& name, int64_t n_cols, int64_t n_rows, const char* dims,
+                      bool required = true) const {
+        const gguf::tensor_info* t = checked(name, {n_cols, n_rows}, dims, required);
+        if (!t) return {};
+        need_kernel(*t);
+        return {name, {t->type, f_.tensor_data(*t).data(), n_cols, formats::row_size(t->type, n_cols)}, n_rows};
+    }
+
+    expert_matrix experts(const std::string& prefix, const std::string& part, int64_t n_cols, int64_t n_rows,
+                          int n_expert, const char* dims) const {
+        expert_matrix em;
+        em.n_cols = n_cols;
+        em.n_rows = n_rows;
+        const std::string merged = prefix + "ffn_" + part + "_exps.weight";
+        if (const gguf::tensor_info* t = checked(merged, {n_cols, n_rows, n_expert}, dims, false)) {
+            need_kernel(*t);
+            em.name = merged;
+            em.type = t->type;
+            em.row_stride = formats::row_size(t->type, n_cols);
+            const uint8_t* base = f_.tensor_data(*t).data();
+            for (int e = 0; e < n_expert; ++e)
+                em.experts.push_back(base + static_cast<size_t>(e) * em.row_stride * static_cast<size_t>(n_rows));
+            return em;
+        }
+        // Older Mixtral files: one tensor per expert.
+        for (int e = 0; e < n_expert; ++e) {
+            const std::string name = fmt::format("{}ffn_{}.{}.weight", prefix, part, e);
+            const gguf::tensor_info* t = f_.find_tensor(name);
+            if (!t)
+                throw std::runtime_error(fmt::format("{}: neither '{}' nor the per-expert tensor '{}' exists",
+                                                     f_.path(), merged, name));
+            checked(name, {n_cols, n_rows}, dims);
+            need_kernel(*t);
+            if (e == 0) {
+                em.name = name;
+                em.type = t->type;
+                em.row_stride = formats::row_size(t->type, n_cols);
+            } else if (t->type != em.type) {
+                throw std::runtime_error(fmt::format("{}: tensor '{}' is {}, but expert 0 of that layer is {}",
+                                                     f_.path(), name, formats::info(t->type).name,
+                                                     formats::info(em.type).name));
+            }
+            em.experts.push_back(f_.tensor_data(*t).data());
+        }
+        return em;
+    }
+
+private:
+    void need_kernel(const gguf::tensor_info& t) const {
+        if (!kernels::cpu::has_matvec(t.type))
+            throw std::runtime_error(fmt::format("{}: tensor '{}' has type {}, which strata has no CPU kernel for",
+                                                 f_.path(), t.name, formats::info(t.type).name));
+    }
+
+    const gguf::reader& f_;
+};
+
+}  // namespace
+
+model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
+    const binder b(f);
+    model_weights w;
+    const gguf::tensor_info* embd = b.find("token_embd.weight", true);
+    if (embd->ne.size() != 2 || embd->ne[0] != hp.n_embd || (hp.n_vocab && embd->ne[1] != hp.n_vocab))
+        throw std::runtime_error(fmt::format("{}: tensor 'token_embd.weight' has shape {}, expected [{}, {}] "
+                                             "(n_embd, n_vocab)",
+                                             f.path(), embd->shape_string(), hp.n_embd, hp.n_vocab));
+    const int64_t n_vocab = embd->ne[1];
+    w.tok_embd = b.mat("token_embd.weight", hp.n_embd, n_vocab, "n_embd, n_vocab");
+    w.output_norm = b.vec("output_norm.weight", hp.n_embd, "n_embd");
+    w.output = b.mat("output.weight", hp.n_embd, n_vocab, "n_embd, n_vocab", false);
+    if (!w.output.present()) w.output = w.tok_embd;  // tied embeddings
+
+    for (int i = 0; i < hp.n_layer; ++i) {
+        const std::string p = fmt::format("blk.{}.", i);
+        layer_weights l;
+        l.attn_norm = b.vec(p + "attn_norm.weight", hp.n_embd, "n_embd");
+        l.wq = b.mat(p + "attn_q.weight", hp.n_embd, hp.n_q(), "n_embd, n_head * head_dim");
+        l.wk = b.mat(p + "attn_k.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
+        l.wv = b.mat(p + "attn_v.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
+        l.wo = b.mat(p + "attn_output.weight", hp.n_q(), hp.n_embd, "n_head * head_dim, n_embd");
+        if (hp.arch.qkv_bias) {
+            l.bq = b.vec(p + "attn_q.bias", hp.n_q(), "n_head * head_dim");
+            l.bk = b.vec(p + "attn_k.bias", hp.n_kv(), "n_head_kv * head_dim");
+            l.bv = b.vec(p + "attn_v.bias", hp.n_kv(), "n_head_kv * head_dim");
+        }
+        if (hp.arch.qk_norm) {
+            l.q_norm = b.vec(p + "attn_q_norm.weight", hp.head_dim, "head_dim");
+            l.k_norm = b.vec(p + "attn_k_norm.weight", hp.head_dim, "head_dim");
+        }
+        l.ffn_norm = b.vec(p + "ffn_norm.weight", hp.n_embd, "n_embd");
+        l.router = b.mat(p + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert, "n_embd, n_expert");
+        l.gate = b.experts(p, "gate", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
+        l.up = b.experts(p, "up", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
+        l.down = b.experts(p, "down", hp.n_ff_exp, hp.n_embd, hp.n_expert, "n_ff_exp, n_embd, n_expert");
+        if (hp.arch.shared_expert && hp.n_ff_shexp > 0) {
+            l.shexp_gate_inp = b.vec(p + "ffn_gate_inp_shexp.weight", hp.n_embd, "n_embd");
+            l.shexp_gate = b.mat(p + "ffn_gate_shexp.weight", hp.n_embd, hp.n_ff_shexp, "n_embd, n_ff_shexp");
+            l.shexp_up = b.mat(p + "ffn_up_shexp.weight", hp.n_embd, hp.n_ff_shexp, "n_embd, n_ff_shexp");
+            l.shexp_down = b.mat(p + "ffn_down_shexp.weight", hp.n_ff_shexp, hp.n_embd, "n_ff_shexp, n_embd");
+        }
+        w.layers.push_back(std::move(l));
+    }
+    return w;
+}
+
+}  // namespace strata::engine

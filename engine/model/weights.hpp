@@ -1,0 +1,54 @@
+// The model's tensors bound by name, with shapes checked against the hyper-parameters. Everything
+// points into the mapped GGUF file; nothing is copied here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpu/kernels.hpp"
+#include "gguf/gguf_reader.hpp"
+#include "model/hparams.hpp"
+#include "moe_phases.hpp"
+
+namespace strata::engine {
+
+// A 2-D weight: n_rows rows of n_cols elements (ggml's ne[1] x ne[0]).
+struct weight_matrix {
+    std::string name;
+    kernels::cpu::matrix m{};   // type, data, n_cols, row_stride
+    int64_t n_rows = 0;
+    bool present() const { return m.data != nullptr; }
+};
+
+// One layer's routed experts (a merged 3-D tensor, or one tensor per expert in older Mixtral files).
+using expert_matrix = arenas::expert_tensor;
+
+struct layer_weights {
+    const float* attn_norm = nullptr;   // [n_embd]
+    weight_matrix wq, wk, wv, wo;       // [n_q x n_embd], [n_kv x n_embd] x2, [n_embd x n_q]
+    const float* bq = nullptr;          // [n_q]  (qwen2moe)
+    const float* bk = nullptr;          // [n_kv]
+    const float* bv = nullptr;          // [n_kv]
+    const float* q_norm = nullptr;      // [head_dim] (qwen3moe)
+    const float* k_norm = nullptr;      // [head_dim]
+    const float* ffn_norm = nullptr;    // [n_embd]
+    weight_matrix router;               // [n_expert x n_embd]
+    expert_matrix gate, up, down;       // gate/up: [n_ff x n_embd] per expert; down: [n_embd x n_ff]
+    const float* shexp_gate_inp = nullptr;      // [n_embd] (qwen2moe)
+    weight_matrix shexp_gate, shexp_up, shexp_down;
+};
+
+struct model_weights {
+    weight_matrix tok_embd;             // [n_vocab x n_embd]
+    const float* output_norm = nullptr; // [n_embd]
+    weight_matrix output;               // [n_vocab x n_embd]; tok_embd when tied
+    std::vector<layer_weights> layers;
+};
+
+// Binds every tensor the architecture needs. Throws std::runtime_error naming the tensor with the
+// expected and found shape or type (a missing tensor, a wrong shape, a type without a CPU kernel,
+// a norm that is not F32).
+model_weights bind_weights(const gguf::reader& file, const hparams& hp);
+
+}  // namespace strata::engine

@@ -1,0 +1,211 @@
+#include "reference_forward.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include "formats/quant.hpp"
+
+namespace strata::testing {
+
+namespace {
+
+std::vector<float> rmsnorm(const std::vector<float>& x, const std::vector<float>& w, float eps, size_t off = 0,
+                           size_t n = 0) {
+    if (n == 0) n = x.size();
+    double ss = 0;
+    for (size_t i = 0; i < n; ++i) ss += double(x[off + i]) * x[off + i];
+    const float s = 1.0f / std::sqrt(float(ss / double(n)) + eps);
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = x[off + i] * s * w[i];
+    return out;
+}
+
+float silu(float v) { return v / (1.0f + std::exp(-v)); }
+
+void softmax(std::vector<float>& v) {
+    const float mx = *std::max_element(v.begin(), v.end());
+    double sum = 0;
+    for (float& x : v) {
+        x = std::exp(x - mx);
+        sum += x;
+    }
+    for (float& x : v) x = float(x / sum);
+}
+
+// RoPE on one head of hd values at position pos: "normal" rotates (2i, 2i+1), "neox" (i, i + hd/2).
+void rope(float* h, int hd, int pos, float base, bool neox) {
+    for (int i = 0; i < hd / 2; ++i) {
+        const double theta = pos * std::pow(double(base), -2.0 * i / hd);
+        const float c = float(std::cos(theta)), s = float(std::sin(theta));
+        const int a = neox ? i : 2 * i, b = neox ? i + hd / 2 : 2 * i + 1;
+        const float x0 = h[a], x1 = h[b];
+        h[a] = x0 * c - x1 * s;
+        h[b] = x0 * s + x1 * c;
+    }
+}
+
+}  // namespace
+
+reference_model::reference_model(const gguf::reader& f) : f_(f) {
+    arch_ = f.at("general.architecture").as_string();
+    const std::string p = arch_ + ".";
+    n_layer_ = int(f.at(p + "block_count").as_u64());
+    n_embd_ = int(f.at(p + "embedding_length").as_u64());
+    n_head_ = int(f.at(p + "attention.head_count").as_u64());
+    n_head_kv_ = int(f.at(p + "attention.head_count_kv").as_u64());
+    head_dim_ = int(f.get_u64(p + "attention.key_length", uint64_t(n_embd_ / n_head_)));
+    n_expert_ = int(f.at(p + "expert_count").as_u64());
+    n_used_ = int(f.at(p + "expert_used_count").as_u64());
+    n_ff_ = int(arch_ == "llama" ? f.at(p + "feed_forward_length").as_u64()
+                                 : f.at(p + "expert_feed_forward_length").as_u64());
+    n_vocab_ = int(f.find_tensor("token_embd.weight")->ne[1]);
+    eps_ = float(f.at(p + "attention.layer_norm_rms_epsilon").as_f64());
+    freq_base_ = float(f.at(p + "rope.freq_base").as_f64());
+}
+
+std::vector<float> reference_model::matrix::apply(const std::vector<float>& x) const {
+    std::vector<float> y(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        double acc = 0;
+        for (int64_t c = 0; c < cols; ++c) acc += double(w[size_t(r * cols + c)]) * x[size_t(c)];
+        y[size_t(r)] = float(acc);
+    }
+    return y;
+}
+
+reference_model::matrix reference_model::load(const std::string& name) const {
+    const gguf::tensor_info* t = f_.find_tensor(name);
+    if (!t) throw std::runtime_error("reference: missing " + name);
+    matrix m;
+    m.cols = t->ne[0];
+    m.rows = t->n_elements / t->ne[0];
+    m.w.resize(size_t(t->n_elements));
+    formats::dequantize_row(t->type, f_.tensor_data(*t).data(), m.w.data(), t->n_elements);
+    return m;
+}
+
+std::vector<float> reference_model::vec(const std::string& name) const { return load(name).w; }
+
+reference_model::matrix reference_model::expert(const std::string& merged, const std::string& split_name, int e,
+                                                bool down) const {
+    if (f_.find_tensor(merged)) {
+        matrix all = load(merged);
+        matrix m;
+        m.cols = down ? n_ff_ : n_embd_;
+        m.rows = down ? n_embd_ : n_ff_;
+        const size_t n = size_t(m.rows * m.cols);
+        m.w.assign(all.w.begin() + std::ptrdiff_t(n * size_t(e)), all.w.begin() + std::ptrdiff_t(n * size_t(e + 1)));
+        return m;
+    }
+    return load(split_name);
+}
+
+std::vector<float> reference_model::ffn(const matrix& gate, const matrix& up, const matrix& down,
+                                        const std::vector<float>& x) const {
+    std::vector<float> g = gate.apply(x), u = up.apply(x);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+    return down.apply(g);
+}
+
+std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_t>& tokens) {
+    const bool qwen3 = arch_ == "qwen3moe", qwen2 = arch_ == "qwen2moe";
+    const bool neox = qwen3 || qwen2;
+    const bool norm_topk = !qwen2;
+    const int hd = head_dim_, n_q = n_head_ * hd, n_kv = n_head_kv_ * hd;
+    std::vector<std::vector<std::vector<float>>> kcache(static_cast<size_t>(n_layer_)), vcache(static_cast<size_t>(n_layer_));
+    const matrix embd = load("token_embd.weight");
+    const matrix out_w = f_.find_tensor("output.weight") ? load("output.weight") : embd;
+    std::vector<std::vector<float>> result;
+    margins_.clear();
+    ids_.clear();
+
+    for (size_t pos = 0; pos < tokens.size(); ++pos) {
+        float margin = 1e9f;
+        ids_.emplace_back();
+        std::vector<float> x(embd.w.begin() + std::ptrdiff_t(size_t(tokens[pos]) * size_t(n_embd_)),
+                             embd.w.begin() + std::ptrdiff_t(size_t(tokens[pos] + 1) * size_t(n_embd_)));
+        for (int il = 0; il < n_layer_; ++il) {
+            const std::string b = "blk." + std::to_string(il) + ".";
+            std::vector<float> xn = rmsnorm(x, vec(b + "attn_norm.weight"), eps_);
+            std::vector<float> q = load(b + "attn_q.weight").apply(xn);
+            std::vector<float> k = load(b + "attn_k.weight").apply(xn);
+            std::vector<float> v = load(b + "attn_v.weight").apply(xn);
+            if (qwen2) {
+                const auto bq = vec(b + "attn_q.bias"), bk = vec(b + "attn_k.bias"), bv = vec(b + "attn_v.bias");
+                for (int i = 0; i < n_q; ++i) q[size_t(i)] += bq[size_t(i)];
+                for (int i = 0; i < n_kv; ++i) k[size_t(i)] += bk[size_t(i)], v[size_t(i)] += bv[size_t(i)];
+            }
+            if (qwen3) {
+                const auto qn = vec(b + "attn_q_norm.weight"), kn = vec(b + "attn_k_norm.weight");
+                for (int h = 0; h < n_head_; ++h) {
+                    auto o = rmsnorm(q, qn, eps_, size_t(h * hd), size_t(hd));
+                    std::copy(o.begin(), o.end(), q.begin() + h * hd);
+                }
+                for (int h = 0; h < n_head_kv_; ++h) {
+                    auto o = rmsnorm(k, kn, eps_, size_t(h * hd), size_t(hd));
+                    std::copy(o.begin(), o.end(), k.begin() + h * hd);
+                }
+            }
+            for (int h = 0; h < n_head_; ++h) rope(q.data() + h * hd, hd, int(pos), freq_base_, neox);
+            for (int h = 0; h < n_head_kv_; ++h) rope(k.data() + h * hd, hd, int(pos), freq_base_, neox);
+            kcache[size_t(il)].push_back(k);
+            vcache[size_t(il)].push_back(v);
+            std::vector<float> att(static_cast<size_t>(n_q), 0.0f);
+            for (int h = 0; h < n_head_; ++h) {
+                const int g = h / (n_head_ / n_head_kv_);
+                std::vector<float> s(pos + 1);
+                for (size_t t = 0; t <= pos; ++t) {
+                    double d = 0;
+                    for (int i = 0; i < hd; ++i) d += double(q[size_t(h * hd + i)]) * kcache[size_t(il)][t][size_t(g * hd + i)];
+                    s[t] = float(d / std::sqrt(double(hd)));
+                }
+                softmax(s);
+                for (size_t t = 0; t <= pos; ++t)
+                    for (int i = 0; i < hd; ++i) att[size_t(h * hd + i)] += s[t] * vcache[size_t(il)][t][size_t(g * hd + i)];
+            }
+            const std::vector<float> o = load(b + "attn_output.weight").apply(att);
+            for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += o[size_t(i)];
+
+            xn = rmsnorm(x, vec(b + "ffn_norm.weight"), eps_);
+            std::vector<float> p = load(b + "ffn_gate_inp.weight").apply(xn);
+            softmax(p);
+            std::vector<int> order(static_cast<size_t>(n_expert_));
+            std::iota(order.begin(), order.end(), 0);
+            std::stable_sort(order.begin(), order.end(), [&](int a, int c) { return p[size_t(a)] > p[size_t(c)]; });
+            if (n_used_ < n_expert_) {
+                const float pk = p[size_t(order[size_t(n_used_ - 1)])], pk1 = p[size_t(order[size_t(n_used_)])];
+                margin = std::min(margin, std::log(pk / pk1));
+            }
+            ids_.back().emplace_back(order.begin(), order.begin() + n_used_);
+            float wsum = 0;
+            for (int j = 0; j < n_used_; ++j) wsum += p[size_t(order[size_t(j)])];
+            std::vector<float> moe(static_cast<size_t>(n_embd_), 0.0f);
+            for (int j = 0; j < n_used_; ++j) {
+                const int e = order[size_t(j)];
+                const float w = norm_topk ? p[size_t(e)] / wsum : p[size_t(e)];
+                const std::string es = std::to_string(e);
+                const auto y = ffn(expert(b + "ffn_gate_exps.weight", b + "ffn_gate." + es + ".weight", e, false),
+                                   expert(b + "ffn_up_exps.weight", b + "ffn_up." + es + ".weight", e, false),
+                                   expert(b + "ffn_down_exps.weight", b + "ffn_down." + es + ".weight", e, true), xn);
+                for (int i = 0; i < n_embd_; ++i) moe[size_t(i)] += w * y[size_t(i)];
+            }
+            if (qwen2 && f_.find_tensor(b + "ffn_gate_shexp.weight")) {
+                const auto gi = vec(b + "ffn_gate_inp_shexp.weight");
+                double d = 0;
+                for (int i = 0; i < n_embd_; ++i) d += double(gi[size_t(i)]) * xn[size_t(i)];
+                const float gate = float(1.0 / (1.0 + std::exp(-d)));
+                const auto y = ffn(load(b + "ffn_gate_shexp.weight"), load(b + "ffn_up_shexp.weight"),
+                                   load(b + "ffn_down_shexp.weight"), xn);
+                for (int i = 0; i < n_embd_; ++i) moe[size_t(i)] += gate * y[size_t(i)];
+            }
+            for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += moe[size_t(i)];
+        }
+        margins_.push_back(margin);
+        result.push_back(out_w.apply(rmsnorm(x, vec("output_norm.weight"), eps_)));
+    }
+    return result;
+}
+
+}  // namespace strata::testing

@@ -1,0 +1,46 @@
+// A deliberately naive forward pass for tests: f32 everywhere, weights dequantized once, plain loops,
+// written from llama.cpp's definition of each architecture and sharing no code with the engine.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf_reader.hpp"
+
+namespace strata::testing {
+
+class reference_model {
+public:
+    explicit reference_model(const gguf::reader& file);
+
+    // Logits [n_vocab] after each token of `tokens`, fed one at a time from position 0.
+    std::vector<std::vector<float>> logits(const std::vector<int32_t>& tokens);
+    int n_vocab() const { return n_vocab_; }
+    // Per position of the last logits() call: the smallest gap, over layers, between the router logits
+    // of the k-th and the (k+1)-th expert (log of their probability ratio). Near zero, a rounding
+    // difference can pick the other expert, and the logits may then legitimately differ.
+    const std::vector<float>& route_margins() const { return margins_; }
+    // Per position, per layer: the experts chosen, in order.
+    const std::vector<std::vector<std::vector<int>>>& route_ids() const { return ids_; }
+
+private:
+    struct matrix {
+        int64_t rows = 0, cols = 0;
+        std::vector<float> w;  // [rows][cols]
+        std::vector<float> apply(const std::vector<float>& x) const;
+    };
+    matrix load(const std::string& name) const;
+    std::vector<float> vec(const std::string& name) const;
+    std::vector<float> ffn(const matrix& gate, const matrix& up, const matrix& down, const std::vector<float>& x) const;
+    matrix expert(const std::string& merged, const std::string& split_fmt, int e, bool down) const;
+
+    const gguf::reader& f_;
+    std::string arch_;
+    int n_layer_, n_embd_, n_head_, n_head_kv_, head_dim_, n_expert_, n_used_, n_ff_, n_vocab_;
+    float eps_, freq_base_;
+    std::vector<float> margins_;
+    std::vector<std::vector<std::vector<int>>> ids_;
+};
+
+}  // namespace strata::testing
