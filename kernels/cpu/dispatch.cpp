@@ -23,6 +23,8 @@ static void fill_avx2(isa_table& t) {
     set_dot(t, ggml_type::Q8_0, dot_q8_0_avx2);
     set_dot(t, ggml_type::IQ4_XS, dot_iq4_xs_avx2);
     set_dot(t, ggml_type::Q5_K, dot_q5_k_avx2);
+    set_dot(t, ggml_type::Q2_K, dot_q2_k_avx2);
+    set_dot(t, ggml_type::Q3_K, dot_q3_k_avx2);
     set_dot(t, ggml_type::Q4_0, dot_q4_0_avx2);
     set_dot(t, ggml_type::Q4_1, dot_q4_1_avx2);
     set_dot(t, ggml_type::Q5_0, dot_q5_0_avx2);
@@ -129,6 +131,9 @@ static constexpr size_t row_tile_bytes = size_t{128} << 10;
 void run_rows(const isa_table& t, const matrix& w, int64_t row_begin, int64_t row_end, const void* act,
               size_t act_stride, int64_t n_tok, float* y, int64_t y_stride) {
     const dot_fn dot = dot_for(t, w);
+    if (row_begin < 0 || row_begin > row_end || n_tok < 0)
+        throw std::invalid_argument("CPU kernels: bad row range [" + std::to_string(row_begin) + ", " +
+                                    std::to_string(row_end) + ") or token count " + std::to_string(n_tok) + ".");
     const auto* base = static_cast<const uint8_t*>(w.data);
     const auto* act_base = static_cast<const uint8_t*>(act);
     const int64_t row_tile =

@@ -142,7 +142,7 @@ int run(int argc, char** argv) {
         ("mib", "weight matrix (and read buffer) size in MiB", cxxopts::value<int64_t>()->default_value("256"))
         ("cols", "elements per row", cxxopts::value<int64_t>()->default_value("4096"))
         ("threads", "comma-separated thread counts", cxxopts::value<std::string>()->default_value("1,2"))
-        ("repeats", "repeats per figure (the median is reported)", cxxopts::value<int>()->default_value("7"))
+        ("repeats", "repeats per figure (the median is reported)", cxxopts::value<int>()->default_value("9"))
         ("matmul-tokens", "comma-separated token counts for the batched matmul (empty: skip)",
          cxxopts::value<std::string>()->default_value("64,512"))
         ("matmul-rows", "rows of the matmul matrix (n_cols x rows)", cxxopts::value<int64_t>()->default_value("4096"))
