@@ -144,6 +144,44 @@ TEST(MakeModel, TokenizerIsAConsistentByteLevelBpe) {
     EXPECT_NE(r.at("tokenizer.chat_template").as_string().find("<|im_start|>"), std::string::npos);
 }
 
+TEST(MakeModel, LlamaTokenizerIsSentencePieceStyle) {
+    model_spec s = tiny(arch::qwen3moe);
+    s.tokenizer = tokenizer_kind::llama;
+    const gguf::reader r = generate(s);
+    EXPECT_EQ(r.at("tokenizer.ggml.model").as_string(), "llama");
+    EXPECT_EQ(r.find("tokenizer.ggml.merges"), nullptr);
+    const auto& tokens = r.at("tokenizer.ggml.tokens").as_array();
+    const auto& types = r.at("tokenizer.ggml.token_type").as_array();
+    const auto& scores = r.at("tokenizer.ggml.scores").as_array();
+    ASSERT_EQ(tokens.size(), 512u);
+    ASSERT_EQ(types.size(), tokens.size());
+    ASSERT_EQ(scores.size(), tokens.size());
+    EXPECT_EQ(tokens[0].as_string(), "<unk>");
+    EXPECT_EQ(tokens[1].as_string(), "<s>");
+    EXPECT_EQ(tokens[2].as_string(), "</s>");
+    EXPECT_EQ(types[1].as_i64(), 3);
+    EXPECT_EQ(tokens[3 + 0x0A].as_string(), "<0x0A>");
+    EXPECT_EQ(types[3 + 0x0A].as_i64(), 6);
+    EXPECT_EQ(r.at("tokenizer.ggml.bos_token_id").as_u64(), 1u);
+    EXPECT_EQ(r.at("tokenizer.ggml.eos_token_id").as_u64(), 2u);
+    EXPECT_TRUE(r.at("tokenizer.ggml.add_bos_token").as_bool());
+    std::set<std::string> vocab;
+    for (const auto& t : tokens) EXPECT_TRUE(vocab.insert(t.as_string()).second) << "duplicate " << t.as_string();
+    EXPECT_TRUE(vocab.count("\xE2\x96\x81the")) << "a common word with its leading space (U+2581) is one piece";
+    // Earlier pieces score higher (merge order).
+    EXPECT_GT(scores[300].as_f64(), scores[301].as_f64());
+    EXPECT_NE(r.at("tokenizer.chat_template").as_string().find("[INST]"), std::string::npos);
+}
+
+TEST(MakeModel, MixtralDefaultsToTheLlamaTokenizer) {
+    EXPECT_EQ(generate(tiny(arch::mixtral)).at("tokenizer.ggml.model").as_string(), "llama");
+    model_spec s = tiny(arch::mixtral);
+    s.tokenizer = tokenizer_kind::gpt2;
+    EXPECT_EQ(generate(s).at("tokenizer.ggml.model").as_string(), "gpt2");
+    EXPECT_EQ(parse_tokenizer("llama"), tokenizer_kind::llama);
+    EXPECT_THROW(parse_tokenizer("wordpiece"), std::invalid_argument);
+}
+
 TEST(MakeModel, ShapeThatDoesNotFitTheTypeNamesTheTensor) {
     model_spec s = tiny(arch::qwen3moe);
     s.n_embd = 320;  // not a multiple of Q4_K's 256

@@ -1,6 +1,8 @@
 #include "generate.hpp"
 
 #include <cstring>
+#include <map>
+#include <set>
 #include <stdexcept>
 
 #include <spdlog/fmt/fmt.h>
@@ -18,8 +20,17 @@ constexpr const char* kChatMLTemplate =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+// Mixtral-8x7B-Instruct's template: no system role, bos written by the template (the tokenizer adds
+// it, so strata's renderer leaves it out).
+constexpr const char* kMistralTemplate =
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}";
+
 // llama.cpp token types.
-constexpr int32_t kTokenNormal = 1, kTokenControl = 3, kTokenUnused = 5;
+constexpr int32_t kTokenNormal = 1, kTokenUnknown = 2, kTokenControl = 3, kTokenUnused = 5, kTokenByte = 6;
 
 uint64_t splitmix64(uint64_t& x) {
     uint64_t z = (x += 0x9E3779B97F4A7C15ull);
@@ -160,7 +171,7 @@ void set_hparams(gguf::writer& w, const model_spec& s) {
     }
 }
 
-void set_tokenizer(gguf::writer& w, const model_spec& s) {
+void set_gpt2_tokenizer(gguf::writer& w, const model_spec& s) {
     using gguf::value;
     static const std::vector<std::string> kSpecials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
     const int64_t n_special = static_cast<int64_t>(kSpecials.size());
@@ -192,6 +203,68 @@ void set_tokenizer(gguf::writer& w, const model_spec& s) {
     w.set("tokenizer.chat_template", value::str(kChatMLTemplate));
 }
 
+// A SentencePiece-style vocabulary as Llama/Mistral files have it: <unk> <s> </s>, the 256 byte
+// tokens, then subword pieces (spaces as U+2581) scored by merge order, single characters last, and
+// placeholders up to the requested size. The pieces are the byte-level BPE merges learned from the
+// same corpus, spelled back as text; pieces with control characters are left to byte fallback.
+void set_llama_tokenizer(gguf::writer& w, const model_spec& s) {
+    using gguf::value;
+    constexpr int kFixed = 3 + 256;
+    constexpr int kChars = 1 + ('~' - '!' + 1);  // U+2581 and printable ASCII
+    if (s.n_vocab < kFixed + kChars)
+        throw std::invalid_argument(fmt::format("a vocabulary of {} tokens is too small: the special, byte and "
+                                                "single-character tokens of a llama vocabulary alone need {}",
+                                                s.n_vocab, kFixed + kChars));
+    std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+    std::vector<int32_t> types = {kTokenUnknown, kTokenControl, kTokenControl};
+    for (int b = 0; b < 256; ++b) {
+        tokens.push_back(fmt::format("<0x{:02X}>", b));
+        types.push_back(kTokenByte);
+    }
+    std::map<std::string, unsigned char> byte_of_symbol;
+    for (int b = 0; b < 256; ++b) byte_of_symbol[byte_symbol(static_cast<unsigned char>(b))] = static_cast<unsigned char>(b);
+    std::set<std::string> known;
+    auto add_piece = [&](const std::string& piece) {
+        if (!known.insert(piece).second) return;
+        tokens.push_back(piece);
+        types.push_back(kTokenNormal);
+    };
+    const bpe_vocab bpe = train_bpe(training_corpus(), static_cast<size_t>(s.n_vocab - kFixed - kChars));
+    for (size_t i = 256; i < bpe.tokens.size(); ++i) {
+        std::string piece;
+        bool control = false;
+        const std::string& t = bpe.tokens[i];
+        for (size_t pos = 0; pos < t.size();) {
+            const size_t len = static_cast<unsigned char>(t[pos]) < 0x80 ? 1 : 2;  // symbols are U+0021..U+0143
+            const unsigned char b = byte_of_symbol.at(t.substr(pos, len));
+            control = control || b < 0x20 || b == 0x7F;
+            piece += b == ' ' ? std::string("\xE2\x96\x81") : std::string(1, static_cast<char>(b));
+            pos += len;
+        }
+        if (!control) add_piece(piece);
+    }
+    add_piece("\xE2\x96\x81");
+    for (char c = '!'; c <= '~'; ++c) add_piece(std::string(1, c));
+    for (int i = 0; static_cast<int64_t>(tokens.size()) < s.n_vocab; ++i) {
+        tokens.push_back(fmt::format("<unused_{}>", i));
+        types.push_back(kTokenUnused);
+    }
+    // SentencePiece BPE scores: the earlier a piece was learned, the higher; specials and bytes 0.
+    std::vector<float> scores(tokens.size(), 0.0f);
+    for (size_t i = kFixed; i < tokens.size(); ++i) scores[i] = -static_cast<float>(i - kFixed);
+
+    w.set("tokenizer.ggml.model", value::str("llama"));
+    w.set("tokenizer.ggml.tokens", value::str_array(tokens));
+    w.set("tokenizer.ggml.scores", value::f32_array(scores));
+    w.set("tokenizer.ggml.token_type", value::i32_array(types));
+    w.set("tokenizer.ggml.bos_token_id", value::u32(1));
+    w.set("tokenizer.ggml.eos_token_id", value::u32(2));
+    w.set("tokenizer.ggml.unknown_token_id", value::u32(0));
+    w.set("tokenizer.ggml.add_bos_token", value::boolean(true));
+    w.set("tokenizer.ggml.add_eos_token", value::boolean(false));
+    w.set("tokenizer.chat_template", value::str(kMistralTemplate));
+}
+
 }  // namespace
 
 gguf::writer build_model(const model_spec& spec) {
@@ -212,7 +285,10 @@ gguf::writer build_model(const model_spec& spec) {
     w.set("general.quantization_version", value::u32(2));
     w.set("general.alignment", value::u32(32));
     set_hparams(w, spec);
-    set_tokenizer(w, spec);
+    if (resolve_tokenizer(spec) == tokenizer_kind::llama)
+        set_llama_tokenizer(w, spec);
+    else
+        set_gpt2_tokenizer(w, spec);
     for (const tensor_spec& t : tensors)
         w.add_tensor(t.name, t.type, t.ne, [t, seed = spec.seed](std::span<uint8_t> out) { fill_tensor(t, seed, out); });
     return w;

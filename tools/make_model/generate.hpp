@@ -1,5 +1,6 @@
 // Turns a model_spec into a GGUF writer: metadata as llama.cpp reads it for the architecture, a
-// learned byte-level BPE tokenizer, a ChatML template, and random weights filled at write time.
+// learned tokenizer (byte-level BPE with ChatML, or SentencePiece with the Mistral template), and
+// random weights filled at write time.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // strata-make-model: writes a synthetic MoE model as a real GGUF file (random weights, learned
-// byte-level BPE vocabulary, ChatML template), since no real weights can be downloaded here.
+// byte-level BPE or SentencePiece vocabulary, chat template), since no real weights can be downloaded here.
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -54,6 +54,8 @@ int run(int argc, char** argv) {
         ("type-router", "type of the router weights", cxxopts::value<std::string>())
         ("tie-embeddings", "no output.weight; the head reuses token_embd")
         ("split-experts", "mixtral: one tensor per expert (blk.N.ffn_gate.E.weight), as older files have")
+        ("tokenizer", "gpt2 (byte-level BPE, ChatML) | llama (SentencePiece, Mistral [INST]); default: llama "
+         "for mixtral, gpt2 otherwise", cxxopts::value<std::string>())
         ("h,help", "show help");
     const auto a = opts.parse(argc, argv);
     if (a.count("help")) {
@@ -89,6 +91,7 @@ int run(int argc, char** argv) {
         if (a.count(flag)) *field = parse_type(flag, a[flag].as<std::string>());
     s.tie_embeddings = a.count("tie-embeddings") > 0;
     s.split_experts = a.count("split-experts") > 0;
+    if (a.count("tokenizer")) s.tokenizer = parse_tokenizer(a["tokenizer"].as<std::string>());
 
     const std::string out = a["output"].as<std::string>();
     const auto t0 = std::chrono::steady_clock::now();

@@ -26,6 +26,17 @@ arch parse_arch(const std::string& name) {
     throw std::invalid_argument("unknown architecture '" + name + "' (valid: qwen3moe, qwen2moe, mixtral)");
 }
 
+tokenizer_kind parse_tokenizer(const std::string& name) {
+    if (name == "gpt2") return tokenizer_kind::gpt2;
+    if (name == "llama") return tokenizer_kind::llama;
+    throw std::invalid_argument("unknown tokenizer '" + name + "' (valid: gpt2, llama)");
+}
+
+tokenizer_kind resolve_tokenizer(const model_spec& spec) {
+    if (spec.tokenizer != tokenizer_kind::arch_default) return spec.tokenizer;
+    return spec.architecture == arch::mixtral ? tokenizer_kind::llama : tokenizer_kind::gpt2;
+}
+
 model_spec preset(const std::string& name) {
     model_spec s;
     if (name == "tiny") {

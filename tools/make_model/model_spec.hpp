@@ -11,6 +11,11 @@ namespace strata::make_model {
 
 enum class arch { qwen3moe, qwen2moe, mixtral };
 
+// The vocabulary written: gpt2 (byte-level BPE, ChatML template) or llama (SentencePiece with scores,
+// <0xXX> byte tokens, <unk> <s> </s>, Mistral [INST] template). arch_default: llama for mixtral, as
+// real Mixtral files have, gpt2 otherwise.
+enum class tokenizer_kind { arch_default, gpt2, llama };
+
 struct model_spec {
     arch architecture = arch::qwen3moe;
     std::string name = "strata synthetic";
@@ -29,6 +34,7 @@ struct model_spec {
     float rms_eps = 1e-6f;
     bool tie_embeddings = false;       // no output.weight; the head reuses token_embd
     bool split_experts = false;        // mixtral only: older per-expert tensors blk.N.ffn_gate.E.weight
+    tokenizer_kind tokenizer = tokenizer_kind::arch_default;
     uint64_t seed = 42;
     formats::ggml_type type_experts = formats::ggml_type::Q4_K;
     formats::ggml_type type_shexp = formats::ggml_type::Q8_0;
@@ -41,6 +47,8 @@ struct model_spec {
 std::string arch_name(arch a);             // the name on the command line
 std::string gguf_architecture(arch a);     // general.architecture ("llama" for mixtral, as llama.cpp expects)
 arch parse_arch(const std::string& name);  // throws std::invalid_argument listing the valid names
+tokenizer_kind parse_tokenizer(const std::string& name);  // gpt2 | llama; throws std::invalid_argument
+tokenizer_kind resolve_tokenizer(const model_spec& spec);  // arch_default resolved: gpt2 or llama
 
 // Presets: "tiny" (a few MB, unit tests), "demo" (tens of MB, the README's model), "bench"
 // (about 1.5 GB: n_embd 2048, 8 layers, 32/4 heads of 128, 64 experts of 768, 8 used).

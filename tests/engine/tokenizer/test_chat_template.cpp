@@ -1,0 +1,107 @@
+// Chat templates: recognition from the model's Jinja text, overrides, and byte-exact prompts.
+#include <gtest/gtest.h>
+
+#include "fixtures.hpp"
+#include "tokenizer/chat_template.hpp"
+
+namespace strata::tok {
+namespace {
+
+const std::vector<chat_message> kConversation = {
+    {"system", "You are terse."},
+    {"user", "Hi"},
+    {"assistant", "Hello."},
+    {"user", "2+2?"},
+};
+
+TEST(ChatTemplate, ChatMLByteExact) {
+    const chat_template t(chat_format::chatml);
+    EXPECT_EQ(t.apply(kConversation),
+              "<|im_start|>system\nYou are terse.<|im_end|>\n"
+              "<|im_start|>user\nHi<|im_end|>\n"
+              "<|im_start|>assistant\nHello.<|im_end|>\n"
+              "<|im_start|>user\n2+2?<|im_end|>\n"
+              "<|im_start|>assistant\n");
+    EXPECT_EQ(t.apply(std::vector<chat_message>{{"user", "x"}}, false), "<|im_start|>user\nx<|im_end|>\n");
+}
+
+TEST(ChatTemplate, MistralByteExactWithSystemInTheFirstUserTurn) {
+    const chat_template t(chat_format::mistral);
+    EXPECT_EQ(t.apply(kConversation), "[INST] You are terse.\n\nHi [/INST]Hello.</s>[INST] 2+2? [/INST]");
+    EXPECT_EQ(t.apply(kConversation, false), t.apply(kConversation));  // the prompt already ends the turn
+    EXPECT_EQ(t.apply(std::vector<chat_message>{{"user", "Hi"}}), "[INST] Hi [/INST]");
+    EXPECT_EQ(t.apply(std::vector<chat_message>{{"system", "S"}}), "[INST] S [/INST]");
+}
+
+TEST(ChatTemplate, Llama3ByteExact) {
+    const chat_template t(chat_format::llama3);
+    EXPECT_EQ(t.apply(std::vector<chat_message>{{"system", " Be brief.\n"}, {"user", "Hi"}}),
+              "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+              "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+              "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplate, UnknownRoleNamesIt) {
+    const chat_template t(chat_format::chatml);
+    try {
+        t.apply(std::vector<chat_message>{{"user", "a"}, {"narrator", "b"}});
+        FAIL();
+    } catch (const std::invalid_argument& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("'narrator'"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("message 1"), std::string::npos) << msg;
+    }
+}
+
+TEST(ChatTemplate, DetectedFromTheModelsTemplate) {
+    const std::string llama3 =
+        "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+        "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+        "'<|eot_id|>' %}{{ content }}{% endfor %}";
+    EXPECT_EQ(detect_chat_format(llama3), chat_format::llama3);
+    EXPECT_EQ(detect_chat_format("{{ '[INST] ' + message['content'] + ' [/INST]' }}"), chat_format::mistral);
+    EXPECT_EQ(detect_chat_format("{{'<|im_start|>' + message['role'] }}"), chat_format::chatml);
+    EXPECT_EQ(detect_chat_format("{{ message['content'] }}"), std::nullopt);
+
+    // The generated models' own templates.
+    for (auto [kind, expected] : {std::pair{make_model::tokenizer_kind::gpt2, chat_format::chatml},
+                                  std::pair{make_model::tokenizer_kind::llama, chat_format::mistral}}) {
+        const gguf::reader r = testing::generated_reader(kind, 512);
+        EXPECT_EQ(chat_template::from_model(r.at("tokenizer.chat_template").as_string()).format(), expected);
+    }
+}
+
+TEST(ChatTemplate, OverrideAndErrors) {
+    EXPECT_EQ(chat_template::from_model("{{'<|im_start|>'}}", "llama3").format(), chat_format::llama3);
+    EXPECT_EQ(chat_template::from_model("", "mistral").format(), chat_format::mistral);
+    try {
+        chat_template::from_model("{{ message['content'] }}");
+        FAIL();
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("chatml, mistral, llama3"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(chat_template::from_model(""), std::runtime_error);
+    try {
+        chat_template::from_model("", "vicuna");
+        FAIL();
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("'vicuna'"), std::string::npos) << e.what();
+    }
+}
+
+TEST(ChatTemplate, RenderedPromptsTokeniseWithTheirMarkers) {
+    const tokenizer& gpt2 = testing::gpt2_tokenizer();
+    const std::string chatml = chat_template(chat_format::chatml).apply(kConversation);
+    const auto ids = gpt2.encode(chatml, {.add_special = true, .parse_special = true});
+    EXPECT_EQ(ids.front(), testing::id_of(gpt2, "<|im_start|>"));
+    EXPECT_EQ(gpt2.decode(ids, {.render_special = true}), chatml);
+
+    const tokenizer& llama = testing::llama_tokenizer();
+    const std::string mistral = chat_template(chat_format::mistral).apply(kConversation);
+    const auto mids = llama.encode(mistral, {.add_special = true, .parse_special = true});
+    EXPECT_EQ(mids.front(), llama.bos());
+    EXPECT_EQ(std::count(mids.begin(), mids.end(), llama.eos()), 1);
+}
+
+}  // namespace
+}  // namespace strata::tok
