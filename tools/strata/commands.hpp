@@ -4,5 +4,6 @@
 namespace strata::cli {
 
 int run_info(int argc, char** argv);
+int run_generate(int argc, char** argv);
 
 }  // namespace strata::cli

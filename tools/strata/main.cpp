@@ -16,6 +16,7 @@ struct subcommand {
 constexpr subcommand kSubcommands[] = {
     {"info", "describe a GGUF model file (architecture, hyper-parameters, tensors, tokenizer)",
      &strata::cli::run_info},
+    {"run", "generate text: strata run -m FILE -p PROMPT [-n N] [--chat] (see --help)", &strata::cli::run_generate},
 };
 
 int usage() {

@@ -1,0 +1,67 @@
+// Internals shared by engine.cpp and session.cpp: the loaded model and its engine thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "expert_pool.hpp"
+#include "gguf/gguf_reader.hpp"
+#include "model/forward.hpp"
+#include "model/hparams.hpp"
+#include "model/kv_cache.hpp"
+#include "model/weights.hpp"
+#include "strata/engine.hpp"
+#include "tokenizer/chat_template.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace strata {
+
+// Runs tasks one at a time, in submission order, on one thread: the thread that built the expert pool
+// (under the NUMA split the pool pins it to the host core and phases must start from it).
+class engine_thread {
+public:
+    engine_thread();
+    ~engine_thread();
+    // Runs fn on the engine thread and waits; rethrows what fn throws.
+    void run(const std::function<void()>& fn);
+
+private:
+    void loop();
+
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<std::packaged_task<void()>> tasks_;
+    bool stop_ = false;
+    std::thread thread_;
+};
+
+struct model::impl {
+    // Loads, validates and binds everything but the pool (which engine.cpp builds on `thread`).
+    explicit impl(const model_options& o);
+
+    model_options options;
+    gguf::reader file;
+    engine::hparams hp;
+    engine::model_weights weights;
+    std::vector<arenas::moe_layer> moe_layers;
+    std::unique_ptr<arenas::expert_rows> rows;
+    tok::tokenizer tokenizer;
+    std::optional<tok::chat_template> chat;        // none: the model has no template strata knows
+    std::string chat_error;                        // why not, for the error when one is needed
+    engine::kv_type kv;
+    model_info info;
+
+    engine_thread thread;                          // declared before what it owns, so it stops last
+    std::unique_ptr<arenas::expert_pool> pool;     // created and used on `thread`
+    std::unique_ptr<engine::forward_pass> forward; // ditto
+    uint64_t tokens_evaluated = 0;                 // changed on `thread` only
+};
+
+}  // namespace strata

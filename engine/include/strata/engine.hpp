@@ -1,0 +1,192 @@
+// strata's engine API: load a GGUF Mixture-of-Experts model, open sessions, generate text with a
+// per-token callback and cancellation, tokenize, apply the chat template, read statistics.
+//
+// Thread-safety: a model may be shared by any number of threads and sessions; its forward passes run
+// one at a time on the model's own engine thread (the thread that owns the CPU expert pool), so
+// concurrent generate() calls on different sessions queue in arrival order. A session is used by one
+// thread at a time, except cancel(), which any thread may call at any time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strata {
+
+struct model_options {
+    std::string path;
+    int n_ctx = 0;                    // context length; 0: the model's training context, at most 4096
+    int n_batch = 512;                // prompt tokens per forward batch
+    std::string kv_type = "f16";      // "f16" | "int8"
+    std::string numa_pool;            // "auto" | "off" | "on" | "test" | "test:N"; empty: STRATA_NUMA_POOL
+    std::optional<int> pool_workers;  // empty: TBB_NUM_THREADS, else the pool plan's default
+    std::string chat_template;        // "chatml" | "mistral" | "llama3"; empty: from the model
+};
+
+struct sampling_options {
+    float temperature = 0.8f;        // <= 0: greedy
+    int top_k = 40;                  // <= 0: off
+    float top_p = 0.95f;             // >= 1: off
+    float min_p = 0.05f;             // <= 0: off
+    float repeat_penalty = 1.0f;     // 1: off (llama.cpp semantics)
+    int repeat_last_n = 64;
+    float presence_penalty = 0.0f;   // OpenAI semantics
+    float frequency_penalty = 0.0f;
+    std::optional<uint64_t> seed;    // the same seed, prompt and model give the same text
+};
+
+struct generation_options {
+    int max_tokens = 256;            // tokens to generate at most (also bounded by the context)
+    sampling_options sampling;
+    std::vector<std::string> stop;   // stop strings (not part of the returned text)
+    int top_logprobs = 0;            // > 0: that many alternatives per token, with log-probabilities
+    bool logprobs = false;           // record the chosen tokens' log-probabilities
+    bool ignore_eos = false;         // keep generating past end-of-generation tokens
+};
+
+struct token_logprob {
+    int32_t id = 0;
+    std::string text;                // the token's bytes (may be part of a UTF-8 character)
+    float logprob = 0;
+};
+
+struct generated_token {
+    int32_t id = 0;
+    float logprob = 0;               // filled when logprobs or top_logprobs was asked for
+    std::vector<token_logprob> top; // most likely first
+};
+
+// One callback per generated token: `text` is the text that became final with it (complete UTF-8
+// characters not held back by a possible stop string; may be empty). Return false to stop.
+struct token_event {
+    const generated_token& token;
+    std::string_view text;
+};
+using token_callback = std::function<bool(const token_event&)>;
+
+enum class stop_reason { eos, stop_string, length, cancelled };
+std::string_view stop_reason_name(stop_reason r);  // "stop" | "stop" | "length" | "cancelled"
+
+struct timings {
+    int prompt_n = 0;                // prompt tokens evaluated (after reuse)
+    int cache_n = 0;                 // prompt tokens reused from the previous request's KV cache
+    double prompt_ms = 0;
+    int predicted_n = 0;
+    double predicted_ms = 0;
+    double prompt_per_second() const { return prompt_ms > 0 ? prompt_n * 1000.0 / prompt_ms : 0; }
+    double predicted_per_second() const { return predicted_ms > 0 ? predicted_n * 1000.0 / predicted_ms : 0; }
+};
+
+struct generation_result {
+    std::string text;
+    std::vector<generated_token> tokens;
+    stop_reason reason = stop_reason::eos;
+    timings time;
+};
+
+struct chat_message {
+    std::string role;                // "system" | "user" | "assistant"
+    std::string content;
+};
+
+struct pool_slice_info {
+    int node = -1;                   // NUMA node (-1: none; test mode: the slice index)
+    int threads = 0;                 // workers, plus the host thread in its own slice
+    std::vector<int> cores;
+};
+
+struct model_info {
+    std::string path;
+    std::string architecture;        // "qwen3moe" | "qwen2moe" | "mixtral"
+    std::string name;
+    int n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+    int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+    int n_vocab = 0;
+    int n_ctx = 0, n_ctx_train = 0, n_batch = 0;
+    std::string kv_type;
+    std::string chat_format;         // the chat template in use
+    uint64_t file_bytes = 0;
+    uint64_t kv_bytes_per_session = 0;
+    // The CPU expert pool.
+    bool pool_split = false;
+    bool pool_test_mode = false;
+    std::string pool_reason;
+    std::vector<pool_slice_info> pool_slices;
+};
+
+// Routing statistics since the model was loaded.
+struct expert_stats {
+    uint64_t tokens = 0;                    // tokens evaluated
+    std::vector<uint64_t> counts;           // [n_layer][n_expert]: times each expert was routed to
+};
+
+// Thrown for a request that cannot run (a prompt longer than the context, bad sampling values); the
+// message names the numbers. Load failures throw std::runtime_error.
+struct request_error : std::invalid_argument {
+    using std::invalid_argument::invalid_argument;
+};
+
+class session;
+
+class model {
+public:
+    // Maps and validates the file, builds the CPU expert pool, binds the weights. Throws
+    // std::runtime_error naming the file, tensor, key or setting that is wrong.
+    static std::shared_ptr<model> load(const model_options& options);
+    ~model();
+
+    const model_info& info() const;
+    expert_stats statistics() const;
+
+    std::vector<int32_t> tokenize(std::string_view text, bool add_special = true, bool parse_special = false) const;
+    std::string detokenize(std::span<const int32_t> ids) const;
+    std::string token_text(int32_t id) const;
+    bool is_end_of_generation(int32_t id) const;
+    // Renders messages with the model's chat template (or the override); throws request_error on an
+    // unknown role.
+    std::string apply_chat_template(std::span<const chat_message> messages, bool add_generation_prompt = true) const;
+
+    struct impl;
+
+private:
+    friend class session;
+    explicit model(std::unique_ptr<impl> p);
+    std::unique_ptr<impl> impl_;
+};
+
+class session {
+public:
+    explicit session(std::shared_ptr<model> m);
+    ~session();
+    session(const session&) = delete;
+    session& operator=(const session&) = delete;
+
+    // Generates a continuation of `prompt` (token ids). The longest prefix shared with the tokens
+    // already in this session's KV cache is reused (timings.cache_n). Throws request_error when the
+    // prompt does not fit the context. The callback runs on the model's engine thread.
+    generation_result generate(std::span<const int32_t> prompt, const generation_options& options,
+                               const token_callback& on_token = {});
+
+    // Stops the generation in progress at its next token (reason `cancelled`); a no-op when idle.
+    // Safe from any thread.
+    void cancel();
+
+    // Logits after evaluating `prompt` from position 0 ([n_vocab] per token when all, else of the last
+    // token only). For tests and tools; clears this session's cache.
+    std::vector<float> evaluate(std::span<const int32_t> prompt, bool all = false);
+
+    size_t cached_tokens() const;
+
+    struct impl;
+
+private:
+    std::unique_ptr<impl> impl_;
+};
+
+}  // namespace strata

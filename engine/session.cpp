@@ -1,0 +1,173 @@
+// A session: one KV cache, prefix reuse across requests, the generation loop.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include <spdlog/fmt/fmt.h>
+
+#include "engine_impl.hpp"
+#include "tokenizer/sampler.hpp"
+#include "tokenizer/stop_strings.hpp"
+
+namespace strata {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point t0) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+tok::sampler_params to_sampler(const sampling_options& s) {
+    tok::sampler_params p;
+    p.temperature = s.temperature;
+    p.top_k = s.top_k;
+    p.top_p = s.top_p;
+    p.min_p = s.min_p;
+    p.repeat_penalty = s.repeat_penalty;
+    p.repeat_last_n = s.repeat_last_n;
+    p.presence_penalty = s.presence_penalty;
+    p.frequency_penalty = s.frequency_penalty;
+    p.seed = s.seed;
+    return p;
+}
+
+}  // namespace
+
+struct session::impl {
+    std::shared_ptr<model> owner;
+    model::impl& m;
+    engine::kv_cache kv;
+    std::vector<int32_t> cached;   // tokens whose keys and values are in kv, from position 0
+    std::vector<float> logits;     // [n_vocab] after the last evaluated token
+    std::atomic<bool> cancel{false};
+
+    explicit impl(std::shared_ptr<model> o)
+        : owner(std::move(o)),
+          m(*owner->impl_),
+          kv(m.hp.n_layer, m.options.n_ctx, m.hp.n_head_kv, m.hp.head_dim, m.kv),
+          logits(static_cast<size_t>(m.hp.n_vocab)) {}
+
+    // Evaluates tokens at the end of the cache (on the engine thread).
+    void eval(std::span<const int32_t> tokens, float* out, bool all = false) {
+        m.forward->eval(tokens, static_cast<int>(cached.size()), kv, out, all, m.options.n_batch);
+        cached.insert(cached.end(), tokens.begin(), tokens.end());
+        m.tokens_evaluated += tokens.size();
+    }
+
+    void check_prompt(std::span<const int32_t> prompt) const {
+        const int n_ctx = m.options.n_ctx;
+        if (prompt.empty()) throw request_error("the prompt is empty: it needs at least one token");
+        if (static_cast<int64_t>(prompt.size()) >= n_ctx)
+            throw request_error(fmt::format("the prompt has {} tokens, but the context holds {} (and at least one "
+                                            "token must be generated)",
+                                            prompt.size(), n_ctx));
+        for (int32_t id : prompt)
+            if (id < 0 || id >= m.hp.n_vocab)
+                throw request_error(fmt::format("token id {} is outside the vocabulary (0..{})", id, m.hp.n_vocab - 1));
+    }
+
+    generation_result generate(std::span<const int32_t> prompt, const generation_options& o, const token_callback& cb);
+};
+
+generation_result session::impl::generate(std::span<const int32_t> prompt, const generation_options& o,
+                                          const token_callback& cb) {
+    generation_result result;
+    tok::sampler sampler(to_sampler(o.sampling));
+    sampler.accept_prompt(prompt);
+
+    // Reuse the longest common prefix, but always evaluate at least the last prompt token for its logits.
+    size_t common = std::mismatch(cached.begin(), cached.end(), prompt.begin(), prompt.end()).first - cached.begin();
+    common = std::min(common, prompt.size() - 1);
+    cached.resize(common);
+    const auto t0 = clock_type::now();
+    eval(prompt.subspan(common), logits.data());
+    result.time.cache_n = static_cast<int>(common);
+    result.time.prompt_n = static_cast<int>(prompt.size() - common);
+    result.time.prompt_ms = ms_since(t0);
+
+    const auto t1 = clock_type::now();
+    const int n_ctx = m.options.n_ctx;
+    tok::stream_decoder decoder(m.tokenizer);
+    std::string text;        // everything decoded so far
+    size_t emitted = 0;      // bytes of `text` already handed to the callback
+    const int want_top = o.top_logprobs > 0 ? o.top_logprobs : (o.logprobs ? 0 : -1);
+    result.reason = stop_reason::length;
+    for (int i = 0; i < o.max_tokens; ++i) {
+        if (cancel.load(std::memory_order_relaxed)) {
+            result.reason = stop_reason::cancelled;
+            break;
+        }
+        const tok::sample_result s = sampler.sample(logits, std::max(want_top, 0));
+        if (!o.ignore_eos && m.tokenizer.is_eog(s.id)) {
+            result.reason = stop_reason::eos;
+            break;
+        }
+        generated_token g{s.id, s.logprob, {}};
+        for (const auto& t : s.top_logprobs)
+            g.top.push_back({t.id, std::string(m.tokenizer.token_to_piece(t.id, true)), t.logprob});
+        result.tokens.push_back(g);
+        text += decoder.push(s.id);
+        const tok::stop_scan scan = tok::scan_stop_strings(text, o.stop);
+        const size_t safe = scan.safe_length;
+        const std::string_view piece = safe > emitted ? std::string_view(text).substr(emitted, safe - emitted) : "";
+        emitted = std::max(emitted, safe);
+        const bool go_on = !cb || cb({result.tokens.back(), piece});
+        if (scan.stopped) {
+            text.resize(safe);
+            result.reason = stop_reason::stop_string;
+            break;
+        }
+        if (!go_on) {
+            result.reason = stop_reason::cancelled;
+            break;
+        }
+        if (static_cast<int>(cached.size()) >= n_ctx) {
+            result.reason = stop_reason::length;
+            break;
+        }
+        if (i + 1 < o.max_tokens) eval(std::span(&s.id, 1), logits.data());
+    }
+    if (result.reason != stop_reason::stop_string) {
+        text += decoder.flush();
+        if (cb && text.size() > emitted && !result.tokens.empty())
+            cb({result.tokens.back(), std::string_view(text).substr(emitted)});
+    }
+    result.text = std::move(text);
+    result.time.predicted_n = static_cast<int>(result.tokens.size());
+    result.time.predicted_ms = ms_since(t1);
+    return result;
+}
+
+session::session(std::shared_ptr<model> m) : impl_(std::make_unique<impl>(std::move(m))) {}
+session::~session() = default;
+
+generation_result session::generate(std::span<const int32_t> prompt, const generation_options& options,
+                                    const token_callback& on_token) {
+    impl_->check_prompt(prompt);
+    if (options.max_tokens < 1)
+        throw request_error(fmt::format("max_tokens must be at least 1, got {}", options.max_tokens));
+    if (options.top_logprobs < 0 || options.top_logprobs > 20)
+        throw request_error(fmt::format("top_logprobs must be 0..20, got {}", options.top_logprobs));
+    generation_result result;
+    impl_->cancel.store(false);
+    impl_->m.thread.run([&] { result = impl_->generate(prompt, options, on_token); });
+    return result;
+}
+
+void session::cancel() { impl_->cancel.store(true); }
+
+std::vector<float> session::evaluate(std::span<const int32_t> prompt, bool all) {
+    impl_->check_prompt(prompt);
+    std::vector<float> out((all ? prompt.size() : 1) * static_cast<size_t>(impl_->m.hp.n_vocab));
+    impl_->m.thread.run([&] {
+        impl_->cached.clear();
+        impl_->eval(prompt, out.data(), all);
+    });
+    return out;
+}
+
+size_t session::cached_tokens() const { return impl_->cached.size(); }
+
+}  // namespace strata

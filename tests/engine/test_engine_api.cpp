@@ -1,0 +1,227 @@
+// The public engine API end to end on a generated model: generation, prefix reuse, cancellation,
+// stop strings, context limits, determinism with a seed, and identical output across pool modes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "generate.hpp"
+#include "strata/engine.hpp"
+
+namespace strata {
+namespace {
+
+std::string model_path(make_model::arch a = make_model::arch::qwen3moe) {
+    const auto path = std::filesystem::temp_directory_path() / ("strata_api_" + make_model::arch_name(a) + ".gguf");
+    if (!std::filesystem::exists(path)) {
+        make_model::model_spec s = make_model::preset("tiny");
+        s.architecture = a;
+        make_model::build_model(s).write_file(path.string());
+    }
+    return path.string();
+}
+
+std::shared_ptr<model> load(const std::string& pool = "off", int n_ctx = 128) {
+    model_options o;
+    o.path = model_path();
+    o.numa_pool = pool;
+    o.n_ctx = n_ctx;
+    return model::load(o);
+}
+
+generation_options greedy(int n) {
+    generation_options g;
+    g.max_tokens = n;
+    g.sampling.temperature = 0;
+    g.ignore_eos = true;
+    return g;
+}
+
+TEST(EngineApi, InfoDescribesTheModelAndPool) {
+    const auto m = load();
+    const model_info& i = m->info();
+    EXPECT_EQ(i.architecture, "qwen3moe");
+    EXPECT_EQ(i.n_layer, 2);
+    EXPECT_EQ(i.n_expert, 8);
+    EXPECT_EQ(i.n_vocab, 512);
+    EXPECT_EQ(i.n_ctx, 128);
+    EXPECT_EQ(i.chat_format, "chatml");
+    EXPECT_FALSE(i.pool_split);
+    ASSERT_FALSE(i.pool_slices.empty());
+    EXPECT_GT(i.kv_bytes_per_session, 0u);
+}
+
+TEST(EngineApi, GreedyGenerationIsDeterministicAndStreamsItsText) {
+    const auto m = load();
+    const auto prompt = m->tokenize("Hello! How are you today?");
+    session a(m), b(m);
+    std::string streamed;
+    int callbacks = 0;
+    const auto ra = a.generate(prompt, greedy(16), [&](const token_event& e) {
+        streamed += e.text;
+        ++callbacks;
+        return true;
+    });
+    const auto rb = b.generate(prompt, greedy(16));
+    EXPECT_EQ(ra.tokens.size(), 16u);
+    EXPECT_EQ(ra.reason, stop_reason::length);
+    EXPECT_GE(callbacks, 16);
+    EXPECT_EQ(streamed, ra.text);
+    ASSERT_EQ(ra.tokens.size(), rb.tokens.size());
+    for (size_t i = 0; i < ra.tokens.size(); ++i) EXPECT_EQ(ra.tokens[i].id, rb.tokens[i].id);
+    EXPECT_EQ(ra.time.prompt_n, static_cast<int>(prompt.size()));
+    EXPECT_EQ(ra.time.predicted_n, 16);
+}
+
+TEST(EngineApi, SameSeedSameSampledText) {
+    const auto m = load();
+    const auto prompt = m->tokenize("The river ran quietly");
+    generation_options g;
+    g.max_tokens = 12;
+    g.ignore_eos = true;
+    g.sampling.temperature = 1.0f;
+    g.sampling.seed = 1234;
+    session s(m);
+    const auto r1 = s.generate(prompt, g);
+    const auto r2 = s.generate(prompt, g);
+    EXPECT_EQ(r1.text, r2.text);
+    g.sampling.seed = 99;
+    bool differs = false;
+    for (uint64_t seed = 99; seed < 104 && !differs; ++seed) {
+        g.sampling.seed = seed;
+        differs = s.generate(prompt, g).text != r1.text;
+    }
+    EXPECT_TRUE(differs);
+}
+
+TEST(EngineApi, ReusesThePromptPrefixAndGivesTheSameTokens) {
+    const auto m = load();
+    const auto prompt = m->tokenize("Question: What is the capital of France? Answer:");
+    session s(m);
+    const auto first = s.generate(prompt, greedy(8));
+    EXPECT_EQ(first.time.cache_n, 0);
+    const auto second = s.generate(prompt, greedy(8));
+    EXPECT_EQ(second.time.cache_n, static_cast<int>(prompt.size()) - 1);
+    EXPECT_EQ(second.time.prompt_n, 1);
+    for (size_t i = 0; i < first.tokens.size(); ++i) EXPECT_EQ(first.tokens[i].id, second.tokens[i].id);
+    auto longer = prompt;
+    longer.push_back(first.tokens[0].id);
+    const auto third = s.generate(longer, greedy(4));
+    EXPECT_GE(third.time.cache_n, static_cast<int>(prompt.size()));
+    EXPECT_EQ(third.tokens[0].id, first.tokens[1].id);
+}
+
+TEST(EngineApi, BitwiseSameLogitsAcrossPoolModes) {
+    std::vector<float> base;
+    for (const std::string mode : {"off", "test:2", "test:3"}) {
+        const auto m = load(mode);
+        session s(m);
+        const auto logits = s.evaluate(m->tokenize("Good morning. The weather today is sunny."), true);
+        if (base.empty())
+            base = logits;
+        else
+            EXPECT_EQ(0, std::memcmp(base.data(), logits.data(), base.size() * sizeof(float))) << mode;
+    }
+}
+
+TEST(EngineApi, CancelFromAnotherThreadStopsAtTheNextToken) {
+    const auto m = load("off", 512);
+    session s(m);
+    std::atomic<int> seen{0};
+    std::thread canceller;
+    const auto r = s.generate(m->tokenize("Once upon a time"), greedy(400), [&](const token_event&) {
+        if (++seen == 5) canceller = std::thread([&] { s.cancel(); });
+        return true;
+    });
+    canceller.join();
+    EXPECT_EQ(r.reason, stop_reason::cancelled);
+    EXPECT_LT(r.tokens.size(), 50u);
+    // A callback returning false stops too.
+    const auto r2 = s.generate(m->tokenize("Once upon a time"), greedy(400),
+                               [n = 0](const token_event&) mutable { return ++n < 3; });
+    EXPECT_EQ(r2.reason, stop_reason::cancelled);
+    EXPECT_EQ(r2.tokens.size(), 3u);
+}
+
+TEST(EngineApi, StopStringEndsTheTextBeforeIt) {
+    const auto m = load();
+    const auto prompt = m->tokenize("Hello");
+    session s(m);
+    const auto free_run = s.generate(prompt, greedy(20));
+    ASSERT_GT(free_run.text.size(), 4u);
+    const std::string stop = free_run.text.substr(free_run.text.size() / 2, 2);
+    auto g = greedy(20);
+    g.stop = {stop};
+    const auto r = s.generate(prompt, g);
+    EXPECT_EQ(r.reason, stop_reason::stop_string);
+    EXPECT_EQ(r.text, free_run.text.substr(0, free_run.text.find(stop)));
+}
+
+TEST(EngineApi, PromptLongerThanTheContextNamesBothNumbers) {
+    const auto m = load("off", 32);
+    session s(m);
+    std::vector<int32_t> prompt(40, 5);
+    try {
+        s.generate(prompt, greedy(4));
+        FAIL();
+    } catch (const request_error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("40 tokens"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("32"), std::string::npos) << msg;
+    }
+    // Generation stops at the context's end with reason `length`.
+    std::vector<int32_t> fits(30, 5);
+    const auto r = s.generate(fits, greedy(100));
+    EXPECT_EQ(r.reason, stop_reason::length);
+    EXPECT_LE(r.tokens.size() + fits.size(), 33u);
+    EXPECT_THROW(s.generate(std::vector<int32_t>{}, greedy(4)), request_error);
+    EXPECT_THROW(s.generate(std::vector<int32_t>{1, 100000}, greedy(4)), request_error);
+    EXPECT_THROW(s.generate(fits, greedy(0)), request_error);
+}
+
+TEST(EngineApi, ChatTemplateAndTokenizerRoundTrip) {
+    const auto m = load();
+    const std::vector<chat_message> msgs = {{"system", "Be brief."}, {"user", "Hello!"}};
+    const std::string text = m->apply_chat_template(msgs);
+    EXPECT_EQ(text, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
+    const auto ids = m->tokenize(text, true, true);
+    int ends = 0;  // the two <|im_end|> markers, each one token when special tokens are parsed
+    for (int32_t id : ids) ends += m->is_end_of_generation(id);
+    EXPECT_EQ(ends, 2);
+    int plain_ends = 0;
+    for (int32_t id : m->tokenize(text, true, false)) plain_ends += m->is_end_of_generation(id);
+    EXPECT_EQ(plain_ends, 0) << "without parse_special the markers are ordinary text";
+    EXPECT_THROW(m->apply_chat_template(std::vector<chat_message>{{"robot", "x"}}), request_error);
+    EXPECT_EQ(m->detokenize(m->tokenize("The river ran quietly.", false)), "The river ran quietly.");
+}
+
+TEST(EngineApi, LoadErrorsNameTheProblem) {
+    model_options o;
+    o.path = "/nonexistent.gguf";
+    EXPECT_THROW(model::load(o), std::runtime_error);
+    o.path = model_path();
+    o.kv_type = "q4";
+    try {
+        model::load(o);
+        FAIL();
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("q4"), std::string::npos) << e.what();
+    }
+}
+
+TEST(EngineApi, StatisticsCountRoutedExperts) {
+    const auto m = load();
+    session s(m);
+    const auto before = m->statistics();
+    s.generate(m->tokenize("Hello"), greedy(4));
+    const auto after = m->statistics();
+    EXPECT_GT(after.tokens, before.tokens);
+    uint64_t routed = 0;
+    for (size_t i = 0; i < after.counts.size(); ++i) routed += after.counts[i] - before.counts[i];
+    EXPECT_EQ(routed, (after.tokens - before.tokens) * 2u * 2u);  // 2 layers x 2 experts per token
+}
+
+}  // namespace
+}  // namespace strata

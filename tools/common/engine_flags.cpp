@@ -1,0 +1,66 @@
+#include "engine_flags.hpp"
+
+#include <spdlog/fmt/fmt.h>
+
+namespace strata::cli {
+
+void add_model_flags(cxxopts::Options& o) {
+    o.add_options("model")
+        ("m,model", "GGUF model file", cxxopts::value<std::string>())
+        ("c,ctx", "context length in tokens (0: the model's, at most 4096)", cxxopts::value<int>()->default_value("0"))
+        ("b,batch", "prompt tokens per forward batch", cxxopts::value<int>()->default_value("512"))
+        ("kv", "KV cache type: f16 | int8", cxxopts::value<std::string>()->default_value("f16"))
+        ("numa-pool", "CPU expert pool split across NUMA nodes: auto | off | on | test | test:N "
+                      "(default: STRATA_NUMA_POOL, else auto)", cxxopts::value<std::string>())
+        ("pool-workers", "worker threads of the CPU expert pool (default: TBB_NUM_THREADS, else the plan's)",
+         cxxopts::value<int>())
+        ("chat-template", "chat template override: chatml | mistral | llama3", cxxopts::value<std::string>());
+}
+
+void add_sampling_flags(cxxopts::Options& o) {
+    o.add_options("sampling")
+        ("temp", "temperature (0: greedy)", cxxopts::value<float>()->default_value("0.8"))
+        ("top-k", "top-k (0: off)", cxxopts::value<int>()->default_value("40"))
+        ("top-p", "top-p (1: off)", cxxopts::value<float>()->default_value("0.95"))
+        ("min-p", "min-p (0: off)", cxxopts::value<float>()->default_value("0.05"))
+        ("repeat-penalty", "repetition penalty (1: off)", cxxopts::value<float>()->default_value("1.0"))
+        ("repeat-last-n", "tokens the repetition penalty looks back at", cxxopts::value<int>()->default_value("64"))
+        ("presence-penalty", "presence penalty", cxxopts::value<float>()->default_value("0"))
+        ("frequency-penalty", "frequency penalty", cxxopts::value<float>()->default_value("0"))
+        ("s,seed", "random seed (default: random)", cxxopts::value<uint64_t>());
+}
+
+model_options model_options_from(const cxxopts::ParseResult& a) {
+    model_options m;
+    if (!a.count("model")) throw std::invalid_argument("-m/--model FILE is required");
+    m.path = a["model"].as<std::string>();
+    m.n_ctx = a["ctx"].as<int>();
+    m.n_batch = a["batch"].as<int>();
+    if (m.n_ctx < 0) throw std::invalid_argument(fmt::format("--ctx must be 0 or positive, got {}", m.n_ctx));
+    if (m.n_batch < 1) throw std::invalid_argument(fmt::format("--batch must be positive, got {}", m.n_batch));
+    m.kv_type = a["kv"].as<std::string>();
+    if (a.count("numa-pool")) m.numa_pool = a["numa-pool"].as<std::string>();
+    if (a.count("pool-workers")) {
+        m.pool_workers = a["pool-workers"].as<int>();
+        if (*m.pool_workers < 0)
+            throw std::invalid_argument(fmt::format("--pool-workers must be 0 or positive, got {}", *m.pool_workers));
+    }
+    if (a.count("chat-template")) m.chat_template = a["chat-template"].as<std::string>();
+    return m;
+}
+
+sampling_options sampling_options_from(const cxxopts::ParseResult& a) {
+    sampling_options s;
+    s.temperature = a["temp"].as<float>();
+    s.top_k = a["top-k"].as<int>();
+    s.top_p = a["top-p"].as<float>();
+    s.min_p = a["min-p"].as<float>();
+    s.repeat_penalty = a["repeat-penalty"].as<float>();
+    s.repeat_last_n = a["repeat-last-n"].as<int>();
+    s.presence_penalty = a["presence-penalty"].as<float>();
+    s.frequency_penalty = a["frequency-penalty"].as<float>();
+    if (a.count("seed")) s.seed = a["seed"].as<uint64_t>();
+    return s;
+}
+
+}  // namespace strata::cli
