@@ -7,6 +7,7 @@
 
 #include "expert_pool.hpp"
 #include "generate.hpp"
+#include "gguf/gguf_writer.hpp"
 #include "model/forward.hpp"
 #include "model/hparams.hpp"
 #include "model/weights.hpp"
@@ -200,6 +201,52 @@ TEST(Forward, RouteTokenNormalisesTopK) {
     EXPECT_FLOAT_EQ(w[0] + w[1], 1.0f);
     route_token(logits, 4, 2, false, ids, w);
     EXPECT_NEAR(w[0], std::exp(3.0) / (std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0)), 1e-6);
+}
+
+}  // namespace
+}  // namespace strata::engine
+
+namespace strata::engine {
+namespace {
+
+gguf::reader with_metadata(const std::string& key, gguf::value v) {
+    gguf::writer w = make_model::build_model(make_model::preset("tiny"));
+    w.set(key, std::move(v));
+    return gguf::reader::from_bytes(w.write_to_memory(), "bad.gguf");
+}
+
+TEST(ModelLoad, WrongShapeNamesTensorExpectedAndFound) {
+    // The file says 4 kv heads, but attn_k holds 2 heads of 64.
+    const gguf::reader f = with_metadata("qwen3moe.attention.head_count_kv", gguf::value::u32(4));
+    const hparams hp = read_hparams(f);
+    try {
+        bind_weights(f, hp);
+        FAIL();
+    } catch (const std::runtime_error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("blk.0.attn_k.weight"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("[256, 128]"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("expected [256, 256]"), std::string::npos) << msg;
+    }
+}
+
+TEST(ModelLoad, HyperParameterErrorsNameTheKey) {
+    auto message = [](const gguf::reader& f) {
+        try {
+            read_hparams(f);
+        } catch (const std::runtime_error& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    EXPECT_NE(message(with_metadata("general.architecture", gguf::value::str("gpt2"))).find("'gpt2' is not supported"),
+              std::string::npos);
+    EXPECT_NE(message(with_metadata("qwen3moe.expert_used_count", gguf::value::u32(9))).find("must be 1..8"),
+              std::string::npos);
+    EXPECT_NE(message(with_metadata("qwen3moe.attention.head_count", gguf::value::u32(3))).find("3 attention heads"),
+              std::string::npos);
+    EXPECT_NE(message(with_metadata("qwen3moe.expert_count", gguf::value::u32(0))).find("no experts"),
+              std::string::npos);
 }
 
 }  // namespace
