@@ -15,7 +15,10 @@ namespace detail {
 
 using formats::ggml_type;
 
-static void set_dot(isa_table& t, ggml_type type, dot_fn fn) { t.dot[static_cast<size_t>(type)] = fn; }
+static void set_dot(isa_table& t, ggml_type type, dot_fn fn, int tokens = 4) {
+    t.dot[static_cast<size_t>(type)] = fn;
+    t.dot_tokens[static_cast<size_t>(type)] = tokens;
+}
 
 static void fill_avx2(isa_table& t) {
     set_dot(t, ggml_type::Q4_K, dot_q4_k_avx2);
@@ -41,16 +44,16 @@ static void fill_avx2(isa_table& t) {
     t.softmax = softmax_avx2;
 }
 
-// AVX-512 overrides the formats where 512-bit code pays; the other formats, the activation quantizers
+// AVX-512 overrides the formats where 512-bit code pays (8 tokens per dot call with 32 registers); the other formats, the activation quantizers
 // and the vector ops keep their AVX2 kernels (they are a small share of a token's time).
 static void fill_avx512(isa_table& t) {
-    set_dot(t, ggml_type::Q4_K, dot_q4_k_avx512);
-    set_dot(t, ggml_type::Q6_K, dot_q6_k_avx512);
-    set_dot(t, ggml_type::Q8_0, dot_q8_0_avx512);
-    set_dot(t, ggml_type::IQ4_XS, dot_iq4_xs_avx512);
-    set_dot(t, ggml_type::F32, dot_f32_avx512);
-    set_dot(t, ggml_type::F16, dot_f16_avx512);
-    set_dot(t, ggml_type::BF16, dot_bf16_avx512);
+    set_dot(t, ggml_type::Q4_K, dot_q4_k_avx512, 8);
+    set_dot(t, ggml_type::Q6_K, dot_q6_k_avx512, 8);
+    set_dot(t, ggml_type::Q8_0, dot_q8_0_avx512, 8);
+    set_dot(t, ggml_type::IQ4_XS, dot_iq4_xs_avx512, 8);
+    set_dot(t, ggml_type::F32, dot_f32_avx512, 8);
+    set_dot(t, ggml_type::F16, dot_f16_avx512, 8);
+    set_dot(t, ggml_type::BF16, dot_bf16_avx512, 8);
 }
 
 static isa_table build_table(isa which) {
@@ -121,7 +124,7 @@ static dot_fn dot_for(const isa_table& t, const matrix& w) {
 
 // Tiling of the row loop (for several tokens; one token simply streams the rows):
 //   token tile: 64 activation rows, ~300 KiB for 4096 columns of Q8_K, stay in L2;
-//   row tile:   ~128 KiB of weight rows stay in L2 while every group of max_dot_tokens tokens of the
+//   row tile:   ~128 KiB of weight rows stay in L2 while every group of dot_tokens[type] tokens of the
 //               token tile passes over them, and each group's activations (~19 KiB) stay in L1.
 // The dot call for a (row, token group) pair is the same whatever the tiling, so results are bitwise
 // independent of it (and of n_tok).
@@ -131,6 +134,7 @@ static constexpr size_t row_tile_bytes = size_t{128} << 10;
 void run_rows(const isa_table& t, const matrix& w, int64_t row_begin, int64_t row_end, const void* act,
               size_t act_stride, int64_t n_tok, float* y, int64_t y_stride) {
     const dot_fn dot = dot_for(t, w);
+    const int group = t.dot_tokens[static_cast<size_t>(w.type)];
     if (row_begin < 0 || row_begin > row_end || n_tok < 0)
         throw std::invalid_argument("CPU kernels: bad row range [" + std::to_string(row_begin) + ", " +
                                     std::to_string(row_end) + ") or token count " + std::to_string(n_tok) + ".");
@@ -144,8 +148,8 @@ void run_rows(const isa_table& t, const matrix& w, int64_t row_begin, int64_t ro
         for (int64_t i = 0; i < n_tile; ++i) act_rows[i] = act_base + (t0 + i) * act_stride;
         for (int64_t r0 = row_begin; r0 < row_end; r0 += row_tile) {
             const int64_t r1 = std::min(row_end, r0 + row_tile);
-            for (int64_t g = 0; g < n_tile; g += max_dot_tokens) {
-                const int k = static_cast<int>(std::min<int64_t>(max_dot_tokens, n_tile - g));
+            for (int64_t g = 0; g < n_tile; g += group) {
+                const int k = static_cast<int>(std::min<int64_t>(group, n_tile - g));
                 float* y_group = y + (t0 + g) * y_stride - row_begin;  // y_group[i * y_stride + r]
                 for (int64_t r = r0; r < r1; ++r) {
                     float out[max_dot_tokens];

@@ -73,22 +73,27 @@ static void softmax_scalar(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+static void set_scalar(isa_table& t, ggml_type type, dot_fn fn) {
+    t.dot[static_cast<size_t>(type)] = fn;
+    t.dot_tokens[static_cast<size_t>(type)] = 4;
+}
+
 void fill_scalar(isa_table& t) {
-    t.dot[static_cast<size_t>(ggml_type::Q4_0)] = dot_reference<ggml_type::Q4_0>;
-    t.dot[static_cast<size_t>(ggml_type::Q4_1)] = dot_reference<ggml_type::Q4_1>;
-    t.dot[static_cast<size_t>(ggml_type::Q5_0)] = dot_reference<ggml_type::Q5_0>;
-    t.dot[static_cast<size_t>(ggml_type::Q5_1)] = dot_reference<ggml_type::Q5_1>;
-    t.dot[static_cast<size_t>(ggml_type::Q8_0)] = dot_reference<ggml_type::Q8_0>;
-    t.dot[static_cast<size_t>(ggml_type::Q2_K)] = dot_reference<ggml_type::Q2_K>;
-    t.dot[static_cast<size_t>(ggml_type::Q3_K)] = dot_reference<ggml_type::Q3_K>;
-    t.dot[static_cast<size_t>(ggml_type::Q4_K)] = dot_reference<ggml_type::Q4_K>;
-    t.dot[static_cast<size_t>(ggml_type::Q5_K)] = dot_reference<ggml_type::Q5_K>;
-    t.dot[static_cast<size_t>(ggml_type::Q6_K)] = dot_reference<ggml_type::Q6_K>;
-    t.dot[static_cast<size_t>(ggml_type::IQ4_NL)] = dot_reference<ggml_type::IQ4_NL>;
-    t.dot[static_cast<size_t>(ggml_type::IQ4_XS)] = dot_reference<ggml_type::IQ4_XS>;
-    t.dot[static_cast<size_t>(ggml_type::F32)] = dot_f32_scalar;
-    t.dot[static_cast<size_t>(ggml_type::F16)] = dot_f16_scalar;
-    t.dot[static_cast<size_t>(ggml_type::BF16)] = dot_bf16_scalar;
+    set_scalar(t, ggml_type::Q4_0, dot_reference<ggml_type::Q4_0>);
+    set_scalar(t, ggml_type::Q4_1, dot_reference<ggml_type::Q4_1>);
+    set_scalar(t, ggml_type::Q5_0, dot_reference<ggml_type::Q5_0>);
+    set_scalar(t, ggml_type::Q5_1, dot_reference<ggml_type::Q5_1>);
+    set_scalar(t, ggml_type::Q8_0, dot_reference<ggml_type::Q8_0>);
+    set_scalar(t, ggml_type::Q2_K, dot_reference<ggml_type::Q2_K>);
+    set_scalar(t, ggml_type::Q3_K, dot_reference<ggml_type::Q3_K>);
+    set_scalar(t, ggml_type::Q4_K, dot_reference<ggml_type::Q4_K>);
+    set_scalar(t, ggml_type::Q5_K, dot_reference<ggml_type::Q5_K>);
+    set_scalar(t, ggml_type::Q6_K, dot_reference<ggml_type::Q6_K>);
+    set_scalar(t, ggml_type::IQ4_NL, dot_reference<ggml_type::IQ4_NL>);
+    set_scalar(t, ggml_type::IQ4_XS, dot_reference<ggml_type::IQ4_XS>);
+    set_scalar(t, ggml_type::F32, dot_f32_scalar);
+    set_scalar(t, ggml_type::F16, dot_f16_scalar);
+    set_scalar(t, ggml_type::BF16, dot_bf16_scalar);
     t.quantize_q8_0 = quantize_q8_0_scalar;
     t.quantize_q8_1 = quantize_q8_1_scalar;
     t.quantize_q8_K = quantize_q8_K_scalar;

@@ -10,13 +10,14 @@
 
 namespace strata::kernels::cpu::detail {
 
-// Most activations one dot call handles; callers split larger token counts into groups.
-inline constexpr int max_dot_tokens = 4;
+// Most activations one dot call handles (per kernel: isa_table::dot_tokens, 4 for the AVX2 kernels'
+// 16 registers, 8 for AVX-512's 32); callers split larger token counts into groups of that size.
+inline constexpr int max_dot_tokens = 8;
 // One past the largest ggml type id (MXFP4 = 39).
 inline constexpr size_t n_type_ids = 40;
 
 // Dot products of one weight row (n elements of the entry's weight type) with n_tok activation
-// rows (1 <= n_tok <= max_dot_tokens): out[t] = w . a[t], each a[t] in vec_dot_type(type).
+// rows (1 <= n_tok <= the entry's dot_tokens): out[t] = w . a[t], each a[t] in vec_dot_type(type).
 // Every kernel computes token t's result with the same operation sequence whatever n_tok is,
 // which is what makes multi-token calls bitwise equal to single-token ones.
 using dot_fn = void (*)(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
@@ -26,6 +27,7 @@ using quantize_fn = void (*)(const float* x, void* dst, int64_t n);
 struct isa_table {
     isa id = isa::scalar;
     dot_fn dot[n_type_ids] = {};        // indexed by ggml type id; nullptr: no kernel
+    int dot_tokens[n_type_ids] = {};    // the most tokens dot[type] takes per call (<= max_dot_tokens)
     quantize_fn quantize_q8_0 = nullptr;
     quantize_fn quantize_q8_1 = nullptr;
     quantize_fn quantize_q8_K = nullptr;
@@ -43,18 +45,27 @@ const isa_table& table_for(isa which);
 isa choose_isa(const char* forced);
 
 // The row loop behind matvec / matvec_multi / matmul, on an explicit table (tests use it per ISA).
-// Tokens go to the dot kernel in groups of max_dot_tokens, tiles of 64 tokens per pass over the rows.
+// Tokens go to the dot kernel in groups of dot_tokens[type], tiles of 64 tokens per pass over the rows.
 void run_rows(const isa_table& t, const matrix& w, int64_t row_begin, int64_t row_end, const void* act,
               size_t act_stride, int64_t n_tok, float* y, int64_t y_stride);
 
-// Calls the right NT instantiation of a kernel template for a runtime token count.
-template <template <int> class K>
+// Calls the right NT instantiation of a kernel template for a runtime token count (1 <= n_tok <= Max).
+template <template <int> class K, int Max = 4>
 inline void call_with_tokens(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    static_assert(Max == 4 || Max == 8);
     switch (n_tok) {
-        case 1: K<1>::run(n, w, a, out); break;
-        case 2: K<2>::run(n, w, a, out); break;
-        case 3: K<3>::run(n, w, a, out); break;
-        default: K<4>::run(n, w, a, out); break;
+        case 1: K<1>::run(n, w, a, out); return;
+        case 2: K<2>::run(n, w, a, out); return;
+        case 3: K<3>::run(n, w, a, out); return;
+        case 4: K<4>::run(n, w, a, out); return;
+    }
+    if constexpr (Max == 8) {
+        switch (n_tok) {
+            case 5: K<5>::run(n, w, a, out); return;
+            case 6: K<6>::run(n, w, a, out); return;
+            case 7: K<7>::run(n, w, a, out); return;
+            case 8: K<8>::run(n, w, a, out); return;
+        }
     }
 }
 

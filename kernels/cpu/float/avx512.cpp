@@ -51,13 +51,13 @@ template <int NT> using bf16_kernel = float_dot<v512, load_bf16, NT>;
 }  // namespace
 
 void dot_f32_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<f32_kernel>(n, w, a, n_tok, out);
+    call_with_tokens<f32_kernel, 8>(n, w, a, n_tok, out);
 }
 void dot_f16_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<f16_kernel>(n, w, a, n_tok, out);
+    call_with_tokens<f16_kernel, 8>(n, w, a, n_tok, out);
 }
 void dot_bf16_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<bf16_kernel>(n, w, a, n_tok, out);
+    call_with_tokens<bf16_kernel, 8>(n, w, a, n_tok, out);
 }
 
 }  // namespace strata::kernels::cpu::detail

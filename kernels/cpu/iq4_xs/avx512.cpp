@@ -81,7 +81,7 @@ struct iq4_xs_avx512 {
 }  // namespace
 
 void dot_iq4_xs_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<iq4_xs_avx512>(n, w, a, n_tok, out);
+    call_with_tokens<iq4_xs_avx512, 8>(n, w, a, n_tok, out);
 }
 
 }  // namespace strata::kernels::cpu::detail

@@ -45,7 +45,7 @@ struct q8_0_avx512 {
 }  // namespace
 
 void dot_q8_0_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<q8_0_avx512>(n, w, a, n_tok, out);
+    call_with_tokens<q8_0_avx512, 8>(n, w, a, n_tok, out);
 }
 
 }  // namespace strata::kernels::cpu::detail
