@@ -48,6 +48,7 @@ static void fill_avx2(isa_table& t) {
 // and the vector ops keep their AVX2 kernels (they are a small share of a token's time).
 static void fill_avx512(isa_table& t) {
     set_dot(t, ggml_type::Q4_K, dot_q4_k_avx512, 8);
+    set_dot(t, ggml_type::Q5_K, dot_q5_k_avx512, 8);
     set_dot(t, ggml_type::Q6_K, dot_q6_k_avx512, 8);
     set_dot(t, ggml_type::Q8_0, dot_q8_0_avx512, 8);
     set_dot(t, ggml_type::IQ4_XS, dot_iq4_xs_avx512, 8);

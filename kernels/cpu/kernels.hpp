@@ -4,7 +4,7 @@
 // the forced one); the choice is logged once on the "kernels" logger.
 //
 // Paths per weight format:
-//   avx512 (F, BW, VL, DQ, VNNI): Q4_K, Q6_K, Q8_0, IQ4_XS, F32, F16, BF16; the other formats, the
+//   avx512 (F, BW, VL, DQ, VNNI): Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS, F32, F16, BF16; the other formats, the
 //           activation quantizers and the vector ops use their AVX2 kernels on an AVX-512 CPU;
 //   avx2 (+ FMA, F16C): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F32, F16, BF16,
 //           Q8_0 / Q8_1 / Q8_K activation quantizers, rms_norm, silu_mul, softmax;

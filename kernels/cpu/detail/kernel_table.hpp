@@ -81,6 +81,7 @@ STRATA_DOT(dot_q8_0_avx512);
 STRATA_DOT(dot_iq4_xs_avx2);
 STRATA_DOT(dot_iq4_xs_avx512);
 STRATA_DOT(dot_q5_k_avx2);
+STRATA_DOT(dot_q5_k_avx512);
 STRATA_DOT(dot_q2_k_avx2);
 STRATA_DOT(dot_q3_k_avx2);
 STRATA_DOT(dot_q4_0_avx2);
