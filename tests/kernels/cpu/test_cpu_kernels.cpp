@@ -320,7 +320,29 @@ TEST(PublicApi, MatvecUsesTheActiveIsa) {
     matvec(m, 0, n_rows, act.data(), y.data());
     detail::run_rows(detail::table_for(active_isa()), m, 0, n_rows, act.data(), 0, 1, want.data(), 0);
     EXPECT_EQ(0, std::memcmp(y.data(), want.data(), sizeof(float) * n_rows));
+    // matvec_multi and matmul through the public entry points: bitwise the single-token results.
+    std::vector<uint8_t> acts(act.size() * 20);
+    for (int t = 0; t < 20; ++t) {
+        const auto xt = random_floats(n_cols, 100 + t);
+        quantize_activation(type, xt.data(), acts.data() + t * act.size(), n_cols);
+    }
+    std::vector<float> multi(16 * n_rows), batched(20 * n_rows), single(n_rows);
+    matvec_multi(m, 0, n_rows, acts.data(), act.size(), 16, multi.data(), n_rows);
+    matmul(m, 0, n_rows, acts.data(), act.size(), 20, batched.data(), n_rows);
+    for (int t = 0; t < 20; ++t) {
+        matvec(m, 0, n_rows, acts.data() + t * act.size(), single.data());
+        EXPECT_EQ(0, std::memcmp(single.data(), batched.data() + t * n_rows, sizeof(float) * n_rows)) << t;
+        if (t < 16) {
+            EXPECT_EQ(0, std::memcmp(single.data(), multi.data() + t * n_rows, sizeof(float) * n_rows)) << t;
+        }
+    }
     EXPECT_THROW(matvec_multi(m, 0, n_rows, act.data(), 0, 17, y.data(), 0), std::invalid_argument);
+    EXPECT_THROW(matvec(m, 5, 4, act.data(), y.data()), std::invalid_argument);
+    // Float weights take the f32 row itself as the activation.
+    EXPECT_EQ(activation_type(ggml_type::F16), ggml_type::F32);
+    std::vector<float> copy(n_cols);
+    quantize_activation(ggml_type::BF16, x.data(), copy.data(), n_cols);
+    EXPECT_EQ(0, std::memcmp(copy.data(), x.data(), sizeof(float) * n_cols));
     EXPECT_THROW(matvec(matrix{ggml_type::Q8_K, w.data(), n_cols, stride}, 0, 1, act.data(), y.data()),
                  std::invalid_argument);
 }
