@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace strata::arenas {
 
@@ -15,32 +17,18 @@ struct act_buffer {
     size_t row_bytes = 0;
     std::vector<uint8_t> data;
 
+    // Bytes needed for n_rows rows of n_cols elements; grows only on the slice's own threads (first touch).
+    size_t need(formats::ggml_type type, int64_t n_cols, int64_t n_rows) const {
+        return cpu::activation_row_size(type, n_cols) * static_cast<size_t>(n_rows);
+    }
     void reset(formats::ggml_type type, int64_t n_cols, int64_t n_rows) {
         weight_type = type;
         row_bytes = cpu::activation_row_size(type, n_cols);
-        const size_t need = row_bytes * static_cast<size_t>(n_rows);
-        if (data.size() < need) data.resize(need);
+        const size_t bytes = need(type, n_cols, n_rows);
+        if (data.size() < bytes) data.resize(bytes);
     }
     uint8_t* row(int64_t i) { return data.data() + static_cast<size_t>(i) * row_bytes; }
 };
-
-// Runs W rows [0, n) of `m` over the activation rows of `slots` (gathered into a contiguous batch of
-// at most max_matvec_tokens) and hands each result row to `emit(slot, y)`.
-template <class Emit>
-void for_slots(const cpu::matrix& m, int64_t n, act_buffer& act, const std::vector<int32_t>& slots,
-               std::vector<uint8_t>& gather, std::vector<float>& y, Emit emit) {
-    const int max_tok = cpu::max_matvec_tokens;
-    if (gather.size() < act.row_bytes * max_tok) gather.resize(act.row_bytes * max_tok);
-    if (y.size() < static_cast<size_t>(n * max_tok)) y.resize(static_cast<size_t>(n * max_tok));
-    for (size_t first = 0; first < slots.size(); first += max_tok) {
-        const int n_tok = static_cast<int>(std::min<size_t>(max_tok, slots.size() - first));
-        for (int i = 0; i < n_tok; ++i)
-            std::memcpy(gather.data() + static_cast<size_t>(i) * act.row_bytes, act.row(slots[first + i]),
-                        act.row_bytes);
-        cpu::matvec_multi(m, 0, n, gather.data(), act.row_bytes, n_tok, y.data(), n);
-        for (int i = 0; i < n_tok; ++i) emit(slots[first + i], y.data() + static_cast<size_t>(i) * n);
-    }
-}
 
 }  // namespace
 
@@ -67,8 +55,8 @@ kernels::cpu::matrix mapped_expert_rows::rows(int layer, expert_part part, int e
 }
 
 struct moe_runner::slice_buffers {
-    act_buffer x_gate, x_up;   // x quantized for gate and up, per slot: [n_tok * k]
-    act_buffer h;              // h quantized for down, per slot
+    act_buffer x_gate, x_up;  // x quantized for gate and for up, per position: [n_pos]
+    act_buffer h;             // h quantized for down, per position: [n_pos]
 };
 
 moe_runner::moe_runner(expert_pool& pool, moe_shape shape, const std::vector<moe_layer>& layers,
@@ -77,122 +65,158 @@ moe_runner::moe_runner(expert_pool& pool, moe_shape shape, const std::vector<moe
     ff_ranges_ = split_rows(pool.plan(), shape.n_ff, row_block);
     embd_ranges_ = split_rows(pool.plan(), shape.n_embd, row_block);
     for (int s = 0; s < pool.n_slices(); ++s) slices_.push_back(std::make_unique<slice_buffers>());
-    slots_of_.resize(static_cast<size_t>(shape.n_expert));
+    count_of_.resize(static_cast<size_t>(shape.n_expert));
+    first_of_.resize(static_cast<size_t>(shape.n_expert));
 }
 
 moe_runner::~moe_runner() = default;
 
 void moe_runner::prepare(int layer, int n_tok, const int32_t* ids) {
     const int k = shape_.n_expert_used;
-    const moe_layer& l = layers_[static_cast<size_t>(layer)];
-    // NOTE: the buffers are allocated (and first touched) by the host thread; the expert store is what
-    // places the weights, which are nearly all of the bytes a phase reads.
-    for (auto& b : slices_) {
-        b->x_gate.reset(l.gate.type, shape_.n_embd, int64_t{n_tok} * k);
-        b->x_up.reset(l.up.type, shape_.n_embd, int64_t{n_tok} * k);
-        b->h.reset(l.down.type, shape_.n_ff, int64_t{n_tok} * k);
-    }
-    for (auto& t : slots_of_) t.clear();
-    for (int slot = 0; slot < n_tok * k; ++slot) {
+    const int n_slots = n_tok * k;
+    std::fill(count_of_.begin(), count_of_.end(), 0);
+    for (int slot = 0; slot < n_slots; ++slot) {
         const int32_t e = ids[slot];
-        if (e >= 0) slots_of_[static_cast<size_t>(e)].push_back(slot);
+        if (e >= shape_.n_expert)
+            throw std::out_of_range("moe_runner: token " + std::to_string(slot / k) + " routes slot " + std::to_string(slot % k) +
+                                    " to expert " + std::to_string(e) + ", the layer has " +
+                                    std::to_string(shape_.n_expert) + " experts");
+        if (e >= 0) ++count_of_[static_cast<size_t>(e)];
     }
     active_.clear();
-    for (int e = 0; e < shape_.n_expert; ++e)
-        if (!slots_of_[static_cast<size_t>(e)].empty()) active_.push_back(e);
-    h_.resize(static_cast<size_t>(n_tok) * k * shape_.n_ff);
-    y_.resize(static_cast<size_t>(n_tok) * k * shape_.n_embd);
+    n_pos_ = 0;
+    for (int e = 0; e < shape_.n_expert; ++e) {
+        first_of_[static_cast<size_t>(e)] = n_pos_;
+        n_pos_ += count_of_[static_cast<size_t>(e)];
+        if (count_of_[static_cast<size_t>(e)] > 0) active_.push_back(e);
+    }
+    pos_of_slot_.resize(static_cast<size_t>(n_slots));
+    std::vector<int32_t>& next = count_of_;  // reused as the next free position per expert
+    for (int e = 0; e < shape_.n_expert; ++e) next[static_cast<size_t>(e)] = first_of_[static_cast<size_t>(e)];
+    for (int slot = 0; slot < n_slots; ++slot)
+        pos_of_slot_[static_cast<size_t>(slot)] = ids[slot] >= 0 ? next[static_cast<size_t>(ids[slot])]++ : -1;
+    for (int e = 0; e < shape_.n_expert; ++e) next[static_cast<size_t>(e)] -= first_of_[static_cast<size_t>(e)];  // counts again
+
+    h_.resize(static_cast<size_t>(n_pos_) * shape_.n_ff);
+    y_.resize(static_cast<size_t>(n_pos_) * shape_.n_embd);
+    // Slice buffers grow on the slice's own threads, so their pages are first touched in the slice's
+    // node; this costs a phase only when a batch is larger than any before.
+    const moe_layer& l = layers_[static_cast<size_t>(layer)];
+    bool grow = false;
+    for (auto& b : slices_) {
+        grow |= b->x_gate.data.size() < b->x_gate.need(l.gate.type, shape_.n_embd, n_pos_) ||
+                b->x_up.data.size() < b->x_up.need(l.up.type, shape_.n_embd, n_pos_) ||
+                b->h.data.size() < b->h.need(l.down.type, shape_.n_ff, n_pos_);
+    }
+    auto reset = [&](slice_buffers& b) {
+        b.x_gate.reset(l.gate.type, shape_.n_embd, n_pos_);
+        b.x_up.reset(l.up.type, shape_.n_embd, n_pos_);
+        b.h.reset(l.down.type, shape_.n_ff, n_pos_);
+    };
+    if (grow) pool_.run_phase(1, [&](int s, size_t, size_t) { reset(*slices_[static_cast<size_t>(s)]); });
+    else
+        for (auto& b : slices_) reset(*b);
 }
 
 void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, const float* weights, float* out) {
     const int k = shape_.n_expert_used;
-    const int n_slots = n_tok * k;
     const int64_t n_embd = shape_.n_embd, n_ff = shape_.n_ff;
     const moe_layer& l = layers_[static_cast<size_t>(layer)];
     prepare(layer, n_tok, ids);
-    std::fill(out, out + n_tok * n_embd, 0.0f);
-    if (active_.empty()) return;
+    if (active_.empty()) {
+        std::fill(out, out + n_tok * n_embd, 0.0f);
+        return;
+    }
     const size_t n_slices = slices_.size();
+    // Gate and up read the same activation bytes when their weight types share an activation format.
+    const bool separate_up = cpu::activation_type(l.up.type) != cpu::activation_type(l.gate.type);
+    constexpr int max_tok = cpu::max_matvec_tokens;
 
-    // Phase 0: every slice quantizes x for its own gate/up rows (slots share their token's row).
-    std::vector<size_t> n_items(n_slices, static_cast<size_t>(n_slots));
+    // Phase 0: every slice quantizes each token's x once and copies it to the token's positions.
+    std::vector<size_t> n_items(n_slices, static_cast<size_t>(n_tok));
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
         slice_buffers& b = *slices_[static_cast<size_t>(s)];
-        for (size_t slot = begin; slot < end; ++slot) {
-            if (ids[slot] < 0) continue;
-            const float* xt = x + static_cast<size_t>(slot / k) * n_embd;
-            cpu::quantize_activation(l.gate.type, xt, b.x_gate.row(static_cast<int64_t>(slot)), n_embd);
-            if (l.up.type != l.gate.type)
-                cpu::quantize_activation(l.up.type, xt, b.x_up.row(static_cast<int64_t>(slot)), n_embd);
+        for (size_t t = begin; t < end; ++t) {
+            const float* xt = x + t * static_cast<size_t>(n_embd);
+            int32_t first = -1;
+            for (int j = 0; j < k; ++j) {
+                const int32_t pos = pos_of_slot_[t * static_cast<size_t>(k) + static_cast<size_t>(j)];
+                if (pos < 0) continue;
+                if (first < 0) {
+                    first = pos;
+                    cpu::quantize_activation(l.gate.type, xt, b.x_gate.row(pos), n_embd);
+                    if (separate_up) cpu::quantize_activation(l.up.type, xt, b.x_up.row(pos), n_embd);
+                    continue;
+                }
+                std::memcpy(b.x_gate.row(pos), b.x_gate.row(first), b.x_gate.row_bytes);
+                if (separate_up) std::memcpy(b.x_up.row(pos), b.x_up.row(first), b.x_up.row_bytes);
+            }
         }
     });
-    // Phase 1: items are (active expert, block of the slice's n_ff rows).
+
+    // Phase 1: items are (active expert, block of the slice's n_ff rows). Gate goes straight into h,
+    // up into a block-sized scratch, then h = silu(h) * up in place.
     std::vector<size_t> ff_blocks(n_slices);
     for (size_t s = 0; s < n_slices; ++s) {
-        const int64_t rows = ff_ranges_[s].end - ff_ranges_[s].begin;
-        ff_blocks[s] = static_cast<size_t>((rows + row_block - 1) / row_block);
+        ff_blocks[s] = static_cast<size_t>((ff_ranges_[s].end - ff_ranges_[s].begin + row_block - 1) / row_block);
         n_items[s] = ff_blocks[s] * active_.size();
     }
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
         slice_buffers& b = *slices_[static_cast<size_t>(s)];
-        act_buffer& x_up = l.up.type != l.gate.type ? b.x_up : b.x_gate;
-        std::vector<uint8_t> gather;
-        std::vector<float> g, u;
-        std::vector<float> gate_rows;
+        act_buffer& x_up = separate_up ? b.x_up : b.x_gate;
+        const row_range range = ff_ranges_[static_cast<size_t>(s)];
+        const size_t blocks = ff_blocks[static_cast<size_t>(s)];
+        float up[max_tok * row_block];  // [n_tok of the chunk][n] up x
         for (size_t item = begin; item < end; ++item) {
-            const int e = active_[item / ff_blocks[static_cast<size_t>(s)]];
-            const int64_t r0 = ff_ranges_[static_cast<size_t>(s)].begin +
-                               static_cast<int64_t>(item % ff_blocks[static_cast<size_t>(s)]) * row_block;
-            const int64_t n = std::min(row_block, ff_ranges_[static_cast<size_t>(s)].end - r0);
-            const auto& slots = slots_of_[static_cast<size_t>(e)];
-            gate_rows.resize(slots.size() * static_cast<size_t>(n));
-            size_t i = 0;
-            for_slots(rows_.rows(layer, expert_part::gate, e, s, r0), n, b.x_gate, slots, gather, g, [&](int32_t, const float* y) {
-                std::memcpy(gate_rows.data() + (i++) * static_cast<size_t>(n), y, sizeof(float) * n);
-            });
-            i = 0;
-            for_slots(rows_.rows(layer, expert_part::up, e, s, r0), n, x_up, slots, gather, u, [&](int32_t slot, const float* y) {
-                float* h = h_.data() + static_cast<size_t>(slot) * n_ff + r0;
-                cpu::silu_mul(gate_rows.data() + (i++) * static_cast<size_t>(n), y, n, h);
-            });
+            const int e = active_[item / blocks];
+            const int64_t r0 = range.begin + static_cast<int64_t>(item % blocks) * row_block;
+            const int64_t n = std::min(row_block, range.end - r0);
+            const cpu::matrix gate = rows_.rows(layer, expert_part::gate, e, s, r0);
+            const cpu::matrix upm = rows_.rows(layer, expert_part::up, e, s, r0);
+            const int32_t first = first_of_[static_cast<size_t>(e)], count = count_of_[static_cast<size_t>(e)];
+            for (int32_t c = 0; c < count; c += max_tok) {
+                const int nt = std::min(max_tok, count - c);
+                float* h = h_.data() + static_cast<size_t>(first + c) * n_ff + r0;
+                cpu::matvec_multi(gate, 0, n, b.x_gate.row(first + c), b.x_gate.row_bytes, nt, h, n_ff);
+                cpu::matvec_multi(upm, 0, n, x_up.row(first + c), x_up.row_bytes, nt, up, n);
+                for (int i = 0; i < nt; ++i) cpu::silu_mul(h + i * n_ff, up + i * n, n, h + i * n_ff);
+            }
         }
     });
 
     // Phase 1b: every slice quantizes all of h for its own down rows.
-    for (size_t s = 0; s < n_slices; ++s) n_items[s] = static_cast<size_t>(n_slots);
+    for (size_t s = 0; s < n_slices; ++s) n_items[s] = static_cast<size_t>(n_pos_);
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
         slice_buffers& b = *slices_[static_cast<size_t>(s)];
-        for (size_t slot = begin; slot < end; ++slot)
-            if (ids[slot] >= 0)
-                cpu::quantize_activation(l.down.type, h_.data() + slot * static_cast<size_t>(n_ff),
-                                         b.h.row(static_cast<int64_t>(slot)), n_ff);
+        for (size_t pos = begin; pos < end; ++pos)
+            cpu::quantize_activation(l.down.type, h_.data() + pos * static_cast<size_t>(n_ff), b.h.row(static_cast<int64_t>(pos)), n_ff);
     });
 
-    // Phase 2: items are blocks of the slice's n_embd rows; each reads those rows of every active expert,
-    // then sums the experts per token in routing order.
-    for (size_t s = 0; s < n_slices; ++s) {
-        const int64_t rows = embd_ranges_[s].end - embd_ranges_[s].begin;
-        n_items[s] = static_cast<size_t>((rows + row_block - 1) / row_block);
-    }
+    // Phase 2: items are blocks of the slice's n_embd rows; each computes those rows of every active
+    // expert, then sums the experts per token in routing order (a fixed order: bitwise reproducible).
+    for (size_t s = 0; s < n_slices; ++s)
+        n_items[s] = static_cast<size_t>((embd_ranges_[s].end - embd_ranges_[s].begin + row_block - 1) / row_block);
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
         slice_buffers& b = *slices_[static_cast<size_t>(s)];
-        std::vector<uint8_t> gather;
-        std::vector<float> yb;
+        const row_range range = embd_ranges_[static_cast<size_t>(s)];
         for (size_t item = begin; item < end; ++item) {
-            const int64_t r0 = embd_ranges_[static_cast<size_t>(s)].begin + static_cast<int64_t>(item) * row_block;
-            const int64_t n = std::min(row_block, embd_ranges_[static_cast<size_t>(s)].end - r0);
-            for (int e : active_)
-                for_slots(rows_.rows(layer, expert_part::down, e, s, r0), n, b.h, slots_of_[static_cast<size_t>(e)], gather, yb,
-                          [&](int32_t slot, const float* y) {
-                              std::memcpy(y_.data() + static_cast<size_t>(slot) * n_embd + r0, y, sizeof(float) * n);
-                          });
+            const int64_t r0 = range.begin + static_cast<int64_t>(item) * row_block;
+            const int64_t n = std::min(row_block, range.end - r0);
+            for (int e : active_) {
+                const cpu::matrix down = rows_.rows(layer, expert_part::down, e, s, r0);
+                const int32_t first = first_of_[static_cast<size_t>(e)], count = count_of_[static_cast<size_t>(e)];
+                for (int32_t c = 0; c < count; c += max_tok)
+                    cpu::matvec_multi(down, 0, n, b.h.row(first + c), b.h.row_bytes, std::min(max_tok, count - c),
+                                      y_.data() + static_cast<size_t>(first + c) * n_embd + r0, n_embd);
+            }
             for (int t = 0; t < n_tok; ++t) {
                 float* o = out + static_cast<size_t>(t) * n_embd + r0;
+                std::fill(o, o + n, 0.0f);
                 for (int j = 0; j < k; ++j) {
-                    const int slot = t * k + j;
-                    if (ids[slot] < 0) continue;
-                    const float w = weights[slot];
-                    const float* y = y_.data() + static_cast<size_t>(slot) * n_embd + r0;
+                    const int32_t pos = pos_of_slot_[static_cast<size_t>(t * k + j)];
+                    if (pos < 0) continue;
+                    const float w = weights[t * k + j];
+                    const float* y = y_.data() + static_cast<size_t>(pos) * n_embd + r0;
                     for (int64_t r = 0; r < n; ++r) o[r] += w * y[r];
                 }
             }

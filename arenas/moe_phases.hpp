@@ -84,7 +84,9 @@ public:
     ~moe_runner();
 
     // x: [n_tok][n_embd]; ids, weights: [n_tok][n_expert_used] (ids < 0 are skipped: computed
-    // elsewhere, e.g. by experts resident on the GPU); out: [n_tok][n_embd], overwritten.
+    // elsewhere, e.g. by experts resident on the GPU); out: [n_tok][n_embd], overwritten (zero for a
+    // token whose slots are all skipped). Throws std::out_of_range naming the token and id when an id
+    // is >= n_expert, and rethrows what a phase threw.
     void run(int layer, int n_tok, const float* x, const int32_t* ids, const float* weights, float* out);
 
     const std::vector<row_range>& ff_ranges() const { return ff_ranges_; }
@@ -102,11 +104,16 @@ private:
     std::vector<row_range> embd_ranges_;  // per slice: its rows of down
     std::vector<std::unique_ptr<slice_buffers>> slices_;
 
-    // The current call's routing grouped by expert: slots_of_[e] = slots (t * n_expert_used + j) routed to e.
-    std::vector<std::vector<int32_t>> slots_of_;
-    std::vector<int32_t> active_;  // experts with at least one slot, ascending
-    std::vector<float> h_;         // [n_slot][n_ff]
-    std::vector<float> y_;         // [n_slot][n_embd]
+    // The current call's routing in expert order. A "position" is one routed (token, expert) slot;
+    // positions of one expert are consecutive (ascending slot), experts ascending, so each expert's
+    // activations are one contiguous batch for matvec_multi.
+    std::vector<int32_t> count_of_;     // [n_expert] slots routed to each expert
+    std::vector<int32_t> first_of_;     // [n_expert] first position of each expert
+    std::vector<int32_t> active_;       // experts with at least one slot, ascending
+    std::vector<int32_t> pos_of_slot_;  // [n_tok * n_expert_used] position, -1 for a skipped slot
+    int32_t n_pos_ = 0;
+    std::vector<float> h_;              // [n_pos][n_ff] silu(gate x) * up x
+    std::vector<float> y_;              // [n_pos][n_embd] down h, before the routing weights
 };
 
 }  // namespace strata::arenas

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <new>
 #include <thread>
 #include <utility>
@@ -125,7 +127,7 @@ void first_touch_on(std::byte* p, std::size_t bytes, const std::vector<int>& cpu
 
 }  // namespace
 
-node_buffer::node_buffer(std::size_t bytes, int node, const std::vector<int>& node_cpus)
+node_buffer::node_buffer(std::size_t bytes, int node, const std::vector<int>& node_cpus, first_touch touch)
     : bytes_(bytes), node_(node) {
     mapped_ = std::max(huge_page_bytes, (bytes + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes);
     // Over-map by one huge page and trim, so the buffer starts on a 2 MiB boundary.
@@ -148,7 +150,7 @@ node_buffer::node_buffer(std::size_t bytes, int node, const std::vector<int>& no
                                    "it stays where first touch puts it.",
                                    static_cast<double>(mapped_) / (1 << 20), node_, err, std::strerror(err));
     }
-    first_touch_on(data_, mapped_, node_cpus, node_);
+    if (touch == first_touch::pinned) first_touch_on(data_, mapped_, node_cpus, node_);
 }
 
 void node_buffer::release() {
@@ -168,7 +170,7 @@ page_placement sample_page_placement(const void*, std::size_t, std::size_t) {
     return out;
 }
 
-node_buffer::node_buffer(std::size_t bytes, int node, const std::vector<int>&) : bytes_(bytes), node_(node) {
+node_buffer::node_buffer(std::size_t bytes, int node, const std::vector<int>&, first_touch) : bytes_(bytes), node_(node) {
     mapped_ = std::max(huge_page_bytes, (bytes + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes);
     data_ = static_cast<std::byte*>(::operator new(mapped_, std::align_val_t(huge_page_bytes)));
     std::memset(data_, 0, mapped_);
@@ -195,6 +197,29 @@ node_buffer& node_buffer::operator=(node_buffer&& other) noexcept {
         bound_ = std::exchange(other.bound_, false);
     }
     return *this;
+}
+
+std::optional<std::uint64_t> node_memory_free(int node) {
+    std::ifstream in("/sys/devices/system/node/node" + std::to_string(node) + "/meminfo");
+    std::string line;
+    while (in && std::getline(in, line)) {
+        // "Node 0 MemFree:         1234567 kB"
+        const auto at = line.find("MemFree:");
+        if (at == std::string::npos) continue;
+        return std::stoull(line.substr(at + 8)) * 1024;
+    }
+    return std::nullopt;
+}
+
+bool check_node_room(int node, std::uint64_t share_bytes, std::optional<std::uint64_t> free_bytes,
+                     std::uint64_t headroom_bytes) {
+    if (!free_bytes) free_bytes = node_memory_free(node);
+    if (!free_bytes || *free_bytes >= share_bytes + headroom_bytes) return true;
+    constexpr double gib = double(std::uint64_t{1} << 30);
+    logger("arenas")->warn("NUMA placement at risk: node {} has {:.1f} GiB free, its share needs {:.1f} GiB + {:.0f} GiB.",
+                           node, static_cast<double>(*free_bytes) / gib, static_cast<double>(share_bytes) / gib,
+                           static_cast<double>(headroom_bytes) / gib);
+    return false;
 }
 
 double page_placement::share_on(int node) const {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace strata::arenas {
@@ -54,6 +55,23 @@ struct page_placement {
 
 page_placement sample_page_placement(const void* addr, std::size_t bytes, std::size_t max_samples = 4096);
 
+// MemFree of a node from /sys/devices/system/node/nodeN/meminfo (no system call of the counted
+// kind); nullopt where the file does not exist (not Linux, no such node).
+std::optional<std::uint64_t> node_memory_free(int node);
+
+// Before placing `share_bytes` on `node`: logs "NUMA placement at risk: node N has X GiB free, its
+// share needs Y GiB + 2 GiB." when free memory (`free_bytes`, or node_memory_free) is short of the
+// share plus `headroom_bytes`. Returns false in that case.
+bool check_node_room(int node, std::uint64_t share_bytes, std::optional<std::uint64_t> free_bytes,
+                     std::uint64_t headroom_bytes = std::uint64_t{2} << 30);
+
+// Who touches a node_buffer's pages first.
+enum class first_touch {
+    pinned,  // the constructor: a thread pinned to node_cpus (the caller when node_cpus is empty)
+    none,    // nobody yet: the owner writes it from threads of its choice (the expert store's copy
+             // runs on the slice's own pinned pool threads)
+};
+
 // Memory bound to one NUMA node: mmap'd, 2 MiB-aligned and a multiple of 2 MiB (so no transparent
 // huge page straddles two buffers), advised for huge pages, mbind'ed to the node, then first touched
 // by a thread pinned to the node's CPUs. Failures degrade: the buffer still exists, bound() says
@@ -63,7 +81,7 @@ public:
     node_buffer() = default;
     // node < 0: no binding (and no NUMA system call); node_cpus empty: first touch by the caller.
     // Throws std::bad_alloc when mmap fails.
-    node_buffer(std::size_t bytes, int node, const std::vector<int>& node_cpus);
+    node_buffer(std::size_t bytes, int node, const std::vector<int>& node_cpus, first_touch touch = first_touch::pinned);
     ~node_buffer();
     node_buffer(node_buffer&& other) noexcept;
     node_buffer& operator=(node_buffer&& other) noexcept;

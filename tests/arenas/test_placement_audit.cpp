@@ -5,6 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "generate.hpp"
+#include "model_spec.hpp"
 #include "numa_policy.hpp"
 #include "placement_audit.hpp"
 #include "region_map.hpp"
@@ -62,4 +68,57 @@ TEST(PlacementAudit, PlanDryRun) {
     EXPECT_EQ(run_report("--plan --topology 'pack:2 numa:1 core:4 pu:2'"), 0);
     EXPECT_EQ(run_report("--plan --topology 'pack:2 numa:1 core:4 pu:2' --json --numa-pool test:3"), 0);
     EXPECT_EQ(run_report("--plan --topology 'nonsense:3'"), 2);
+}
+
+namespace {
+
+std::string capture_report(const std::string& args) {
+    const std::string cmd = std::string(PLACEMENT_REPORT) + " " + args;
+    std::string out;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+        char buf[4096];
+        while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+        pclose(p);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST(PlacementAudit, ModelDryRunBytesPerNode) {
+    strata::make_model::model_spec spec = strata::make_model::preset("tiny");
+    spec.n_layer = 3;
+    const std::string path = ::testing::TempDir() + "/dry-run.gguf";
+    strata::make_model::build_model(spec).write_file(path);
+    const std::string topo = " --topology 'pack:2 numa:1 core:4 pu:1'";
+
+    const auto split = nlohmann::json::parse(capture_report("--model " + path + " --dry-run --json --numa-pool on" + topo));
+    EXPECT_TRUE(split["split"].get<bool>());
+    EXPECT_EQ(split["layers"].get<int>(), 3);
+    ASSERT_EQ(split["slices"].size(), 2u);
+    std::uint64_t total = 0;
+    for (std::size_t s = 0; s < 2; ++s) {
+        EXPECT_EQ(split["slices"][s]["node"].get<int>(), static_cast<int>(s));
+        EXPECT_GT(split["slices"][s]["bytes"].get<std::uint64_t>(), 0u);
+        total += split["slices"][s]["bytes"].get<std::uint64_t>();
+    }
+    // Every expert row once, each (layer, part) block page-aligned in its slice's buffer.
+    const auto in_file = split["expert_bytes_in_file"].get<std::uint64_t>();
+    EXPECT_GE(total, in_file);
+    EXPECT_LE(total, in_file + 3 * 3 * 2 * 4096);
+    EXPECT_EQ(split["bytes_placed"].get<std::uint64_t>(), total);
+
+    const auto test = nlohmann::json::parse(capture_report("--model " + path + " --dry-run --json --numa-pool test:3" + topo));
+    EXPECT_EQ(test["slices"].size(), 3u);
+    for (const auto& s : test["slices"]) EXPECT_EQ(s["node"].get<int>(), -1);
+
+    const auto hot = nlohmann::json::parse(capture_report("--model " + path + " --dry-run --json --numa-pool off --numa-hot-node 1" + topo));
+    ASSERT_EQ(hot["slices"].size(), 1u);
+    EXPECT_EQ(hot["slices"][0]["node"].get<int>(), 1);
+    const auto mapped = nlohmann::json::parse(capture_report("--model " + path + " --dry-run --json --numa-pool off --mmap-experts" + topo));
+    EXPECT_EQ(mapped["bytes_placed"].get<std::uint64_t>(), 0u);
+
+    EXPECT_EQ(run_report("--model " + path + " --dry-run" + topo), 0);
+    EXPECT_EQ(run_report("--model " + path), 2);  // --dry-run is required
+    EXPECT_EQ(run_report("--model /nonexistent.gguf --dry-run"), 2);
 }

@@ -1,17 +1,30 @@
 // Runs inside a VM with several NUMA nodes (tests/numa-vm/strata-vm.sh): checks that the machine's
-// topology, the pool plan, the arenas' pinning and node-bound buffers behave on real NUMA nodes.
-// Usage: strata_numa_vm_check EXPECTED_NODES. Prints one PASS/FAIL line per check; exit 0 when all pass.
+// topology, the pool plan, the arenas' pinning, node-bound buffers, the expert store's placement, the
+// hot node and placement-report --pid behave on real NUMA nodes.
+// Usage: strata_numa_vm_check EXPECTED_NODES [PLACEMENT_REPORT]. Prints one PASS/FAIL line per check;
+// exit 0 when all pass.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 
+#include "arenas/moe_fixture.hpp"
 #include "expert_pool.hpp"
+#include "expert_store.hpp"
+#include "hot_node.hpp"
+#include "moe_phases.hpp"
 #include "numa_policy.hpp"
 #include "pool_plan.hpp"
+#include "region_map.hpp"
 #include "topology.hpp"
 
 using namespace strata::arenas;
+namespace testing = strata::arenas::testing;
 
 namespace {
 
@@ -23,10 +36,105 @@ void check(bool ok, const std::string& what) {
     if (!ok) ++n_failed;
 }
 
+std::string percent(double share) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%.1f %%", 100.0 * share);
+    return buf;
+}
+
+// Runs placement-report --pid (this process) and returns its exit status.
+int run_report(const std::string& report, const std::string& map_path) {
+    std::fflush(stdout);
+    const pid_t self = getpid(), child = fork();
+    if (child == 0) {
+        const std::string pid = std::to_string(self);
+        execl(report.c_str(), report.c_str(), "--pid", pid.c_str(), "--map", map_path.c_str(), static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Outputs of one layer for a few routings through `rows` (small shapes: TCG runs the scalar kernels).
+std::vector<float> moe_outputs(expert_pool& pool, const testing::synthetic_moe& m, const expert_rows& rows) {
+    moe_runner runner(pool, m.shape, m.layers, rows);
+    std::vector<float> all;
+    for (int n_tok : {1, 3}) {
+        std::mt19937 rng(static_cast<uint32_t>(n_tok));
+        const auto r = testing::make_routing(m.shape, n_tok, rng);
+        std::vector<float> out(r.x.size(), std::numeric_limits<float>::quiet_NaN());
+        runner.run(n_tok % 2, n_tok, r.x.data(), r.ids.data(), r.weights.data(), out.data());
+        all.insert(all.end(), out.begin(), out.end());
+    }
+    return all;
+}
+
+// The expert store under the split, the hot node and placement-report --pid.
+void check_store_hot_node_and_report(const topology& topo, expert_pool& pool, const std::string& report) {
+    using strata::formats::ggml_type;
+    const auto m = testing::make_synthetic_moe({512, 512, 8, 2}, {{ggml_type::Q8_0, ggml_type::Q8_0, ggml_type::Q8_0},
+                                                                  {ggml_type::Q8_0, ggml_type::Q8_0, ggml_type::Q8_0}}, 5);
+    region_map regions(region_map::default_path(static_cast<int>(getpid())));
+    store_options options;
+    options.regions = &regions;
+    options.headroom_bytes = std::uint64_t{32} << 20;  // the guest's nodes have a few hundred MiB
+    int layers_copied = 0;
+    options.on_layer_copied = [&](int) { ++layers_copied; };
+    expert_store store(pool, m.shape, m.layers, std::move(options));
+    const auto& placed = store.placement();
+    bool all_placed = placed.mode == store_mode::split && placed.nodes.size() == pool.plan().slices.size();
+    std::string shares;
+    for (const auto& n : placed.nodes) {
+        all_placed = all_placed && n.share >= 0.99 && n.pages_sampled > 0 && n.room_ok;
+        shares += (shares.empty() ? "" : ", ") + ("node " + std::to_string(n.node) + " " + percent(n.share) + " of " +
+                                                  std::to_string(n.pages_sampled) + " pages");
+    }
+    check(all_placed && layers_copied == 2, "expert store: split copies placed " + shares);
+
+    const auto mapped = moe_outputs(pool, m, mapped_expert_rows(m.layers));
+    const auto from_store = moe_outputs(pool, m, store);
+    pool_requests off_req;
+    off_req.mode = numa_pool_mode::off;
+    off_req.pool_workers = 1;
+    expert_pool off(plan_pool(topo, off_req));
+    const auto from_off = moe_outputs(off, m, mapped_expert_rows(m.layers));
+    check(std::memcmp(mapped.data(), from_store.data(), mapped.size() * sizeof(float)) == 0 &&
+              std::memcmp(mapped.data(), from_off.data(), mapped.size() * sizeof(float)) == 0,
+          "moe_runner: split with the store, split with the mapped rows and the split-off pool agree bitwise (" +
+              std::to_string(mapped.size()) + " floats)");
+
+    // --numa-hot-node 1: the split-off pool's single copy is claimed on node 1; snapshots go to node 0.
+    const hot_node hot(1, topo, &regions);
+    store_options hot_options;
+    hot_options.claimed = hot.claim_complement(expert_store::bytes_per_slice(off.plan(), m.shape, m.layers)[0]);
+    hot_options.regions = &regions;
+    expert_store hot_store(off, m.shape, m.layers, std::move(hot_options));
+    const auto& hp = hot_store.placement();
+    check(hp.nodes.size() == 1 && hp.nodes[0].node == 1 && hp.nodes[0].share >= 0.99,
+          "hot node: the resident complement is on node 1 (" + (hp.nodes.empty() ? std::string("not sampled") : percent(hp.nodes[0].share)) + ")");
+    auto snapshot = hot.allocate_cold(std::size_t{4} << 20, "conversation snapshot");
+    std::memset(snapshot.data(), 1, snapshot.size());
+    const auto cold = sample_page_placement(snapshot.data(), snapshot.size(), 256);
+    check(hot.cold_node() == 0 && cold.share_on(0) >= 0.99,
+          "hot node: conversation snapshots on cold node " + std::to_string(hot.cold_node()) + " (" + percent(cold.share_on(0)) + ")");
+
+    if (report.empty()) return;
+    const int agrees = run_report(report, regions.path());
+    check(agrees == 0, "placement-report --pid agrees with the process: exit " + std::to_string(agrees) + " over " +
+                           std::to_string(regions.regions().size()) + " regions");
+    node_buffer wrong(std::size_t{4} << 20, 0, {});
+    regions.add({"deliberately misplaced", reinterpret_cast<std::uintptr_t>(wrong.data()), wrong.size(), 1});
+    const int misplaced = run_report(report, regions.path());
+    check(misplaced == 1, "placement-report --pid exits 1 on a region bound to node 0 but meant for node 1 (exit " +
+                              std::to_string(misplaced) + ")");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     const int want_nodes = argc > 1 ? std::stoi(argv[1]) : 2;
+    const std::string report = argc > 2 ? argv[2] : "";
     const auto topo = load_machine_topology();
     std::printf("%s\n", topo.describe().c_str());
     check(topo.n_cpu_nodes() == want_nodes,
@@ -70,6 +178,7 @@ int main(int argc, char** argv) {
                   std::to_string(100.0 * share).substr(0, 5) + " % of " + std::to_string(placement.present()) +
                   " sampled pages on it" + (node.has_cpus() ? "" : " (memory-only node)"));
     }
+    check_store_hot_node_and_report(topo, *pool, report);
     std::printf("numa_vm_check: %d failed\n", n_failed);
     return n_failed == 0 ? 0 : 1;
 }

@@ -2,7 +2,9 @@
 # strata-vm.sh - boot a throw-away QEMU guest with N virtual NUMA nodes, run one test binary in it as
 # the only process, and exit with that binary's status.
 #
-#   strata-vm.sh [--nodes N] [--cpus-per-node K] [--mem MiB] [--timeout S] [--env K=V]... BINARY [ARGS...]
+#   strata-vm.sh [--nodes N] [--cpus-per-node K] [--mem MiB] [--timeout S] [--env K=V]... [--add FILE]...
+#                BINARY [ARGS...]
+# --add puts another program (with its libraries) next to BINARY in the guest's /test.
 #
 # How it stays fast without KVM (the container's /dev/kvm only runs PVM guests, so TCG it is):
 #  - Debian's kernel package is fetched once with `apt-get download` into the cache
@@ -17,6 +19,7 @@ set -euo pipefail
 
 nodes=2 per_node=2 mem=1024 timeout=240
 envs=()
+extra=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --nodes) nodes=$2; shift 2 ;;
@@ -24,7 +27,8 @@ while [[ $# -gt 0 ]]; do
     --mem) mem=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
     --env) envs+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --add) extra+=("$(readlink -f "$2")"); shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     -*) echo "strata-vm.sh: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -79,6 +83,7 @@ add_file() {  # add_file SRC DST: the file plus every shared library ldd lists f
   done
 }
 add_file "$binary" "/test/$(basename "$binary")"
+for f in "${extra[@]}"; do add_file "$f" "/test/$(basename "$f")"; done
 tbb=$(ldd "$binary" | awk '/libtbb\.so/ {print $3; exit}')
 if [[ -n $tbb ]]; then
   for bind in "$(dirname "$tbb")"/libtbbbind*.so.3; do [[ -e $bind ]] && add_file "$bind" "$bind"; done

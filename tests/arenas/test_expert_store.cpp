@@ -1,0 +1,249 @@
+// expert_store and hot_node on this (one-node) machine: per-slice copies in test mode without any NUMA
+// call, the single copy and --mmap-experts without the split, a split whose slices share node 0 (mbind
+// and move_pages for real), the room warning, claimed memory, the region map, and the hot node's
+// "off means no NUMA system call".
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include <spdlog/sinks/ostream_sink.h>
+
+#include "expert_store.hpp"
+#include "hot_node.hpp"
+#include "log.hpp"
+#include "moe_fixture.hpp"
+
+using namespace strata::arenas;
+using namespace strata::arenas::testing;
+using strata::formats::ggml_type;
+
+namespace {
+
+constexpr moe_shape shape{512, 256, 8, 4};
+
+const synthetic_moe& model() {
+    static const synthetic_moe m = make_synthetic_moe(
+        shape, {{ggml_type::Q4_K, ggml_type::Q4_K, ggml_type::Q6_K}, {ggml_type::Q8_0, ggml_type::IQ4_XS, ggml_type::Q8_0}}, 99);
+    return m;
+}
+
+topology four_cores() { return load_synthetic_topology("pack:1 numa:1 core:4 pu:1"); }
+
+pool_plan test_plan(int n) {
+    pool_requests req;
+    req.mode = numa_pool_mode::test;
+    req.test_slices = n;
+    req.pool_workers = n;
+    return plan_pool(four_cores(), req);
+}
+
+pool_plan off_plan() {
+    pool_requests req;
+    req.pool_workers = 1;
+    return plan_pool(four_cores(), req);
+}
+
+// A split whose two slices both live on this machine's node 0: real mbind, first touch and move_pages.
+pool_plan split_on_node0() {
+    const auto topo = load_machine_topology();
+    const auto& node = topo.nodes.front();
+    const int cpu = node.cores.front().cpu;
+    pool_plan plan;
+    plan.split = true;
+    plan.host_cpu = cpu;
+    plan.slices = {pool_slice{node.os_index, {cpu}, 0, true, true}, pool_slice{node.os_index, {cpu}, 1, false, true}};
+    return plan;
+}
+
+// Outputs of every layer for a few routings, through `rows`.
+std::vector<std::vector<float>> outputs(expert_pool& pool, const expert_rows& rows) {
+    const synthetic_moe& m = model();
+    moe_runner runner(pool, m.shape, m.layers, rows);
+    std::vector<std::vector<float>> out;
+    for (int layer = 0; layer < 2; ++layer)
+        for (int n_tok : {1, 5}) {
+            std::mt19937 rng(static_cast<uint32_t>(layer * 10 + n_tok));
+            const routing r = make_routing(shape, n_tok, rng);
+            out.emplace_back(r.x.size(), std::numeric_limits<float>::quiet_NaN());
+            runner.run(layer, n_tok, r.x.data(), r.ids.data(), r.weights.data(), out.back().data());
+        }
+    return out;
+}
+
+const std::vector<std::vector<float>>& expected() {
+    static const auto want = [] {
+        expert_pool pool(off_plan());
+        return outputs(pool, mapped_expert_rows(model().layers));
+    }();
+    return want;
+}
+
+void expect_same(const std::vector<std::vector<float>>& got, const std::string& what) {
+    const auto& want = expected();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0) << what << ", case " << i;
+}
+
+// Collects the "arenas" logger's lines while it lives.
+struct log_capture {
+    std::ostringstream text;
+    std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
+    log_capture() { strata::logger("arenas")->sinks().push_back(sink); }
+    ~log_capture() {
+        auto& sinks = strata::logger("arenas")->sinks();
+        sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+    }
+};
+
+}  // namespace
+
+TEST(ExpertStore, TestModeCopiesPerSliceWithoutNumaCalls) {
+    const auto& m = model();
+    for (int n : {2, 3}) {
+        expert_pool pool(test_plan(n));
+        region_map regions(::testing::TempDir() + "/store-regions.json");
+        std::vector<int> copied;
+        store_options options;
+        options.regions = &regions;
+        options.on_layer_copied = [&](int layer) { copied.push_back(layer); };
+        const auto calls = numa_calls().total();
+        expert_store store(pool, m.shape, m.layers, std::move(options));
+        EXPECT_EQ(numa_calls().total(), calls) << "test mode must not issue a NUMA system call";
+        EXPECT_EQ(copied, (std::vector<int>{0, 1}));
+        EXPECT_EQ(store.placement().mode, store_mode::test);
+        EXPECT_TRUE(store.placement().nodes.empty());
+        const auto per_slice = expert_store::bytes_per_slice(pool.plan(), m.shape, m.layers);
+        size_t total = 0;
+        for (auto b : per_slice) total += b;
+        EXPECT_EQ(store.placement().bytes, total);
+        ASSERT_EQ(regions.regions().size(), static_cast<size_t>(n));
+        for (const auto& r : regions.regions()) EXPECT_EQ(r.node, -1);
+        // Slices read their own copies, not the model's rows.
+        const auto ff = split_rows(pool.plan(), shape.n_ff, moe_runner::row_block);
+        for (int s = 0; s < n; ++s) {
+            const auto rows = store.rows(0, expert_part::gate, 3, s, ff[static_cast<size_t>(s)].begin);
+            const auto* model_row = m.layers[0].gate.experts[3] + static_cast<size_t>(ff[static_cast<size_t>(s)].begin) * m.layers[0].gate.row_stride;
+            EXPECT_NE(rows.data, model_row);
+            EXPECT_EQ(std::memcmp(rows.data, model_row, m.layers[0].gate.row_stride), 0);
+        }
+        expect_same(outputs(pool, store), "test:" + std::to_string(n));
+    }
+}
+
+TEST(ExpertStore, SplitOffOneCopyOrMappedRows) {
+    const auto& m = model();
+    expert_pool pool(off_plan());
+    {
+        expert_store store(pool, m.shape, m.layers);
+        EXPECT_EQ(store.placement().mode, store_mode::copy);
+        EXPECT_NE(store.rows(1, expert_part::down, 2, 0, 0).data, m.layers[1].down.experts[2]);
+        expect_same(outputs(pool, store), "one copy");
+    }
+    store_options options;
+    options.mmap_experts = true;
+    int copied = 0;
+    options.on_layer_copied = [&](int) { ++copied; };
+    expert_store mapped(pool, m.shape, m.layers, std::move(options));
+    EXPECT_EQ(mapped.placement().mode, store_mode::mapped);
+    EXPECT_EQ(mapped.placement().bytes, 0u);
+    EXPECT_EQ(copied, 0);
+    EXPECT_EQ(mapped.rows(1, expert_part::down, 2, 0, 0).data, m.layers[1].down.experts[2]);
+    expect_same(outputs(pool, mapped), "mmap experts");
+}
+
+TEST(ExpertStore, SplitBindsSamplesAndWarnsWhenANodeLacksRoom) {
+    if (!numa_policy_available()) GTEST_SKIP() << "no NUMA system calls on this platform";
+    const auto& m = model();
+    expert_pool pool(split_on_node0());
+    log_capture log;
+    store_options options;
+    options.node_free = [](int) { return std::optional<std::uint64_t>(std::uint64_t{1} << 30); };  // 1 GiB free
+    const auto before = numa_calls();
+    expert_store store(pool, m.shape, m.layers, std::move(options));
+    EXPECT_EQ(numa_calls().mbind, before.mbind + 2);       // one buffer per slice
+    EXPECT_EQ(numa_calls().move_pages, before.move_pages + 2);  // one sample per slice
+    const auto& p = store.placement();
+    EXPECT_EQ(p.mode, store_mode::split);
+    ASSERT_EQ(p.nodes.size(), 2u);
+    for (const auto& n : p.nodes) {
+        EXPECT_GE(n.share, 0.99) << "slice " << n.slice;
+        EXPECT_GT(n.pages_sampled, 0u);
+        EXPECT_FALSE(n.room_ok);
+    }
+    EXPECT_TRUE(p.ok());
+    const std::string text = log.text.str();
+    EXPECT_NE(text.find("NUMA placement at risk: node 0 has 1.0 GiB free, its share needs 0.0 GiB + 2 GiB."), std::string::npos) << text;
+    EXPECT_NE(text.find("NUMA placement: node 0 100.0 %, node 0 100.0 %."), std::string::npos) << text;
+    EXPECT_EQ(text.find("FAILED"), std::string::npos) << text;
+    expect_same(outputs(pool, store), "split on node 0");
+}
+
+TEST(ExpertStore, RejectsMismatchedLayersAndMisusedClaims) {
+    const auto& m = model();
+    expert_pool pool(test_plan(2));
+    moe_shape wrong = shape;
+    wrong.n_ff = 512;
+    EXPECT_THROW(expert_store(pool, wrong, m.layers), std::invalid_argument);
+    store_options options;
+    options.claimed = std::make_unique<node_buffer>(1 << 20, -1, std::vector<int>{});
+    EXPECT_THROW(expert_store(pool, m.shape, m.layers, std::move(options)), std::invalid_argument);
+    expert_pool off(off_plan());
+    store_options small;
+    small.claimed = std::make_unique<node_buffer>(1 << 20, -1, std::vector<int>{});
+    EXPECT_THROW(expert_store(off, m.shape, m.layers, std::move(small)), std::invalid_argument);
+}
+
+TEST(HotNode, OffIssuesNoNumaSystemCall) {
+    EXPECT_EQ(parse_hot_node("off"), std::nullopt);
+    EXPECT_EQ(parse_hot_node(""), std::nullopt);
+    EXPECT_EQ(parse_hot_node("1"), 1);
+    EXPECT_THROW(parse_hot_node("one"), std::invalid_argument);
+    EXPECT_THROW(parse_hot_node("-1"), std::invalid_argument);
+
+    const auto& m = model();
+    const auto before = numa_calls().total();
+    {
+        const hot_node hot(std::nullopt, load_machine_topology());
+        EXPECT_FALSE(hot.active());
+        EXPECT_EQ(hot.claim_complement(1 << 20), nullptr);
+        auto pool_bytes = hot.allocate_hot(3 << 20, "pinned host pool");
+        auto snapshot = hot.allocate_cold(1 << 20, "snapshot");
+        EXPECT_FALSE(pool_bytes.bound());
+        std::memset(pool_bytes.data(), 1, pool_bytes.size());
+        expert_pool pool(off_plan());
+        expert_store store(pool, m.shape, m.layers);
+        expect_same(outputs(pool, store), "hot node off");
+    }
+    EXPECT_EQ(numa_calls().total(), before) << "--numa-hot-node off must not issue a NUMA system call";
+    EXPECT_THROW(hot_node(7, four_cores()), std::invalid_argument);
+}
+
+TEST(HotNode, ClaimedComplementLandsOnTheHotNode) {
+    if (!numa_policy_available()) GTEST_SKIP();
+    const auto& m = model();
+    const auto topo = load_machine_topology();
+    const int node = topo.nodes.front().os_index;
+    region_map regions(::testing::TempDir() + "/hot-regions.json");
+    const hot_node hot(node, topo, &regions);
+    EXPECT_EQ(hot.cold_node(), topo.nodes.size() > 1 ? topo.nodes[1].os_index : -1);
+    expert_pool pool(off_plan());
+    store_options options;
+    options.claimed = hot.claim_complement(expert_store::bytes_per_slice(pool.plan(), m.shape, m.layers)[0]);
+    ASSERT_NE(options.claimed, nullptr);
+    EXPECT_TRUE(options.claimed->bound());
+    options.regions = &regions;
+    expert_store store(pool, m.shape, m.layers, std::move(options));
+    ASSERT_EQ(store.placement().nodes.size(), 1u);
+    EXPECT_EQ(store.placement().nodes[0].node, node);
+    EXPECT_GE(store.placement().nodes[0].share, 0.99);
+    {
+        auto staging = hot.allocate_hot(2 << 20, "pinned host pool");
+        EXPECT_TRUE(staging.bound());
+        EXPECT_EQ(regions.regions().size(), 2u);  // the store's copy and the staging pool
+    }
+    EXPECT_EQ(regions.regions().size(), 1u);
+    expect_same(outputs(pool, store), "hot node claim");
+}
