@@ -5,6 +5,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "log.hpp"
+#include "model_info.hpp"
 #include "topology.hpp"
 
 namespace strata {
@@ -90,7 +91,36 @@ model_info describe(const model::impl& m, const arenas::pool_plan& plan) {
     i.pool_test_mode = plan.test_mode;
     i.pool_reason = plan.reason;
     for (const auto& s : plan.slices) i.pool_slices.push_back({s.node, s.threads(), s.cores});
+    const arenas::store_placement& p = m.store->placement();
+    static constexpr const char* kModes[] = {"split", "test", "copy", "mapped"};
+    i.placement_mode = kModes[static_cast<int>(p.mode)];
+    i.placement = p.describe();
+    i.expert_bytes = p.bytes;
+    for (const auto& n : p.nodes) i.placement_nodes.push_back({n.slice, n.node, n.bytes, n.share, n.ok});
+    i.region_map_path = m.regions.path();
     return i;
+}
+
+// Builds the pool, claims the hot node, places the resident experts and builds the forward pass; runs
+// on the engine thread, which the pool pins to the host core under the split.
+void build_on_engine_thread(model::impl& r) {
+    const arenas::topology topo = arenas::load_machine_topology();
+    r.pool = arenas::expert_pool::create(topo, pool_requests_for(r.options));
+    const arenas::moe_shape shape{r.hp.n_embd, r.hp.n_ff_exp, r.hp.n_expert, r.hp.n_expert_used};
+    r.hot = std::make_unique<arenas::hot_node>(arenas::parse_hot_node(r.options.numa_hot_node), topo, &r.regions);
+    arenas::store_options so;
+    so.mmap_experts = r.options.mmap_experts;
+    so.regions = &r.regions;
+    if (r.hot->active() && !r.pool->plan().split && !so.mmap_experts)
+        so.claimed = r.hot->claim_complement(arenas::expert_store::bytes_per_slice(r.pool->plan(), shape, r.moe_layers)[0]);
+    // Drop each layer's experts from the page cache once copied, so the cache never crowds a node.
+    so.on_layer_copied = [&r](int layer) {
+        const std::string prefix = fmt::format("blk.{}.", layer);
+        for (const auto& t : r.file.tensors())
+            if (t.name.starts_with(prefix) && tensor_class(t.name) == "experts") r.file.release_pages(t);
+    };
+    r.store = std::make_unique<arenas::expert_store>(*r.pool, shape, r.moe_layers, std::move(so));
+    r.forward = std::make_unique<engine::forward_pass>(*r.pool, r.hp, r.weights, *r.store);
 }
 
 model_options checked(model_options o, int n_ctx_train) {
@@ -108,7 +138,6 @@ model::impl::impl(const model_options& o)
       hp(engine::read_hparams(file)),
       weights(engine::bind_weights(file, hp)),
       moe_layers(engine::moe_layers(weights)),
-      rows(std::make_unique<arenas::mapped_expert_rows>(moe_layers)),
       tokenizer(tok::tokenizer::from_gguf(file)),
       kv(engine::parse_kv_type(o.kv_type)) {
     options = checked(o, hp.n_ctx_train);
@@ -131,6 +160,8 @@ model::~model() {
     // The pool and the forward pass belong to the engine thread: tear them down there.
     impl_->thread.run([this] {
         impl_->forward.reset();
+        impl_->store.reset();
+        impl_->hot.reset();
         impl_->pool.reset();
     });
 }
@@ -138,16 +169,13 @@ model::~model() {
 std::shared_ptr<model> model::load(const model_options& options) {
     auto m = std::make_unique<impl>(options);
     impl& r = *m;
-    r.thread.run([&r] {
-        r.pool = arenas::expert_pool::create(arenas::load_machine_topology(), pool_requests_for(r.options));
-        r.forward = std::make_unique<engine::forward_pass>(*r.pool, r.hp, r.weights, *r.rows);
-    });
+    r.thread.run([&r] { build_on_engine_thread(r); });
     r.info = describe(r, r.pool->plan());
     logger("engine")->info("Loaded {} ({}, {} layers, {} experts of which {} used, {:.1f} MiB); context {} tokens, "
-                           "KV cache {} ({:.1f} MiB per session).",
+                           "KV cache {} ({:.1f} MiB per session); routed experts: {}.",
                            options.path, r.info.architecture, r.hp.n_layer, r.hp.n_expert, r.hp.n_expert_used,
                            double(r.info.file_bytes) / (1 << 20), r.info.n_ctx, r.info.kv_type,
-                           double(r.info.kv_bytes_per_session) / (1 << 20));
+                           double(r.info.kv_bytes_per_session) / (1 << 20), r.info.placement);
     return std::shared_ptr<model>(new model(std::move(m)));
 }
 

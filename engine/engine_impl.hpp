@@ -12,6 +12,10 @@
 #include <thread>
 
 #include "expert_pool.hpp"
+#include "expert_store.hpp"
+#include "hot_node.hpp"
+#include "region_map.hpp"
+#include "topology.hpp"
 #include "gguf/gguf_reader.hpp"
 #include "model/forward.hpp"
 #include "model/hparams.hpp"
@@ -51,15 +55,17 @@ struct model::impl {
     engine::hparams hp;
     engine::model_weights weights;
     std::vector<arenas::moe_layer> moe_layers;
-    std::unique_ptr<arenas::expert_rows> rows;
     tok::tokenizer tokenizer;
     std::optional<tok::chat_template> chat;        // none: the model has no template strata knows
     std::string chat_error;                        // why not, for the error when one is needed
     engine::kv_type kv;
     model_info info;
 
+    arenas::region_map regions;                    // published for placement-report --pid
     engine_thread thread;                          // declared before what it owns, so it stops last
     std::unique_ptr<arenas::expert_pool> pool;     // created and used on `thread`
+    std::unique_ptr<arenas::hot_node> hot;         // ditto
+    std::unique_ptr<arenas::expert_store> store;   // the resident routed experts the pool reads
     std::unique_ptr<engine::forward_pass> forward; // ditto
     uint64_t tokens_evaluated = 0;                 // changed on `thread` only
 };

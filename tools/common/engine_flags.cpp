@@ -14,7 +14,10 @@ void add_model_flags(cxxopts::Options& o) {
                       "(default: STRATA_NUMA_POOL, else auto)", cxxopts::value<std::string>())
         ("pool-workers", "worker threads of the CPU expert pool (default: TBB_NUM_THREADS, else the plan's)",
          cxxopts::value<int>())
-        ("chat-template", "chat template override: chatml | mistral | llama3", cxxopts::value<std::string>());
+        ("chat-template", "chat template override: chatml | mistral | llama3", cxxopts::value<std::string>())
+        ("numa-hot-node", "split-off pool: claim the resident experts on NUMA node N (N | off)",
+         cxxopts::value<std::string>()->default_value("off"))
+        ("mmap-experts", "split-off pool: read routed experts from the mapped file instead of a RAM copy");
 }
 
 void add_sampling_flags(cxxopts::Options& o) {
@@ -46,6 +49,8 @@ model_options model_options_from(const cxxopts::ParseResult& a) {
             throw std::invalid_argument(fmt::format("--pool-workers must be 0 or positive, got {}", *m.pool_workers));
     }
     if (a.count("chat-template")) m.chat_template = a["chat-template"].as<std::string>();
+    m.numa_hot_node = a["numa-hot-node"].as<std::string>();
+    m.mmap_experts = a.count("mmap-experts") > 0;
     return m;
 }
 

@@ -27,6 +27,10 @@ struct model_options {
     std::string numa_pool;            // "auto" | "off" | "on" | "test" | "test:N"; empty: STRATA_NUMA_POOL
     std::optional<int> pool_workers;  // empty: TBB_NUM_THREADS, else the pool plan's default
     std::string chat_template;        // "chatml" | "mistral" | "llama3"; empty: from the model
+    // Split-off pool on a multi-node machine: claim the resident experts on this NUMA node before
+    // anything else reads the model ("N"); "off" or empty: not one NUMA system call.
+    std::string numa_hot_node;
+    bool mmap_experts = false;        // split off: read experts from the mapped file instead of a RAM copy
 };
 
 struct sampling_options {
@@ -118,6 +122,19 @@ struct model_info {
     bool pool_test_mode = false;
     std::string pool_reason;
     std::vector<pool_slice_info> pool_slices;
+    // Where the resident routed experts landed (sampled with move_pages where placement was asked for).
+    struct node_share {
+        int slice = 0;
+        int node = -1;               // intended NUMA node
+        uint64_t bytes = 0;
+        double share = 0;            // fraction of sampled pages found on `node`
+        bool ok = true;              // share at or above 95 %
+    };
+    std::string placement_mode;      // "split" | "test" | "copy" | "mapped"
+    std::string placement;           // one line: "node 0 100.0 %, node 1 99.6 %" or "one copy, 1.2 GiB"
+    uint64_t expert_bytes = 0;       // bytes of routed experts copied into RAM
+    std::vector<node_share> placement_nodes;
+    std::string region_map_path;     // where placement-report --pid reads this process's regions
 };
 
 // Routing statistics since the model was loaded.
