@@ -40,12 +40,6 @@ static inline float hsum(__m256 v) {
     return hsum(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
 }
 
-// 32 signed bytes x 32 signed bytes -> 16 int16 sums of adjacent products. maddubs wants unsigned x
-// signed, so x's sign moves onto y. Codes must lie in [-127, 127] (|x| * |y| * 2 fits int16).
-static inline __m256i madd_i8_i8(__m256i x, __m256i y) {
-    return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-}
-
 // The packed 6-bit scales and mins of Q4_K / Q5_K (12 bytes at `packed`; reads 16, the block goes on)
 // -> bytes 0..7 = the 8 sub-block scales, bytes 8..15 = the 8 mins:
 //   sc[0..3] = p[0..3] & 63,                 m[0..3] = p[4..7] & 63,
