@@ -1,0 +1,255 @@
+#include "completions.hpp"
+
+#include <chrono>
+#include <optional>
+
+#include <httplib.h>
+#include <spdlog/fmt/fmt.h>
+
+#include "api_error.hpp"
+#include "connection.hpp"
+#include "openai_response.hpp"
+
+namespace strata::server {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// nginx's status for a client that went away before the answer; nobody receives it, /metrics counts it.
+constexpr int client_closed_request = 499;
+
+// Why a generation (or the wait for one) ended early.
+enum class cut { none, client_gone, timeout, shutdown };
+
+std::string_view cut_name(cut c) {
+    switch (c) {
+        case cut::client_gone: return "client disconnected";
+        case cut::timeout: return "timeout";
+        case cut::shutdown: return "shutdown";
+        case cut::none: break;
+    }
+    return "";
+}
+
+// Counts the request in server_state::in_flight for as long as it lives: a streamed answer outlives
+// its handler, so the job carries it.
+struct in_flight_guard {
+    std::atomic<int>& n;
+    explicit in_flight_guard(std::atomic<int>& counter) : n(counter) { ++n; }
+    ~in_flight_guard() { --n; }
+    in_flight_guard(const in_flight_guard&) = delete;
+    in_flight_guard& operator=(const in_flight_guard&) = delete;
+};
+
+struct job {
+    server_state& state;
+    std::shared_ptr<model> m;
+    completion_request request;
+    response_meta meta;
+    int client_fd = -1;
+    clock_type::time_point arrival = clock_type::now();
+    std::optional<clock_type::time_point> deadline;
+    request_queue::ticket ticket;
+    in_flight_guard busy;
+    cut cut_by = cut::none;
+    double queue_s = 0;
+
+    job(server_state& s, uint64_t id, std::shared_ptr<model> model_, completion_request r, response_meta mt, int fd)
+        : state(s), m(std::move(model_)), request(std::move(r)), meta(std::move(mt)), client_fd(fd),
+          ticket(s.queue.enter(id)), busy(s.in_flight) {
+        if (s.options.request_timeout_s > 0)
+            deadline = arrival + std::chrono::duration_cast<clock_type::duration>(
+                                     std::chrono::duration<double>(s.options.request_timeout_s));
+    }
+
+    // Checked while waiting and before every token: true to go on.
+    bool keep_going() {
+        if (cut_by != cut::none) return false;
+        if (state.shutting_down.load()) cut_by = cut::shutdown;
+        else if (deadline && clock_type::now() >= *deadline) cut_by = cut::timeout;
+        else if (peer_closed(client_fd)) cut_by = cut::client_gone;
+        return cut_by == cut::none;
+    }
+
+    bool wait_for_engine() {
+        const bool got = state.queue.wait_turn(ticket, [this] { return !keep_going(); });
+        queue_s = std::chrono::duration<double>(clock_type::now() - arrival).count();
+        return got;
+    }
+
+    api_error wait_error() const {
+        if (cut_by == cut::timeout)
+            return api_error(503, fmt::format("the request waited {:.1f} s for the engine, past the {} s request "
+                                              "timeout (--timeout)", queue_s, state.options.request_timeout_s),
+                             "unavailable_error", "", "timeout");
+        return api_error(503, "the server is shutting down", "unavailable_error", "", "shutting_down");
+    }
+
+    std::string_view finish_reason(const generation_result& r) const {
+        switch (r.reason) {
+            case stop_reason::eos:
+            case stop_reason::stop_string: return "stop";
+            case stop_reason::length: return "length";
+            case stop_reason::cancelled: break;
+        }
+        return cut_by == cut::timeout ? "length" : "cancelled";
+    }
+
+    std::string stopped_by(const generation_result& r) const {
+        switch (r.reason) {
+            case stop_reason::eos: return "end of generation";
+            case stop_reason::stop_string: return "stop string";
+            case stop_reason::length:
+                return r.time.predicted_n >= request.generation.max_tokens ? "max_tokens" : "context";
+            case stop_reason::cancelled: break;
+        }
+        return std::string(cut_by == cut::none ? "cancelled" : cut_name(cut_by));
+    }
+
+    // Runs the generation; the caller holds the engine. request_error (a prompt the engine refuses)
+    // becomes a 400.
+    generation_result generate(const token_callback& cb) {
+        try {
+            return state.engine_session().generate(request.prompt, request.generation, cb);
+        } catch (const request_error& e) {
+            throw api_error(400, e.what(), "invalid_request_error",
+                            request.kind == endpoint::chat ? "messages" : "prompt", "invalid_value");
+        }
+    }
+
+    // Counters, snapshot and the log line; still holding the engine.
+    void record(const generation_result& r) {
+        generation_record g;
+        g.id = ticket.id();
+        g.endpoint = request.kind == endpoint::chat ? "chat" : "completions";
+        g.finish_reason = std::string(finish_reason(r));
+        g.stopped_by = stopped_by(r);
+        g.prompt_tokens = static_cast<int>(request.prompt.size());
+        g.time = r.time;
+        g.queue_s = queue_s;
+        g.total_s = std::chrono::duration<double>(clock_type::now() - arrival).count();
+        state.counters.count_generation(g);
+        state.take_snapshot(g.id);
+        state.log->info("Request {} ({}) finished: prompt {} tokens ({} reused, {} evaluated in {:.1f} ms, {:.1f} "
+                        "tokens/s); decode {} tokens in {:.1f} ms ({:.1f} tokens/s); stopped by {}; waited {:.3f} s "
+                        "for the engine, {:.3f} s in all.",
+                        g.id, g.endpoint, g.prompt_tokens, r.time.cache_n, r.time.prompt_n, r.time.prompt_ms,
+                        r.time.prompt_per_second(), r.time.predicted_n, r.time.predicted_ms,
+                        r.time.predicted_per_second(), g.stopped_by, g.queue_s, g.total_s);
+    }
+};
+
+void answer_whole(job& j, httplib::Response& res) {
+    if (!j.wait_for_engine()) {
+        if (j.cut_by == cut::client_gone) {
+            j.state.log->info("Request {} left the queue: its client disconnected.", j.ticket.id());
+            res.status = client_closed_request;
+            return;
+        }
+        throw j.wait_error();
+    }
+    const generation_result r = j.generate([&j](const token_event&) { return j.keep_going(); });
+    j.record(r);
+    if (j.cut_by == cut::client_gone) {
+        res.status = client_closed_request;
+        return;
+    }
+    if (j.cut_by == cut::shutdown)
+        throw api_error(503, "the server is shutting down; the generation was cancelled", "unavailable_error", "",
+                        "shutting_down");
+    const json logprobs = j.request.logprobs
+                              ? logprobs_json(j.request.kind, r.tokens, *j.m, j.request.top_logprobs)
+                              : json(nullptr);
+    const json body = completion_response(j.meta, r.text, j.finish_reason(r), logprobs,
+                                           static_cast<int>(j.request.prompt.size()), r.time);
+    res.status = 200;
+    res.set_content(to_text(body), "application/json");
+}
+
+// Writes the whole event stream from inside cpp-httplib's content provider (on the connection's
+// thread); the token callback, on the engine thread, writes to the same sink while that thread waits
+// in generate(), so the sink is never used by two threads at once. False: the client is gone.
+bool stream_events(job& j, httplib::DataSink& sink) {
+    const auto write = [&](const std::string& event) {
+        if (j.cut_by == cut::client_gone) return false;
+        if (!sink.write(event.data(), event.size())) j.cut_by = cut::client_gone;
+        return j.cut_by != cut::client_gone;
+    };
+    const auto finish = [&](const std::string& last) {
+        if ((!last.empty() && !write(last)) || !write(std::string(sse_done))) return false;
+        sink.done();
+        return true;
+    };
+    if (!j.wait_for_engine()) {
+        if (j.cut_by == cut::client_gone) return false;
+        return finish(sse_event(error_body(j.wait_error())));
+    }
+    const completion_request& rq = j.request;
+    if (rq.kind == endpoint::chat && !write(sse_event(stream_chunk(j.meta, {.first = true, .usage_null = rq.include_usage}))))
+        return false;
+
+    const generated_token* previous = nullptr;  // the engine repeats the last token when it flushes held-back text
+    size_t text_offset = 0;
+    generation_result r;
+    try {
+        r = j.generate([&](const token_event& e) {
+            if (!j.keep_going()) return false;
+            json logprobs = nullptr;
+            if (rq.logprobs && &e.token != previous) {
+                logprobs = logprobs_json(rq.kind, std::span(&e.token, 1), *j.m, rq.top_logprobs, text_offset);
+                text_offset += j.m->token_text(e.token.id).size();
+            }
+            previous = &e.token;
+            if (e.text.empty() && logprobs.is_null()) return true;
+            return write(sse_event(stream_chunk(j.meta, {.piece = e.text, .logprobs = std::move(logprobs),
+                                                         .usage_null = rq.include_usage})));
+        });
+    } catch (const api_error& e) {
+        return finish(sse_event(error_body(e)));
+    }
+    j.record(r);
+    if (j.cut_by == cut::client_gone) return false;
+    if (j.cut_by == cut::shutdown)
+        return finish(sse_event(error_body(api_error(503, "the server is shutting down; the generation was cancelled",
+                                                     "unavailable_error", "", "shutting_down"))));
+    const int n_prompt = static_cast<int>(rq.prompt.size());
+    if (!write(sse_event(stream_chunk(j.meta, {.finish_reason = j.finish_reason(r), .final_timings = &r.time,
+                                               .usage_null = rq.include_usage}))))
+        return false;
+    return finish(rq.include_usage ? sse_event(usage_chunk(j.meta, n_prompt, r.time)) : std::string());
+}
+
+}  // namespace
+
+void handle_completion(server_state& state, const httplib::Request& req, httplib::Response& res, endpoint kind) {
+    const std::shared_ptr<model> m = state.loaded_model();
+    if (!m) throw api_error(503, "Loading model", "unavailable_error", "", "loading");
+    const json body = parse_body(req.body);
+    completion_request request = parse_completion_request(body, kind, *m, state.options.default_sampling);
+
+    const uint64_t id = state.next_request_id.fetch_add(1);
+    response_meta meta{kind, fmt::format("{}-{}", kind == endpoint::chat ? "chatcmpl" : "cmpl", id),
+                       std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch()).count(),
+                       state.model_id()};
+    const int fd = find_connection_socket(req.remote_addr, req.remote_port, req.local_port);
+    const bool stream = request.stream;
+    auto j = std::make_shared<job>(state, id, m, std::move(request), std::move(meta), fd);
+    if (!stream) {
+        answer_whole(*j, res);
+        return;
+    }
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider("text/event-stream", [j](size_t, httplib::DataSink& sink) {
+        try {
+            return stream_events(*j, sink);
+        } catch (const std::exception& e) {
+            j->state.log->error("Request {} failed while streaming: {}", j->ticket.id(), e.what());
+            return false;
+        }
+    });
+}
+
+}  // namespace strata::server

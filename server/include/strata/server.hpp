@@ -1,0 +1,61 @@
+// strata-server as a library: an OpenAI-compatible HTTP server over one loaded model. Requests that
+// generate run one at a time in arrival order on one engine session (so a prompt prefix shared with
+// the previous request is reused); everything else (health, status, metrics, tokenize) is answered
+// while a generation runs.
+//
+// Thread-safety: bind() and run() from one thread; set_model(), begin_shutdown(), stop() and
+// in_flight() from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "strata/engine.hpp"
+
+namespace strata::server {
+
+struct server_options {
+    std::string host = "127.0.0.1";
+    int port = 8080;                        // 0: any free port (bind() returns it)
+    std::string api_key;                    // empty: no authentication
+    std::string model_id;                   // the id /v1/models reports; empty: the model file's name
+    size_t max_body_bytes = 8u << 20;       // larger request bodies get 413
+    double request_timeout_s = 600;         // queue wait plus generation; 0: no limit
+    int http_threads = 32;                  // connections served at once (each waiting request holds one)
+    sampling_options default_sampling;      // for fields a request leaves out
+};
+
+class http_server {
+public:
+    explicit http_server(server_options options);
+    ~http_server();
+    http_server(const http_server&) = delete;
+    http_server& operator=(const http_server&) = delete;
+
+    // Binds host:port and returns the port. Throws std::runtime_error naming both when it cannot.
+    int bind();
+    // Serves until stop(); returns once every connection has been closed.
+    void run();
+
+    // Until a model is set, /health and every model endpoint answer 503 ("Loading model").
+    void set_model(std::shared_ptr<model> m);
+
+    // From now on new requests get 503, requests waiting in the queue get 503, and the running
+    // generation stops at its next token. Idempotent.
+    void begin_shutdown();
+    // Closes the listening socket; run() returns when the open connections are done.
+    void stop();
+    // Generation requests being handled right now (waiting, generating or streaming their answer).
+    int in_flight() const;
+    // Waits until in_flight() is 0 or the timeout passes; true when it reached 0.
+    bool wait_idle(std::chrono::milliseconds timeout) const;
+
+    struct impl;
+
+private:
+    std::unique_ptr<impl> impl_;
+};
+
+}  // namespace strata::server

@@ -1,0 +1,137 @@
+// strata-server -m MODEL.gguf [--host H] [--port P] [--api-key KEY] [engine and sampling flags]:
+// listens at once (503 "Loading model" until the model is ready), then serves the OpenAI-compatible
+// API. SIGINT/SIGTERM: new requests get 503, the running generation stops at its next token, and the
+// process exits 0 once the open requests have been answered.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include <cxxopts.hpp>
+#include <spdlog/fmt/fmt.h>
+
+#include "engine_flags.hpp"
+#include "log.hpp"
+#include "strata/server.hpp"
+#include "text.hpp"
+
+namespace {
+
+using namespace strata;
+
+constexpr auto shutdown_grace = std::chrono::seconds(30);
+
+cxxopts::Options make_options() {
+    cxxopts::Options o("strata-server", "OpenAI-compatible HTTP server for a GGUF Mixture-of-Experts model");
+    cli::add_model_flags(o);
+    cli::add_sampling_flags(o);
+    o.add_options("server")
+        ("host", "address to listen on", cxxopts::value<std::string>()->default_value("127.0.0.1"))
+        ("port", "port to listen on (0: any free port)", cxxopts::value<int>()->default_value("8080"))
+        ("api-key", "require this key (Authorization: Bearer KEY or x-api-key: KEY); default: STRATA_API_KEY",
+         cxxopts::value<std::string>())
+        ("alias", "model id in /v1/models and responses (default: the model file's name)", cxxopts::value<std::string>())
+        ("timeout", "seconds a generation request may take, queue wait included (0: no limit)",
+         cxxopts::value<double>()->default_value("600"))
+        ("max-body", "largest request body in bytes (larger: 413)", cxxopts::value<size_t>()->default_value("8388608"))
+        ("http-threads", "connections served at once (each waiting request holds one)",
+         cxxopts::value<int>()->default_value("32"))
+        ("h,help", "show help");
+    return o;
+}
+
+server::server_options server_options_from(const cxxopts::ParseResult& a) {
+    server::server_options s;
+    s.host = a["host"].as<std::string>();
+    s.port = a["port"].as<int>();
+    if (a.count("api-key")) s.api_key = a["api-key"].as<std::string>();
+    else if (const char* env = std::getenv("STRATA_API_KEY")) s.api_key = env;
+    if (a.count("alias")) s.model_id = a["alias"].as<std::string>();
+    s.request_timeout_s = a["timeout"].as<double>();
+    if (s.request_timeout_s < 0) throw std::invalid_argument("--timeout must be 0 or positive");
+    s.max_body_bytes = a["max-body"].as<size_t>();
+    if (s.max_body_bytes < 1024) throw std::invalid_argument("--max-body must be at least 1024 bytes");
+    s.http_threads = a["http-threads"].as<int>();
+    if (s.http_threads < 2) throw std::invalid_argument("--http-threads must be at least 2");
+    s.default_sampling = cli::sampling_options_from(a);
+    return s;
+}
+
+// Waits for SIGINT or SIGTERM (blocked in every thread, so only this one sees them), then shuts the
+// server down gracefully.
+void handle_signals(server::http_server& srv, sigset_t signals) {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    logger("server")->info("Received {}; finishing the open requests (at most {} s).",
+                           sig == SIGINT ? "SIGINT" : "SIGTERM", shutdown_grace.count());
+    srv.begin_shutdown();
+    if (!srv.wait_idle(shutdown_grace))
+        logger("server")->warn("{} request(s) still open after {} s; closing anyway.", srv.in_flight(),
+                               shutdown_grace.count());
+    srv.stop();
+}
+
+int serve(const cxxopts::ParseResult& args) {
+    const model_options mo = cli::model_options_from(args);
+    const server::server_options so = server_options_from(args);
+    const auto log = logger("server");
+
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+
+    server::http_server srv(so);
+    const int port = srv.bind();
+    const std::string base = fmt::format("http://{}:{}", so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host, port);
+    log->info("Listening on {} (OpenAI base URL {}/v1); loading {}.", base, base, mo.path);
+    if (so.api_key.empty() && !server::is_loopback_host(so.host))
+        log->warn("No API key and --host {} is not a loopback address: anyone who can reach port {} can use this "
+                  "server. Set STRATA_API_KEY or --api-key.", so.host, port);
+    if (!so.api_key.empty()) log->info("API key required (Authorization: Bearer KEY or x-api-key: KEY).");
+
+    std::thread http([&srv] { srv.run(); });
+    std::thread signal_thread([&srv, signals] { handle_signals(srv, signals); });
+    int status = 0;
+    try {
+        srv.set_model(model::load(mo));
+        log->info("Ready. Try: curl {}/v1/chat/completions -H 'Content-Type: application/json'{} -d "
+                  "'{{\"messages\": [{{\"role\": \"user\", \"content\": \"Hello!\"}}], \"max_tokens\": 32}}'",
+                  base, so.api_key.empty() ? "" : " -H \"Authorization: Bearer $STRATA_API_KEY\"");
+    } catch (const std::exception& e) {
+        log->error("Cannot load the model: {}", e.what());
+        status = 1;
+        pthread_kill(signal_thread.native_handle(), SIGTERM);  // the same path as a signal: shut down
+    }
+    http.join();
+    signal_thread.join();
+    log->info("strata-server stopped.");
+    return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        auto options = make_options();
+        const auto args = options.parse(argc, argv);
+        if (args.count("help")) {
+            std::printf("%s\n", options.help().c_str());
+            return 0;
+        }
+        return serve(args);
+    } catch (const cxxopts::exceptions::exception& e) {
+        std::fprintf(stderr, "strata-server: %s (see --help)\n", e.what());
+        return 2;
+    } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "strata-server: %s\n", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "strata-server: error: %s\n", e.what());
+        return 1;
+    }
+}

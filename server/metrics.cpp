@@ -1,0 +1,97 @@
+#include "metrics.hpp"
+
+#include <spdlog/fmt/fmt.h>
+
+namespace strata::server {
+
+void metrics::count_request(const std::string& route, int status) {
+    std::lock_guard lock(mutex_);
+    ++requests_[{route, status}];
+}
+
+void metrics::count_generation(const generation_record& r) {
+    std::lock_guard lock(mutex_);
+    ++generations_[r.stopped_by];
+    prompt_tokens_ += static_cast<uint64_t>(r.time.prompt_n);
+    cached_tokens_ += static_cast<uint64_t>(r.time.cache_n);
+    completion_tokens_ += static_cast<uint64_t>(r.time.predicted_n);
+    prompt_seconds_ += r.time.prompt_ms / 1000.0;
+    decode_seconds_ += r.time.predicted_ms / 1000.0;
+    for (size_t i = 0; i < duration_buckets.size(); ++i)
+        if (r.total_s <= duration_buckets[i]) ++duration_counts_[i];
+    ++duration_count_;
+    duration_sum_ += r.total_s;
+    last_ = r;
+}
+
+std::optional<generation_record> metrics::last() const {
+    std::lock_guard lock(mutex_);
+    return last_;
+}
+
+// Label values escape backslash, double quote and newline (exposition format 0.0.4).
+static std::string label_value(const std::string& v) {
+    std::string out;
+    for (char c : v) {
+        if (c == '\\' || c == '"') out += '\\', out += c;
+        else if (c == '\n') out += "\\n";
+        else out += c;
+    }
+    return out;
+}
+
+static void family(std::string& out, const char* name, const char* type, const char* help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+std::string metrics::render(const gauges& g) const {
+    std::lock_guard lock(mutex_);
+    std::string out;
+    family(out, "strata_http_requests_total", "counter", "HTTP requests answered, by route and status code.");
+    for (const auto& [key, n] : requests_)
+        out += fmt::format("strata_http_requests_total{{route=\"{}\",code=\"{}\"}} {}\n", label_value(key.first),
+                           key.second, n);
+    family(out, "strata_generations_total", "counter", "Generations finished, by what stopped them.");
+    for (const auto& [why, n] : generations_)
+        out += fmt::format("strata_generations_total{{stopped_by=\"{}\"}} {}\n", label_value(why), n);
+    family(out, "strata_prompt_tokens_total", "counter", "Prompt tokens evaluated (reused tokens excluded).");
+    out += fmt::format("strata_prompt_tokens_total {}\n", prompt_tokens_);
+    family(out, "strata_prompt_tokens_cached_total", "counter", "Prompt tokens reused from the KV cache.");
+    out += fmt::format("strata_prompt_tokens_cached_total {}\n", cached_tokens_);
+    family(out, "strata_completion_tokens_total", "counter", "Tokens generated.");
+    out += fmt::format("strata_completion_tokens_total {}\n", completion_tokens_);
+    family(out, "strata_prompt_seconds_total", "counter", "Time spent evaluating prompts.");
+    out += fmt::format("strata_prompt_seconds_total {:.6f}\n", prompt_seconds_);
+    family(out, "strata_decode_seconds_total", "counter", "Time spent generating tokens.");
+    out += fmt::format("strata_decode_seconds_total {:.6f}\n", decode_seconds_);
+    family(out, "strata_prompt_tokens_per_second", "gauge", "Prompt speed of the last generation.");
+    out += fmt::format("strata_prompt_tokens_per_second {:.3f}\n", last_ ? last_->time.prompt_per_second() : 0.0);
+    family(out, "strata_decode_tokens_per_second", "gauge", "Decode speed of the last generation.");
+    out += fmt::format("strata_decode_tokens_per_second {:.3f}\n", last_ ? last_->time.predicted_per_second() : 0.0);
+    family(out, "strata_request_duration_seconds", "histogram",
+           "Generation requests from arrival to the last byte, queue wait included.");
+    for (size_t i = 0; i < duration_buckets.size(); ++i)
+        out += fmt::format("strata_request_duration_seconds_bucket{{le=\"{}\"}} {}\n", duration_buckets[i],
+                           duration_counts_[i]);
+    out += fmt::format("strata_request_duration_seconds_bucket{{le=\"+Inf\"}} {}\n", duration_count_);
+    out += fmt::format("strata_request_duration_seconds_sum {:.6f}\n", duration_sum_);
+    out += fmt::format("strata_request_duration_seconds_count {}\n", duration_count_);
+    family(out, "strata_queue_waiting", "gauge", "Generation requests waiting for the engine.");
+    out += fmt::format("strata_queue_waiting {}\n", g.queue.waiting.size());
+    family(out, "strata_queue_running", "gauge", "Generation requests holding the engine (0 or 1).");
+    out += fmt::format("strata_queue_running {}\n", g.queue.running ? 1 : 0);
+    family(out, "strata_expert_routed_tokens_total", "counter",
+           "Tokens the engine routed through the MoE layers (as of the last finished generation).");
+    out += fmt::format("strata_expert_routed_tokens_total {}\n", g.expert_tokens);
+    family(out, "strata_model_loaded", "gauge", "1 once the model is loaded and requests are served.");
+    out += fmt::format("strata_model_loaded {}\n", g.model_loaded ? 1 : 0);
+    family(out, "strata_shutting_down", "gauge", "1 once a graceful shutdown has begun.");
+    out += fmt::format("strata_shutting_down {}\n", g.shutting_down ? 1 : 0);
+    family(out, "strata_uptime_seconds", "gauge", "Seconds since the server started.");
+    out += fmt::format("strata_uptime_seconds {:.3f}\n", g.uptime_s);
+    // NOTE: placement share per NUMA node is not exported: the engine API does not publish where the
+    // expert rows landed yet (docs/API.md says so).
+    return out;
+}
+
+}  // namespace strata::server

@@ -1,0 +1,309 @@
+#include "openai_schema.hpp"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include <spdlog/fmt/fmt.h>
+
+#include "api_error.hpp"
+#include "text.hpp"
+
+namespace strata::server {
+namespace {
+
+// "a string", "an array", ... for messages that say what arrived instead.
+std::string describe(const json& v) {
+    const std::string t = v.type_name();
+    return (t == "object" || t == "array") ? "an " + t : (t == "null" ? "null" : "a " + t);
+}
+
+api_error wrong_type(const std::string& field, const char* expected, const json& v) {
+    return bad_field(field, fmt::format("'{}' must be {}, got {}", field, expected, describe(v)), "invalid_type");
+}
+
+// Absent and null are the same thing: OpenAI clients send null for every optional field left unset.
+const json* field(const json& body, const char* key) {
+    const auto it = body.find(key);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::optional<bool> get_bool(const json& body, const char* key) {
+    const json* v = field(body, key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) throw wrong_type(key, "a boolean", *v);
+    return v->get<bool>();
+}
+
+std::optional<int64_t> get_int(const json& body, const char* key) {
+    const json* v = field(body, key);
+    if (!v) return std::nullopt;
+    if (v->is_number_integer()) return v->get<int64_t>();
+    if (v->is_number_float()) {
+        const double d = v->get<double>();
+        if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return static_cast<int64_t>(d);
+    }
+    throw wrong_type(key, "an integer", *v);
+}
+
+std::optional<double> get_number(const json& body, const char* key) {
+    const json* v = field(body, key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) throw wrong_type(key, "a number", *v);
+    return v->get<double>();
+}
+
+template <typename T>
+T in_range(const char* key, T value, T lo, T hi) {
+    if (value < lo || value > hi) throw bad_field(key, fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, value));
+    return value;
+}
+
+void reject_unsupported(const json& body) {
+    if (const json* v = field(body, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
+        throw bad_field("n", "'n' must be 1: strata generates one choice per request", "unsupported_value");
+    if (get_bool(body, "echo").value_or(false))
+        throw bad_field("echo", "'echo' is not supported", "unsupported_value");
+    if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
+        throw bad_field("best_of", "'best_of' must be 1", "unsupported_value");
+    for (const char* key : {"tools", "functions"})
+        if (const json* v = field(body, key); v && !(v->is_array() && v->empty()))
+            throw bad_field(key, fmt::format("'{}' is not supported: strata serves plain text generation", key),
+                            "unsupported_value");
+    if (const json* v = field(body, "response_format")) {
+        if (!v->is_object()) throw wrong_type("response_format", "an object", *v);
+        const auto t = v->find("type");
+        if (t != v->end() && *t != "text")
+            throw bad_field("response_format", "only {\"type\": \"text\"} is supported in 'response_format'",
+                            "unsupported_value");
+    }
+    if (const json* v = field(body, "logit_bias"); v && !(v->is_object() && v->empty()))
+        throw bad_field("logit_bias", "'logit_bias' is not supported", "unsupported_value");
+}
+
+sampling_options parse_sampling(const json& body, const sampling_options& defaults) {
+    sampling_options s = defaults;
+    if (auto v = get_number(body, "temperature")) s.temperature = static_cast<float>(in_range("temperature", *v, 0.0, 2.0));
+    if (auto v = get_number(body, "top_p")) s.top_p = static_cast<float>(in_range("top_p", *v, 0.0, 1.0));
+    if (auto v = get_int(body, "top_k")) s.top_k = static_cast<int>(in_range<int64_t>("top_k", *v, 0, 1 << 20));
+    if (auto v = get_number(body, "min_p")) s.min_p = static_cast<float>(in_range("min_p", *v, 0.0, 1.0));
+    if (auto v = get_number(body, "presence_penalty"))
+        s.presence_penalty = static_cast<float>(in_range("presence_penalty", *v, -2.0, 2.0));
+    if (auto v = get_number(body, "frequency_penalty"))
+        s.frequency_penalty = static_cast<float>(in_range("frequency_penalty", *v, -2.0, 2.0));
+    if (auto v = get_number(body, "repeat_penalty"))
+        s.repeat_penalty = static_cast<float>(in_range("repeat_penalty", *v, 0.0, 10.0));
+    if (auto v = get_int(body, "repeat_last_n"))
+        s.repeat_last_n = static_cast<int>(in_range<int64_t>("repeat_last_n", *v, 0, 1 << 20));
+    if (auto v = get_int(body, "seed")) {
+        if (*v >= 0) s.seed = static_cast<uint64_t>(*v);
+        else s.seed.reset();  // llama.cpp: -1 asks for a random seed
+    }
+    return s;
+}
+
+std::vector<std::string> parse_stop(const json& body) {
+    const json* v = field(body, "stop");
+    if (!v) return {};
+    if (v->is_string()) return v->get<std::string>().empty() ? std::vector<std::string>{} : std::vector{v->get<std::string>()};
+    if (!v->is_array()) throw wrong_type("stop", "a string or an array of strings", *v);
+    if (v->size() > 16) throw bad_field("stop", fmt::format("'stop' holds at most 16 strings, got {}", v->size()));
+    std::vector<std::string> out;
+    for (size_t i = 0; i < v->size(); ++i) {
+        if (!(*v)[i].is_string()) throw wrong_type(fmt::format("stop[{}]", i), "a string", (*v)[i]);
+        if (!(*v)[i].get<std::string>().empty()) out.push_back((*v)[i].get<std::string>());
+    }
+    return out;
+}
+
+// OpenAI content: a string, null (assistant turns with tool calls), or an array of parts of which
+// strata reads the text ones.
+std::string message_content(const json& m, size_t i) {
+    const std::string where = fmt::format("messages[{}].content", i);
+    const auto it = m.find("content");
+    if (it == m.end() || it->is_null()) return {};
+    if (it->is_string()) return it->get<std::string>();
+    if (!it->is_array()) throw wrong_type(where, "a string or an array of content parts", *it);
+    std::string text;
+    for (size_t k = 0; k < it->size(); ++k) {
+        const json& part = (*it)[k];
+        const std::string pw = fmt::format("{}[{}]", where, k);
+        if (!part.is_object()) throw wrong_type(pw, "an object", part);
+        const auto type = part.find("type");
+        if (type == part.end() || !type->is_string()) throw bad_field(pw + ".type", fmt::format("'{}.type' must be a string", pw), "invalid_type");
+        if (*type != "text")
+            throw bad_field(pw + ".type", fmt::format("content parts of type '{}' are not supported: strata reads text only",
+                                                      type->get<std::string>()), "unsupported_value");
+        const auto t = part.find("text");
+        if (t == part.end() || !t->is_string()) throw bad_field(pw + ".text", fmt::format("'{}.text' must be a string", pw), "invalid_type");
+        text += t->get<std::string>();
+    }
+    return text;
+}
+
+std::vector<chat_message> parse_messages(const json& body) {
+    const json* v = field(body, "messages");
+    if (!v) throw bad_field("messages", "'messages' is required", "missing_required_parameter");
+    if (!v->is_array()) throw wrong_type("messages", "an array of messages", *v);
+    if (v->empty()) throw bad_field("messages", "'messages' must hold at least one message");
+    std::vector<chat_message> out;
+    for (size_t i = 0; i < v->size(); ++i) {
+        const json& m = (*v)[i];
+        if (!m.is_object()) throw wrong_type(fmt::format("messages[{}]", i), "an object", m);
+        const auto role = m.find("role");
+        const std::string rw = fmt::format("messages[{}].role", i);
+        if (role == m.end() || role->is_null()) throw bad_field(rw, fmt::format("'{}' is required", rw), "missing_required_parameter");
+        if (!role->is_string()) throw wrong_type(rw, "a string", *role);
+        std::string r = role->get<std::string>();
+        if (r == "developer") r = "system";  // OpenAI's newer name for the system role
+        if (r != "system" && r != "user" && r != "assistant")
+            throw bad_field(rw, fmt::format("'{}' is '{}'; strata accepts system, developer, user and assistant", rw,
+                                            role->get<std::string>()));
+        out.push_back({std::move(r), message_content(m, i)});
+    }
+    return out;
+}
+
+std::vector<int32_t> token_ids(const json& v, const std::string& where, int n_vocab) {
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (!v[i].is_number_integer()) throw wrong_type(fmt::format("{}[{}]", where, i), "a token id (integer)", v[i]);
+        const int64_t id = v[i].get<int64_t>();
+        if (id < 0 || id >= n_vocab)
+            throw bad_field(where, fmt::format("token id {} in '{}' is outside the vocabulary (0..{})", id, where, n_vocab - 1));
+        ids.push_back(static_cast<int32_t>(id));
+    }
+    return ids;
+}
+
+// A string, one string in an array, token ids, or one array of token ids.
+std::vector<int32_t> parse_prompt(const json& body, const model& m) {
+    const json* v = field(body, "prompt");
+    if (!v) throw bad_field("prompt", "'prompt' is required", "missing_required_parameter");
+    const json* p = v;
+    if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array())) p = &(*v)[0];
+    if (p->is_string()) {
+        if (p->get<std::string>().empty()) throw bad_field("prompt", "'prompt' is empty");
+        return m.tokenize(p->get<std::string>(), true, true);
+    }
+    if (p->is_array()) {
+        if (p->empty()) throw bad_field("prompt", "'prompt' is empty");
+        if (!(*p)[0].is_number_integer())
+            throw bad_field("prompt", "'prompt' must be a string, one string in an array, or token ids: strata "
+                                      "answers one prompt per request", "invalid_type");
+        return token_ids(*p, "prompt", m.info().n_vocab);
+    }
+    throw wrong_type("prompt", "a string or an array of token ids", *v);
+}
+
+void parse_logprobs(const json& body, endpoint kind, completion_request& r) {
+    if (kind == endpoint::chat) {
+        r.logprobs = get_bool(body, "logprobs").value_or(false);
+        if (auto n = get_int(body, "top_logprobs")) {
+            r.top_logprobs = static_cast<int>(in_range<int64_t>("top_logprobs", *n, 0, 20));
+            if (!r.logprobs && r.top_logprobs > 0)
+                throw bad_field("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        }
+    } else if (auto n = get_int(body, "logprobs")) {
+        r.logprobs = true;
+        r.top_logprobs = static_cast<int>(in_range<int64_t>("logprobs", *n, 0, 20));
+    }
+    r.generation.logprobs = r.logprobs;
+    r.generation.top_logprobs = r.top_logprobs;
+}
+
+}  // namespace
+
+json parse_body(std::string_view body) {
+    if (const auto bad = find_invalid_utf8(body))
+        throw api_error(400, fmt::format("the request body is not valid UTF-8 (first bad byte at offset {})", *bad),
+                        "invalid_request_error", "", "invalid_utf8");
+    json j;
+    try {
+        j = json::parse(body);
+    } catch (const json::parse_error& e) {
+        throw api_error(400, fmt::format("the request body is not valid JSON: {}", e.what()), "invalid_request_error", "",
+                        "invalid_json");
+    }
+    if (!j.is_object()) throw api_error(400, fmt::format("the request body must be a JSON object, got {}", describe(j)),
+                                        "invalid_request_error", "", "invalid_json");
+    return j;
+}
+
+completion_request parse_completion_request(const json& body, endpoint kind, const model& m,
+                                            const sampling_options& defaults) {
+    completion_request r;
+    r.kind = kind;
+    if (const json* v = field(body, "model"); v && !v->is_string()) throw wrong_type("model", "a string", *v);
+    reject_unsupported(body);
+    r.stream = get_bool(body, "stream").value_or(false);
+    if (const json* so = field(body, "stream_options")) {
+        if (!so->is_object()) throw wrong_type("stream_options", "an object", *so);
+        r.include_usage = get_bool(*so, "include_usage").value_or(false);
+    }
+    r.generation.sampling = parse_sampling(body, defaults);
+    r.generation.stop = parse_stop(body);
+    r.generation.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
+    parse_logprobs(body, kind, r);
+
+    // max_completion_tokens is the chat API's newer name; n_predict is llama-server's.
+    std::optional<int64_t> max_tokens;
+    const char* max_key = "max_tokens";
+    for (const char* key : {"max_tokens", "max_completion_tokens", "n_predict"})
+        if (auto v = get_int(body, key); v && !max_tokens) max_tokens = v, max_key = key;
+
+    const char* prompt_field = kind == endpoint::chat ? "messages" : "prompt";
+    if (kind == endpoint::chat) {
+        const std::vector<chat_message> messages = parse_messages(body);
+        std::string text;
+        try {
+            text = m.apply_chat_template(messages);
+        } catch (const request_error& e) {
+            throw bad_field("messages", e.what());
+        }
+        r.prompt = m.tokenize(text, true, true);
+    } else {
+        r.prompt = parse_prompt(body, m);
+    }
+
+    const int n_ctx = m.info().n_ctx;
+    const auto n_prompt = static_cast<int64_t>(r.prompt.size());
+    if (n_prompt == 0) throw bad_field(prompt_field, fmt::format("'{}' gives an empty prompt", prompt_field));
+    if (n_prompt >= n_ctx)
+        throw bad_field(prompt_field,
+                        fmt::format("the prompt has {} tokens, but the context holds {} (and at least one token must "
+                                    "be generated)", n_prompt, n_ctx),
+                        "context_length_exceeded");
+    if (max_tokens) {
+        if (*max_tokens < 1) throw bad_field(max_key, fmt::format("'{}' must be at least 1, got {}", max_key, *max_tokens));
+        if (*max_tokens > n_ctx)
+            throw bad_field(max_key, fmt::format("'{}' is {}, but the context holds {} tokens", max_key, *max_tokens, n_ctx),
+                            "context_length_exceeded");
+        r.generation.max_tokens = static_cast<int>(*max_tokens);
+    } else {
+        r.generation.max_tokens = static_cast<int>(n_ctx - n_prompt);
+    }
+    return r;
+}
+
+tokenize_request parse_tokenize_request(const json& body) {
+    tokenize_request r;
+    const json* v = field(body, "content");
+    if (!v) throw bad_field("content", "'content' is required", "missing_required_parameter");
+    if (!v->is_string()) throw wrong_type("content", "a string", *v);
+    r.content = v->get<std::string>();
+    r.add_special = get_bool(body, "add_special").value_or(false);
+    r.parse_special = get_bool(body, "parse_special").value_or(true);
+    r.with_pieces = get_bool(body, "with_pieces").value_or(false);
+    return r;
+}
+
+std::vector<int32_t> parse_detokenize_request(const json& body) {
+    const json* v = field(body, "tokens");
+    if (!v) throw bad_field("tokens", "'tokens' is required", "missing_required_parameter");
+    if (!v->is_array()) throw wrong_type("tokens", "an array of token ids", *v);
+    return token_ids(*v, "tokens", std::numeric_limits<int>::max());
+}
+
+}  // namespace strata::server

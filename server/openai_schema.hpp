@@ -1,0 +1,47 @@
+// Request parsing and validation for the OpenAI-compatible endpoints. Every failure is an api_error
+// whose message names the field and the value's problem; nothing here touches the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "strata/engine.hpp"
+
+namespace strata::server {
+
+using json = nlohmann::json;
+
+enum class endpoint { chat, completions };
+
+struct completion_request {
+    endpoint kind = endpoint::chat;
+    std::vector<int32_t> prompt;
+    generation_options generation;
+    bool stream = false;
+    bool include_usage = false;        // stream_options.include_usage
+    bool logprobs = false;             // chat: "logprobs": true; completions: "logprobs": N (N >= 0)
+    int top_logprobs = 0;
+};
+
+// The body as a JSON object: 400 for invalid UTF-8 (with the byte offset), malformed JSON (with the
+// parser's position) or a body that is not an object.
+json parse_body(std::string_view body);
+
+// Validates the fields, renders chat messages through the model's template, tokenizes, and checks the
+// prompt and max_tokens against the context (code "context_length_exceeded", both numbers).
+completion_request parse_completion_request(const json& body, endpoint kind, const model& m,
+                                            const sampling_options& defaults);
+
+struct tokenize_request {
+    std::string content;
+    bool add_special = false;
+    bool parse_special = true;
+    bool with_pieces = false;
+};
+tokenize_request parse_tokenize_request(const json& body);
+std::vector<int32_t> parse_detokenize_request(const json& body);
+
+}  // namespace strata::server

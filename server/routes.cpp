@@ -1,0 +1,207 @@
+#include "routes.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <string_view>
+#include <vector>
+
+#include <httplib.h>
+#include <spdlog/fmt/fmt.h>
+
+#include "api_error.hpp"
+#include "completions.hpp"
+#include "openai_response.hpp"
+#include "status.hpp"
+#include "text.hpp"
+
+namespace strata::server {
+namespace {
+
+using handler = std::function<void(server_state&, const httplib::Request&, httplib::Response&)>;
+
+struct route {
+    std::string_view path;
+    std::string_view method;   // "GET" | "POST"
+    std::string_view name;     // the label in /metrics
+    bool open = false;         // served without the API key
+    bool during_shutdown = false;
+    handler run;
+};
+
+void send_json(httplib::Response& res, int status, const json& body) {
+    res.status = status;
+    res.set_content(to_text(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const api_error& e) {
+    send_json(res, e.status, error_body(e));
+    if (e.status == 401) res.set_header("WWW-Authenticate", "Bearer");
+}
+
+std::shared_ptr<model> require_model(const server_state& state) {
+    auto m = state.loaded_model();
+    if (!m) throw api_error(503, "Loading model", "unavailable_error", "", "loading");
+    return m;
+}
+
+// "Authorization: Bearer KEY" or "x-api-key: KEY"; the key is compared in constant time and never logged.
+void check_api_key(const server_state& state, const httplib::Request& req) {
+    const std::string& key = state.options.api_key;
+    if (key.empty()) return;
+    std::string given;
+    if (req.has_header("Authorization")) {
+        const std::string auth = req.get_header_value("Authorization");
+        constexpr std::string_view bearer = "Bearer ";
+        if (auth.size() > bearer.size() && std::equal(bearer.begin(), bearer.end(), auth.begin(), [](char a, char b) {
+                return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+            }))
+            given = auth.substr(bearer.size());
+    } else if (req.has_header("x-api-key")) {
+        given = req.get_header_value("x-api-key");
+    }
+    if (given.empty())
+        throw api_error(401, "no API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
+                        "authentication_error", "", "invalid_api_key");
+    if (!equal_constant_time(given, key))
+        throw api_error(401, "the API key is not valid", "authentication_error", "", "invalid_api_key");
+}
+
+void handle_health(server_state& state, const httplib::Request&, httplib::Response& res) {
+    require_model(state);
+    send_json(res, 200, {{"status", "ok"}});
+}
+
+void handle_tokenize(server_state& state, const httplib::Request& req, httplib::Response& res) {
+    const auto m = require_model(state);
+    const tokenize_request r = parse_tokenize_request(parse_body(req.body));
+    const std::vector<int32_t> ids = m->tokenize(r.content, r.add_special, r.parse_special);
+    json tokens = json::array();
+    for (int32_t id : ids) {
+        if (!r.with_pieces) {
+            tokens.push_back(id);
+            continue;
+        }
+        // llama-server: the piece as a string when it is whole UTF-8, else its bytes.
+        const std::string piece = m->token_text(id);
+        json bytes = json::array();
+        for (unsigned char c : piece) bytes.push_back(int(c));
+        tokens.push_back({{"id", id}, {"piece", find_invalid_utf8(piece) ? bytes : json(piece)}});
+    }
+    send_json(res, 200, {{"tokens", std::move(tokens)}});
+}
+
+void handle_detokenize(server_state& state, const httplib::Request& req, httplib::Response& res) {
+    const auto m = require_model(state);
+    const std::vector<int32_t> ids = parse_detokenize_request(parse_body(req.body));
+    try {
+        send_json(res, 200, {{"content", m->detokenize(ids)}});
+    } catch (const request_error& e) {
+        throw bad_field("tokens", e.what());
+    }
+}
+
+const std::vector<route>& route_table() {
+    static const std::vector<route> table = {
+        {"/health", "GET", "health", true, false, handle_health},
+        {"/v1/health", "GET", "health", true, false, handle_health},
+        {"/v1/models", "GET", "models", false, false,
+         [](server_state& s, const httplib::Request&, httplib::Response& res) { send_json(res, 200, models_json(s)); }},
+        {"/models", "GET", "models", false, false,
+         [](server_state& s, const httplib::Request&, httplib::Response& res) { send_json(res, 200, models_json(s)); }},
+        {"/v1/status", "GET", "status", false, true,
+         [](server_state& s, const httplib::Request&, httplib::Response& res) { send_json(res, 200, status_json(s)); }},
+        {"/metrics", "GET", "metrics", false, true,
+         [](server_state& s, const httplib::Request&, httplib::Response& res) {
+             res.status = 200;
+             res.set_content(metrics_text(s), "text/plain; version=0.0.4; charset=utf-8");
+         }},
+        {"/v1/chat/completions", "POST", "chat", false, false,
+         [](server_state& s, const httplib::Request& q, httplib::Response& r) { handle_completion(s, q, r, endpoint::chat); }},
+        {"/chat/completions", "POST", "chat", false, false,
+         [](server_state& s, const httplib::Request& q, httplib::Response& r) { handle_completion(s, q, r, endpoint::chat); }},
+        {"/v1/completions", "POST", "completions", false, false,
+         [](server_state& s, const httplib::Request& q, httplib::Response& r) {
+             handle_completion(s, q, r, endpoint::completions);
+         }},
+        {"/completions", "POST", "completions", false, false,
+         [](server_state& s, const httplib::Request& q, httplib::Response& r) {
+             handle_completion(s, q, r, endpoint::completions);
+         }},
+        {"/tokenize", "POST", "tokenize", false, false, handle_tokenize},
+        {"/detokenize", "POST", "detokenize", false, false, handle_detokenize},
+    };
+    return table;
+}
+
+// Any path and method not in the table: 405 with Allow for a known path, else 404.
+void handle_unrouted(server_state&, const httplib::Request& req, httplib::Response& res) {
+    std::string allow;
+    for (const route& r : route_table())
+        if (r.path == req.path && allow.find(r.method) == std::string::npos)
+            allow += (allow.empty() ? "" : ", ") + std::string(r.method);
+    if (!allow.empty()) {
+        res.set_header("Allow", allow);
+        throw api_error(405, fmt::format("{} is not allowed on {} (allowed: {})", req.method, req.path, allow),
+                        "invalid_request_error", "", "method_not_allowed");
+    }
+    throw api_error(404, fmt::format("Invalid URL ({} {})", req.method, req.path), "not_found_error", "", "not_found");
+}
+
+// Runs a route's handler so that nothing escapes: every failure becomes an error object, and each
+// answer is counted under the route's name.
+httplib::Server::Handler guarded(server_state& state, const route& r) {
+    return [&state, &r](const httplib::Request& req, httplib::Response& res) {
+        try {
+            if (!r.open) check_api_key(state, req);
+            if (state.shutting_down.load() && !r.during_shutdown)
+                throw api_error(503, "the server is shutting down", "unavailable_error", "", "shutting_down");
+            r.run(state, req, res);
+        } catch (const api_error& e) {
+            send_error(res, e);
+        } catch (const std::exception& e) {
+            state.log->error("{} {} failed: {}", req.method, req.path, e.what());
+            send_error(res, api_error(500, fmt::format("internal error: {}", e.what()), "server_error"));
+        } catch (...) {
+            state.log->error("{} {} failed with an unknown exception.", req.method, req.path);
+            send_error(res, api_error(500, "internal error", "server_error"));
+        }
+        state.counters.count_request(std::string(r.name), res.status);
+    };
+}
+
+}  // namespace
+
+void add_routes(httplib::Server& http, server_state& state) {
+    for (const route& r : route_table()) {
+        if (r.method == "GET") http.Get(std::string(r.path), guarded(state, r));
+        else http.Post(std::string(r.path), guarded(state, r));
+    }
+    static const route unrouted{"", "", "unrouted", false, true, handle_unrouted};
+    const auto fallback = guarded(state, unrouted);
+    http.Get(".*", fallback);
+    http.Post(".*", fallback);
+    http.Put(".*", fallback);
+    http.Patch(".*", fallback);
+    http.Delete(".*", fallback);
+    http.Options(".*", fallback);
+
+    // Answers cpp-httplib gives before any handler runs (413 for a body over the limit, 400 for a
+    // request it cannot parse) get an error object too; handlers' own errors already have a body.
+    http.set_error_handler(httplib::Server::HandlerWithResponse([&state](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty() || res.status == 499) return httplib::Server::HandlerResponse::Unhandled;
+        const api_error e = res.status == 413
+            ? api_error(413, fmt::format("the request body is larger than the limit of {} bytes (--max-body)",
+                                         state.options.max_body_bytes), "invalid_request_error", "", "request_too_large")
+            : api_error(res.status, fmt::format("the request could not be handled (HTTP {})", res.status),
+                        res.status >= 500 ? "server_error" : "invalid_request_error");
+        send_error(res, e);
+        state.counters.count_request("rejected", res.status);
+        return httplib::Server::HandlerResponse::Handled;
+    }));
+    http.set_exception_handler([&state](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
+        state.log->error("{} {} failed with an exception outside the handlers.", req.method, req.path);
+        send_error(res, api_error(500, "internal error", "server_error"));
+    });
+}
+
+}  // namespace strata::server

@@ -1,0 +1,60 @@
+// What the request handlers share: the model and its one session, the queue, the counters, and the
+// snapshots taken after each generation.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "metrics.hpp"
+#include "request_queue.hpp"
+#include "strata/engine.hpp"
+#include "strata/server.hpp"
+
+namespace strata::server {
+
+struct server_state {
+    explicit server_state(server_options o);
+
+    const server_options options;
+    const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+    std::shared_ptr<spdlog::logger> log;
+    std::atomic<bool> shutting_down{false};
+    std::atomic<uint64_t> next_request_id{1};
+    std::atomic<int> in_flight{0};
+    request_queue queue;
+    metrics counters;
+
+    // Null while loading. The session is touched only by the request that holds the queue's turn.
+    std::shared_ptr<model> loaded_model() const;
+    session& engine_session();
+    void set_model(std::shared_ptr<model> m);
+    std::string model_id() const;
+
+    // Taken by the request holding the engine right after its generation (model::statistics() runs on
+    // the engine thread, so reading it while a generation runs would wait for that generation).
+    struct engine_snapshot {
+        expert_stats experts;
+        uint64_t as_of_request = 0;
+        size_t cached_tokens = 0;
+    };
+    void take_snapshot(uint64_t request_id);
+    std::optional<engine_snapshot> snapshot() const;
+
+    double uptime_s() const;
+
+private:
+    mutable std::mutex model_mutex_;
+    std::shared_ptr<model> model_;
+    std::unique_ptr<session> session_;
+    std::string model_id_;
+    mutable std::mutex snapshot_mutex_;
+    std::optional<engine_snapshot> snapshot_;
+};
+
+}  // namespace strata::server

@@ -1,0 +1,127 @@
+#include "status.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "openai_response.hpp"
+
+namespace strata::server {
+
+using json = nlohmann::json;
+
+static std::string state_name(const server_state& s, bool loaded) {
+    if (s.shutting_down.load()) return "shutting_down";
+    return loaded ? "ready" : "loading";
+}
+
+json models_json(const server_state& state) {
+    json data = json::array();
+    if (const auto m = state.loaded_model()) {
+        const model_info& i = m->info();
+        data.push_back({{"id", state.model_id()},
+                        {"object", "model"},
+                        {"created", 0},
+                        {"owned_by", "strata"},
+                        {"meta", {{"architecture", i.architecture}, {"n_ctx", i.n_ctx}, {"n_ctx_train", i.n_ctx_train},
+                                  {"n_vocab", i.n_vocab}, {"n_expert", i.n_expert}, {"n_expert_used", i.n_expert_used},
+                                  {"size", i.file_bytes}}}});
+    }
+    return {{"object", "list"}, {"data", std::move(data)}};
+}
+
+static json model_section(const server_state& state, const model_info& i) {
+    return {{"id", state.model_id()},     {"path", i.path},
+            {"name", i.name},             {"architecture", i.architecture},
+            {"n_layer", i.n_layer},       {"n_embd", i.n_embd},
+            {"n_head", i.n_head},         {"n_head_kv", i.n_head_kv},
+            {"head_dim", i.head_dim},     {"n_expert", i.n_expert},
+            {"n_expert_used", i.n_expert_used}, {"n_ff_exp", i.n_ff_exp},
+            {"n_vocab", i.n_vocab},       {"file_bytes", i.file_bytes},
+            {"chat_format", i.chat_format}};
+}
+
+static json pool_section(const model_info& i) {
+    json slices = json::array();
+    int workers = 0;
+    for (const pool_slice_info& s : i.pool_slices) {
+        slices.push_back({{"node", s.node}, {"threads", s.threads}, {"cores", s.cores}});
+        workers += s.threads;
+    }
+    return {{"split", i.pool_split}, {"test_mode", i.pool_test_mode}, {"reason", i.pool_reason},
+            {"threads", workers},    {"slices", std::move(slices)}};
+}
+
+// Per layer: tokens routed and the experts routed to most, hottest first.
+static json expert_section(const model_info& i, const std::optional<server_state::engine_snapshot>& snap) {
+    if (!snap) return {{"as_of_request", nullptr}, {"tokens", 0}, {"layers", json::array()}};
+    const expert_stats& st = snap->experts;
+    json layers = json::array();
+    const size_t n_expert = static_cast<size_t>(std::max(i.n_expert, 1));
+    for (size_t l = 0; l * n_expert < st.counts.size(); ++l) {
+        const auto first = st.counts.begin() + static_cast<ptrdiff_t>(l * n_expert);
+        std::vector<uint64_t> counts(first, first + static_cast<ptrdiff_t>(n_expert));
+        std::vector<int> order(n_expert);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return counts[size_t(a)] > counts[size_t(b)]; });
+        json hottest = json::array();
+        for (size_t k = 0; k < std::min<size_t>(8, n_expert); ++k)
+            hottest.push_back({{"expert", order[k]}, {"count", counts[size_t(order[k])]}});
+        layers.push_back({{"layer", l}, {"counts", counts}, {"hottest", std::move(hottest)}});
+    }
+    return {{"as_of_request", snap->as_of_request}, {"tokens", st.tokens}, {"layers", std::move(layers)}};
+}
+
+static json last_request_section(const server_state& state) {
+    const std::optional<generation_record> r = state.counters.last();
+    if (!r) return nullptr;
+    return {{"id", r->id},
+            {"endpoint", r->endpoint},
+            {"finish_reason", r->finish_reason},
+            {"stopped_by", r->stopped_by},
+            {"queue_s", r->queue_s},
+            {"total_s", r->total_s},
+            {"usage", usage_json(r->prompt_tokens, r->time)},
+            {"timings", timings_json(r->time)}};
+}
+
+static json queue_section(const server_state& state) {
+    const request_queue::snapshot q = state.queue.state();
+    return {{"policy", "fifo: generation requests run one at a time in arrival order"},
+            {"running", q.running ? json(*q.running) : json(nullptr)},
+            {"waiting", q.waiting},
+            {"n_waiting", q.waiting.size()},
+            {"served", q.served}};
+}
+
+json status_json(const server_state& state) {
+    const auto m = state.loaded_model();
+    json s = {{"state", state_name(state, m != nullptr)},
+              {"version", STRATA_VERSION},
+              {"uptime_s", state.uptime_s()},
+              {"queue", queue_section(state)},
+              {"last_request", last_request_section(state)}};
+    if (!m) return s;
+    const model_info& i = m->info();
+    const auto snap = state.snapshot();
+    s["model"] = model_section(state, i);
+    s["context"] = {{"n_ctx", i.n_ctx}, {"n_ctx_train", i.n_ctx_train}, {"n_batch", i.n_batch}, {"kv_type", i.kv_type},
+                    {"kv_bytes_per_session", i.kv_bytes_per_session},
+                    {"cached_tokens", snap ? json(snap->cached_tokens) : json(0)}};
+    s["pool"] = pool_section(i);
+    // The engine API does not publish per-node placement yet; null until it does (docs/API.md).
+    s["placement"] = nullptr;
+    s["experts"] = expert_section(i, snap);
+    return s;
+}
+
+std::string metrics_text(const server_state& state) {
+    metrics::gauges g;
+    g.queue = state.queue.state();
+    g.model_loaded = state.loaded_model() != nullptr;
+    g.shutting_down = state.shutting_down.load();
+    if (const auto snap = state.snapshot()) g.expert_tokens = snap->experts.tokens;
+    g.uptime_s = state.uptime_s();
+    return state.counters.render(g);
+}
+
+}  // namespace strata::server

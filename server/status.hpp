@@ -1,0 +1,16 @@
+// Bodies of the read-only endpoints: /health, /v1/models, /v1/status and /metrics.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "server_state.hpp"
+
+namespace strata::server {
+
+nlohmann::json models_json(const server_state& state);
+nlohmann::json status_json(const server_state& state);
+std::string metrics_text(const server_state& state);
+
+}  // namespace strata::server

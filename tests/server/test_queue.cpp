@@ -1,0 +1,120 @@
+// One generation at a time in arrival order: eight concurrent clients each get their own complete
+// answer, in the order they arrived; a client that disconnects frees the engine at the next token.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "server_fixture.hpp"
+
+namespace strata::server::test {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+json text_body(const std::string& prompt, int max_tokens, bool stream = false) {
+    return {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}, {"stream", stream}};
+}
+
+// A streamed generation long enough to hold the engine while a test arranges the queue behind it.
+struct blocker {
+    raw_connection conn;
+    explicit blocker(const test_server& s) : conn(s.port()) {
+        conn.send_all(http_post_text("/v1/completions", text_body("Hold the engine for a while.", test_ctx - 32, true).dump()));
+        EXPECT_TRUE(conn.read_until("data: ")) << conn.received();
+    }
+};
+
+double metric(const std::string& text, const std::string& sample) {
+    const size_t at = text.find("\n" + sample + " ");
+    if (at == std::string::npos) return 0;
+    return std::stod(text.substr(at + sample.size() + 2));
+}
+
+TEST(ServerQueue, EightConcurrentClientsServedInArrivalOrder) {
+    test_server s;
+    constexpr int n_clients = 8;
+    std::vector<std::string> expected(n_clients);
+    for (int i = 0; i < n_clients; ++i) {
+        const reply r = s.post("/v1/completions", text_body("Client number " + std::to_string(i) + " asks:", 10));
+        ASSERT_EQ(r.status, 200) << r.body;
+        expected[size_t(i)] = r.parsed()["choices"][0]["text"].get<std::string>();
+    }
+
+    blocker b(s);
+    std::vector<std::thread> clients;
+    std::vector<reply> replies(n_clients);
+    std::vector<clock_type::time_point> done(n_clients);
+    for (int i = 0; i < n_clients; ++i) {
+        clients.emplace_back([&, i] {
+            replies[size_t(i)] = s.post("/v1/completions", text_body("Client number " + std::to_string(i) + " asks:", 10));
+            done[size_t(i)] = clock_type::now();
+        });
+        // The next client arrives only once this one is queued, so arrival order is known.
+        ASSERT_TRUE(s.wait_for_waiting(size_t(i) + 1)) << "client " << i << " never reached the queue";
+    }
+    const json queued = s.status()["queue"];
+    EXPECT_EQ(queued["n_waiting"], n_clients);
+    EXPECT_FALSE(queued["running"].is_null());
+    b.conn.close();
+    for (auto& t : clients) t.join();
+
+    for (int i = 0; i < n_clients; ++i) {
+        ASSERT_EQ(replies[size_t(i)].status, 200) << replies[size_t(i)].body;
+        const json j = replies[size_t(i)].parsed();
+        EXPECT_EQ(j["choices"][0]["text"].get<std::string>(), expected[size_t(i)]) << "client " << i;
+        EXPECT_EQ(j["usage"]["completion_tokens"], 10);
+        EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+        if (i > 0) {
+            EXPECT_LT(done[size_t(i) - 1], done[size_t(i)]) << "client " << i << " finished before client " << i - 1;
+            const auto id = [&](int k) { return std::stoull(replies[size_t(k)].parsed()["id"].get<std::string>().substr(5)); };
+            EXPECT_LT(id(i - 1), id(i));
+        }
+    }
+    EXPECT_EQ(metric(s.get("/metrics").body, "strata_generations_total{stopped_by=\"client disconnected\"}"), 1);
+}
+
+TEST(ServerQueue, StreamDisconnectFreesTheEngineAtTheNextToken) {
+    test_server s;
+    blocker b(s);
+    const uint64_t blocker_id = s.status()["queue"]["running"].get<uint64_t>();
+
+    reply next;
+    std::thread waiting([&] { next = s.post("/v1/completions", text_body("Next in line", 4)); });
+    ASSERT_TRUE(s.wait_for_waiting(1));
+
+    b.conn.close();
+    waiting.join();
+    ASSERT_EQ(next.status, 200) << next.body;
+
+    // The next request's whole wait (from its arrival, before the close, to taking the engine) bounds
+    // the time the server took to notice the close and free the engine.
+    const double waited_ms = s.status()["last_request"]["queue_s"].get<double>() * 1000;
+    const std::string m = s.get("/metrics").body;
+    const double generated = metric(m, "strata_completion_tokens_total") - 4;
+    const double decode_s = metric(m, "strata_decode_seconds_total");
+    std::printf("blocker %llu cut after %.0f of %d tokens (%.2f ms per token); the next request waited %.1f ms\n",
+                static_cast<unsigned long long>(blocker_id), generated, test_ctx - 32,
+                decode_s * 1000 / std::max(generated, 1.0), waited_ms);
+    EXPECT_EQ(metric(m, "strata_generations_total{stopped_by=\"client disconnected\"}"), 1);
+    EXPECT_LT(generated, test_ctx - 32);
+    EXPECT_LT(waited_ms, 250.0);
+}
+
+TEST(ServerQueue, WholeAnswerClientDisconnectCancels) {
+    test_server s;
+    raw_connection c(s.port());
+    c.send_all(http_post_text("/v1/completions", text_body("A long answer nobody will read", test_ctx - 32).dump()));
+    const auto until = clock_type::now() + std::chrono::seconds(20);
+    while (s.status()["queue"]["running"].is_null() && clock_type::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    c.close();
+    while (!s.status()["queue"]["running"].is_null() && clock_type::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const json last = s.status()["last_request"];
+    EXPECT_EQ(last["stopped_by"], "client disconnected") << last.dump();
+    EXPECT_LT(last["usage"]["completion_tokens"].get<int>(), test_ctx - 32);
+}
+
+}  // namespace
+}  // namespace strata::server::test
