@@ -1,9 +1,12 @@
 #include "engine_impl.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include <spdlog/fmt/fmt.h>
 
+#include "gpu/device.hpp"
+#include "gpu/expert_cache.hpp"
 #include "log.hpp"
 #include "model_info.hpp"
 #include "topology.hpp"
@@ -101,13 +104,27 @@ model_info describe(const model::impl& m, const arenas::pool_plan& plan) {
     return i;
 }
 
+// --numa-hot-node auto: the NUMA node of the GPU (--gpu), else off; other values pass through.
+std::string hot_node_option(const model_options& o) {
+    if (o.numa_hot_node != "auto") return o.numa_hot_node;
+    std::string why = "no --gpu was given";
+    const auto dev = o.gpu >= 0 ? engine::gpu::select_device(o.gpu, &why) : std::nullopt;
+    if (dev && dev->numa_node >= 0) {
+        logger("gpu")->info("--numa-hot-node auto: node {}, the NUMA node of GPU {} ({}).", dev->numa_node, dev->index,
+                            dev->pci_bus_id);
+        return std::to_string(dev->numa_node);
+    }
+    logger("gpu")->info("--numa-hot-node auto: off ({}).", dev ? "the GPU's NUMA node is unknown" : why);
+    return "off";
+}
+
 // Builds the pool, claims the hot node, places the resident experts and builds the forward pass; runs
 // on the engine thread, which the pool pins to the host core under the split.
 void build_on_engine_thread(model::impl& r) {
     const arenas::topology topo = arenas::load_machine_topology();
     r.pool = arenas::expert_pool::create(topo, pool_requests_for(r.options));
     const arenas::moe_shape shape{r.hp.n_embd, r.hp.n_ff_exp, r.hp.n_expert, r.hp.n_expert_used};
-    r.hot = std::make_unique<arenas::hot_node>(arenas::parse_hot_node(r.options.numa_hot_node), topo, &r.regions);
+    r.hot = std::make_unique<arenas::hot_node>(arenas::parse_hot_node(hot_node_option(r.options)), topo, &r.regions);
     arenas::store_options so;
     so.mmap_experts = r.options.mmap_experts;
     so.regions = &r.regions;
@@ -128,6 +145,38 @@ model_options checked(model_options o, int n_ctx_train) {
     if (o.n_ctx == 0) o.n_ctx = std::min(n_ctx_train > 0 ? n_ctx_train : 4096, 4096);
     if (o.n_batch < 1) throw std::runtime_error(fmt::format("the batch size must be positive, got {}", o.n_batch));
     return o;
+}
+
+// The GPU hybrid pass for options.gpu, or nullptr (CPU only) with the reason in one log line.
+std::unique_ptr<engine::gpu::hybrid_forward> create_hybrid(const model::impl& r) {
+    const model_options& o = r.options;
+    engine::gpu::hybrid_options h;
+    h.gpu = o.gpu;
+    h.expert_cache_gib = engine::gpu::parse_expert_cache(o.expert_cache);
+    h.vram_reserve_mib = o.vram_reserve_mib;
+    h.expert_profile = o.expert_profile;
+    h.adapt = {o.adapt_every, o.adapt_swaps, o.adapt_async};
+    h.n_ctx = o.n_ctx;
+    h.n_batch = o.n_batch;
+    const char* timing = std::getenv("STRATA_DECODE_TIMING");
+    h.decode_timing = timing && std::string_view(timing) == "1";
+    std::string why;
+    auto hybrid = engine::gpu::hybrid_forward::create(*r.pool, r.hp, r.weights, r.moe_layers, *r.store, h, &why);
+    if (!hybrid) logger("gpu")->warn("Running CPU-only: {}.", why);
+    return hybrid;
+}
+
+// --profile-save: the routed counts since load, for --expert-profile next time.
+void save_profile(const model::impl& r) {
+    if (r.options.profile_save.empty() || !r.forward) return;
+    const auto& counts = r.hybrid ? r.hybrid->routing().counts : r.forward->routing().counts;
+    try {
+        engine::gpu::save_profile(r.options.profile_save, {r.hp.n_layer, r.hp.n_expert, counts});
+        logger("gpu")->info("Wrote the expert profile {} ({} layers x {} experts).", r.options.profile_save,
+                            r.hp.n_layer, r.hp.n_expert);
+    } catch (const std::exception& e) {
+        logger("gpu")->error("The expert profile was not saved: {}.", e.what());
+    }
 }
 
 }  // namespace
@@ -159,6 +208,8 @@ model::model(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 model::~model() {
     // The pool and the forward pass belong to the engine thread: tear them down there.
     impl_->thread.run([this] {
+        save_profile(*impl_);
+        impl_->hybrid.reset();
         impl_->forward.reset();
         impl_->store.reset();
         impl_->hot.reset();
@@ -169,7 +220,10 @@ model::~model() {
 std::shared_ptr<model> model::load(const model_options& options) {
     auto m = std::make_unique<impl>(options);
     impl& r = *m;
-    r.thread.run([&r] { build_on_engine_thread(r); });
+    r.thread.run([&r] {
+        build_on_engine_thread(r);
+        if (r.options.gpu >= 0) r.hybrid = create_hybrid(r);
+    });
     r.info = describe(r, r.pool->plan());
     logger("engine")->info("Loaded {} ({}, {} layers, {} experts of which {} used, {:.1f} MiB); context {} tokens, "
                            "KV cache {} ({:.1f} MiB per session); routed experts: {}.",
@@ -185,7 +239,12 @@ expert_stats model::statistics() const {
     expert_stats s;
     impl_->thread.run([&] {
         s.tokens = impl_->tokens_evaluated;
-        s.counts = impl_->forward->routing().counts;
+        s.counts = impl_->hybrid ? impl_->hybrid->routing().counts : impl_->forward->routing().counts;
+        if (impl_->hybrid) {
+            const engine::gpu::cache_stats c = impl_->hybrid->expert_cache_stats();
+            s.expert_lookups = c.lookups;
+            s.vram_hits = c.hits;
+        }
     });
     return s;
 }

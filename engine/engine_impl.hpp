@@ -17,6 +17,7 @@
 #include "region_map.hpp"
 #include "topology.hpp"
 #include "gguf/gguf_reader.hpp"
+#include "gpu/hybrid_forward.hpp"
 #include "model/forward.hpp"
 #include "model/hparams.hpp"
 #include "model/kv_cache.hpp"
@@ -67,6 +68,7 @@ struct model::impl {
     std::unique_ptr<arenas::hot_node> hot;         // ditto
     std::unique_ptr<arenas::expert_store> store;   // the resident routed experts the pool reads
     std::unique_ptr<engine::forward_pass> forward; // ditto
+    std::unique_ptr<engine::gpu::hybrid_forward> hybrid;  // ditto; when set, sessions evaluate with it
     uint64_t tokens_evaluated = 0;                 // changed on `thread` only
 };
 

@@ -51,7 +51,10 @@ struct session::impl {
 
     // Evaluates tokens at the end of the cache (on the engine thread).
     void eval(std::span<const int32_t> tokens, float* out, bool all = false) {
-        m.forward->eval(tokens, static_cast<int>(cached.size()), kv, out, all, m.options.n_batch);
+        if (m.hybrid)
+            m.hybrid->eval(tokens, static_cast<int>(cached.size()), kv, out, all, m.options.n_batch);
+        else
+            m.forward->eval(tokens, static_cast<int>(cached.size()), kv, out, all, m.options.n_batch);
         cached.insert(cached.end(), tokens.begin(), tokens.end());
         m.tokens_evaluated += tokens.size();
     }

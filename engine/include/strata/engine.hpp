@@ -28,9 +28,20 @@ struct model_options {
     std::optional<int> pool_workers;  // empty: TBB_NUM_THREADS, else the pool plan's default
     std::string chat_template;        // "chatml" | "mistral" | "llama3"; empty: from the model
     // Split-off pool on a multi-node machine: claim the resident experts on this NUMA node before
-    // anything else reads the model ("N"); "off" or empty: not one NUMA system call.
+    // anything else reads the model ("N"; "auto": the NUMA node of --gpu, off without one); "off" or
+    // empty: not one NUMA system call.
     std::string numa_hot_node;
     bool mmap_experts = false;        // split off: read experts from the mapped file instead of a RAM copy
+    // GPU hybrid (docs/GPU.md). gpu < 0: CPU only. Without a usable device (or a build without CUDA)
+    // the engine logs why in one line and runs CPU-only.
+    int gpu = -1;                     // --gpu N: CUDA device index
+    std::string expert_cache = "auto";  // --expert-cache auto|GIB: VRAM for routed experts
+    int vram_reserve_mib = 512;       // --vram-reserve-mib: VRAM left free for the driver and others
+    std::string expert_profile;       // --expert-profile FILE: fill the expert cache from these counts
+    std::string profile_save;         // --profile-save FILE: write routed counts when the model unloads
+    int adapt_every = 0;              // --adapt-every N: decode steps between expert swaps (0: off)
+    int adapt_swaps = 4;              // --adapt-swaps N: experts swapped in per adaptation at most
+    bool adapt_async = false;         // --adapt-async 1: copies land in the background, off the decode path
 };
 
 struct sampling_options {
@@ -141,6 +152,10 @@ struct model_info {
 struct expert_stats {
     uint64_t tokens = 0;                    // tokens evaluated
     std::vector<uint64_t> counts;           // [n_layer][n_expert]: times each expert was routed to
+    // GPU hybrid only (zero CPU-only): routed lookups, and those served by experts resident in VRAM.
+    uint64_t expert_lookups = 0;
+    uint64_t vram_hits = 0;
+    double hit_rate() const { return expert_lookups ? double(vram_hits) / double(expert_lookups) : 0.0; }
 };
 
 // Thrown for a request that cannot run (a prompt longer than the context, bad sampling values); the

@@ -1,0 +1,168 @@
+#include "gpu/gpu_model.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+#include <spdlog/fmt/fmt.h>
+
+#include "formats/types.hpp"
+
+namespace strata::engine::gpu {
+
+namespace {
+
+device_buffer<float> upload_floats(const float* src, int64_t n, uint64_t& bytes) {
+    if (!src) return {};
+    device_buffer<float> d(static_cast<size_t>(n));
+    check(cudaMemcpy(d.data(), src, d.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy (norm or bias)");
+    bytes += d.bytes();
+    return d;
+}
+
+dev_matrix upload_matrix(const weight_matrix& w, uint64_t& bytes) {
+    dev_matrix d;
+    if (!w.present()) return d;
+    if (!kernels::cuda::has_matvec(w.m.type))
+        throw std::invalid_argument(fmt::format("{} is {}, which has no CUDA kernel (CUDA kernels take {})", w.name,
+                                                formats::info(w.m.type).name, kernels::cuda::matvec_types()));
+    d.type = w.m.type;
+    d.n_rows = w.n_rows;
+    d.n_cols = w.m.n_cols;
+    d.row_stride = formats::row_size(d.type, d.n_cols);
+    d.data = device_buffer<uint8_t>(d.row_stride * static_cast<size_t>(d.n_rows));
+    // The file's rows may be further apart than a row (row_stride >= row size): a pitched copy.
+    check(cudaMemcpy2D(d.data.data(), d.row_stride, w.m.data, w.m.row_stride, d.row_stride,
+                       static_cast<size_t>(d.n_rows), cudaMemcpyHostToDevice),
+          ("cudaMemcpy2D of " + w.name).c_str());
+    bytes += d.data.bytes();
+    return d;
+}
+
+}  // namespace
+
+dev_model upload_dense(const hparams& hp, const model_weights& w) {
+    dev_model m;
+    for (const layer_weights& l : w.layers) {
+        dev_layer d;
+        d.attn_norm = upload_floats(l.attn_norm, hp.n_embd, m.bytes);
+        d.ffn_norm = upload_floats(l.ffn_norm, hp.n_embd, m.bytes);
+        d.bq = upload_floats(l.bq, hp.n_q(), m.bytes);
+        d.bk = upload_floats(l.bk, hp.n_kv(), m.bytes);
+        d.bv = upload_floats(l.bv, hp.n_kv(), m.bytes);
+        d.q_norm = upload_floats(l.q_norm, hp.head_dim, m.bytes);
+        d.k_norm = upload_floats(l.k_norm, hp.head_dim, m.bytes);
+        d.shexp_gate_inp = upload_floats(l.shexp_gate_inp, hp.n_embd, m.bytes);
+        d.wq = upload_matrix(l.wq, m.bytes);
+        d.wk = upload_matrix(l.wk, m.bytes);
+        d.wv = upload_matrix(l.wv, m.bytes);
+        d.wo = upload_matrix(l.wo, m.bytes);
+        d.router = upload_matrix(l.router, m.bytes);
+        d.shexp_gate = upload_matrix(l.shexp_gate, m.bytes);
+        d.shexp_up = upload_matrix(l.shexp_up, m.bytes);
+        d.shexp_down = upload_matrix(l.shexp_down, m.bytes);
+        m.layers.push_back(std::move(d));
+    }
+    m.output_norm = upload_floats(w.output_norm, hp.n_embd, m.bytes);
+    m.output = upload_matrix(w.output, m.bytes);
+    return m;
+}
+
+slot_layout layout_slots(const std::vector<arenas::moe_layer>& layers) {
+    slot_layout s;
+    for (const arenas::moe_layer& l : layers) {
+        for (const arenas::expert_tensor* t : {&l.gate, &l.up, &l.down})
+            if (!kernels::cuda::has_matvec(t->type))
+                throw std::invalid_argument(fmt::format("{} is {}, which has no CUDA kernel (CUDA kernels take {})",
+                                                        t->name, formats::info(t->type).name,
+                                                        kernels::cuda::matvec_types()));
+        const size_t gs = formats::row_size(l.gate.type, l.gate.n_cols), us = formats::row_size(l.up.type, l.up.n_cols),
+                     ds = formats::row_size(l.down.type, l.down.n_cols);
+        s.gate_stride.push_back(gs);
+        s.up_stride.push_back(us);
+        s.down_stride.push_back(ds);
+        s.gate.push_back(0);
+        s.up.push_back(gs * static_cast<size_t>(l.gate.n_rows));
+        s.down.push_back(s.up.back() + us * static_cast<size_t>(l.up.n_rows));
+        const size_t bytes = s.down.back() + ds * static_cast<size_t>(l.down.n_rows);
+        // 256-byte aligned slots keep every block of every slot naturally aligned.
+        s.slot_bytes = std::max(s.slot_bytes, (bytes + 255) / 256 * 256);
+    }
+    return s;
+}
+
+slot_copier::slot_copier(const std::vector<arenas::moe_layer>& layers, const slot_layout& layout, uint8_t* slots,
+                         int n_staging)
+    : layers_(layers), layout_(layout), slots_(slots) {
+    staging_.resize(static_cast<size_t>(std::max(n_staging, 1)));
+    for (staging& s : staging_) s.host = pinned_buffer<uint8_t>(layout.slot_bytes);
+}
+
+expert_copier::ticket slot_copier::start(int slot, expert_key key) {
+    // Reuse the staging buffer of the oldest copy once it has landed.
+    staging& st = staging_[next_staging_];
+    if (st.busy) {
+        st.done.synchronize();
+        st.busy = false;
+    }
+    const arenas::moe_layer& l = layers_[static_cast<size_t>(key.layer)];
+    const size_t li = static_cast<size_t>(key.layer);
+    auto gather = [&](const arenas::expert_tensor& t, size_t offset, size_t stride) {
+        const uint8_t* src = t.experts[static_cast<size_t>(key.expert)];
+        for (int64_t r = 0; r < t.n_rows; ++r)
+            std::memcpy(st.host.data() + offset + static_cast<size_t>(r) * stride, src + static_cast<size_t>(r) * t.row_stride,
+                        stride);
+    };
+    gather(l.gate, layout_.gate[li], layout_.gate_stride[li]);
+    gather(l.up, layout_.up[li], layout_.up_stride[li]);
+    gather(l.down, layout_.down[li], layout_.down_stride[li]);
+    const size_t bytes = layout_.down[li] + layout_.down_stride[li] * static_cast<size_t>(l.down.n_rows);
+    // The slot's previous expert may still be read by work already queued on the compute stream.
+    compute_done_.record(compute_);
+    check(cudaStreamWaitEvent(stream_, compute_done_, 0), "cudaStreamWaitEvent");
+    copy_to_device(slots_ + static_cast<size_t>(slot) * layout_.slot_bytes, st.host.data(), bytes, stream_);
+    st.done.record(stream_);
+    st.busy = true;
+    in_flight_.push_back({next_, next_staging_});
+    next_staging_ = (next_staging_ + 1) % staging_.size();
+    return next_++;
+}
+
+bool slot_copier::landed(ticket t) {
+    for (auto it = in_flight_.begin(); it != in_flight_.end(); ++it)
+        if (it->id == t) {
+            // A staging buffer's event stands for its latest copy; older copies on it landed before.
+            const staging& st = staging_[it->staging];
+            if (st.busy && !st.done.done()) return false;
+            in_flight_.erase(it);
+            return true;
+        }
+    return true;  // no longer tracked: landed
+}
+
+void slot_copier::wait(ticket t) {
+    // Copies complete in issue order on one stream: waiting for t's staging buffer (or the stream) is enough.
+    if (!landed(t)) stream_.synchronize();
+    while (!in_flight_.empty() && in_flight_.front().id <= t) in_flight_.pop_front();
+}
+
+dense_matmul::dense_matmul(int64_t max_weight_elems, int64_t max_act_elems)
+    : w16_(static_cast<size_t>(max_weight_elems)), x16_(static_cast<size_t>(max_act_elems)) {}
+
+void dense_matmul::run(const dev_matrix& w, const float* x, int n_tok, float* y, int64_t y_stride, cudaStream_t s) {
+    if (n_tok < kGemmTokens) {
+        kernels::cuda::matvec(w.view(), x, w.n_cols, n_tok, y, y_stride, s);
+        return;
+    }
+    kernels::cuda::dequantize_f16(w.view(), w16_.data(), s);
+    kernels::cuda::convert_f32_to_f16(x, int64_t{n_tok} * w.n_cols, x16_.data(), s);
+    // Row-major W [n_rows][n_cols] is column-major W^T; Y^T (n_rows x n_tok, column-major) = W X^T.
+    const float one = 1.0f, zero = 0.0f;
+    check(cublasSetStream(blas_.get(), s), "cublasSetStream");
+    check(cublasGemmEx(blas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), n_tok, static_cast<int>(w.n_cols),
+                       &one, w16_.data(), CUDA_R_16F, static_cast<int>(w.n_cols), x16_.data(), CUDA_R_16F,
+                       static_cast<int>(w.n_cols), &zero, y, CUDA_R_32F, static_cast<int>(y_stride), CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+}
+
+}  // namespace strata::engine::gpu

@@ -1,0 +1,104 @@
+// Internal to the CUDA backend: the model's dense weights in VRAM, the expert slots, the copier that
+// fills them from the mapped file through pinned staging, and the dense matmul (matvec kernels for a
+// few tokens, dequantise-to-f16 + cuBLAS for prompt batches).
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "cuda_kernels.hpp"
+#include "gpu/cuda_raii.hpp"
+#include "gpu/expert_cache.hpp"
+#include "model/hparams.hpp"
+#include "model/weights.hpp"
+#include "moe_phases.hpp"
+
+namespace strata::engine::gpu {
+
+struct dev_matrix {
+    formats::ggml_type type{};
+    device_buffer<uint8_t> data;  // [n_rows][row_stride]
+    int64_t n_rows = 0, n_cols = 0;
+    size_t row_stride = 0;        // = formats::row_size(type, n_cols)
+    bool present() const { return data.size() != 0; }
+    kernels::cuda::weight_view view() const { return {type, data.data(), n_rows, n_cols, row_stride}; }
+};
+
+struct dev_layer {
+    device_buffer<float> attn_norm, ffn_norm;       // [n_embd]
+    device_buffer<float> bq, bk, bv;                // [n_q], [n_kv], [n_kv] (qwen2moe)
+    device_buffer<float> q_norm, k_norm;            // [head_dim] (qwen3moe)
+    device_buffer<float> shexp_gate_inp;            // [n_embd] (qwen2moe)
+    dev_matrix wq, wk, wv, wo, router, shexp_gate, shexp_up, shexp_down;
+};
+
+struct dev_model {
+    std::vector<dev_layer> layers;
+    device_buffer<float> output_norm;               // [n_embd]
+    dev_matrix output;                              // [n_vocab x n_embd]
+    uint64_t bytes = 0;                             // everything above
+};
+
+// Throws std::invalid_argument naming the tensor and the types the CUDA kernels take when a dense
+// weight's type has no kernel.
+dev_model upload_dense(const hparams& hp, const model_weights& w);
+
+// Where expert e of a layer lives inside a slot: gate, up, down back to back.
+struct slot_layout {
+    std::vector<size_t> gate, up, down;  // [n_layer] byte offsets
+    std::vector<size_t> gate_stride, up_stride, down_stride;  // [n_layer] row bytes
+    size_t slot_bytes = 0;               // the largest layer's expert
+};
+slot_layout layout_slots(const std::vector<arenas::moe_layer>& layers);
+
+// expert_copier over VRAM slots: the expert's rows are gathered from the mapped file into one of a
+// ring of pinned staging buffers, then copied on the copier's own stream after `after` (the compute
+// stream's last use of the slot); each copy's landing is an event.
+class slot_copier final : public expert_copier {
+public:
+    slot_copier(const std::vector<arenas::moe_layer>& layers, const slot_layout& layout, uint8_t* slots,
+                int n_staging);
+    void set_after(cudaStream_t compute) { compute_ = compute; }
+    ticket start(int slot, expert_key key) override;
+    bool landed(ticket t) override;
+    void wait(ticket t) override;
+
+private:
+    struct staging {
+        pinned_buffer<uint8_t> host;
+        event done = event::create();
+        bool busy = false;
+    };
+    struct copy {
+        ticket id;
+        size_t staging;
+    };
+    const std::vector<arenas::moe_layer>& layers_;
+    const slot_layout& layout_;
+    uint8_t* slots_;
+    stream stream_ = stream::create();
+    event compute_done_ = event::create();
+    cudaStream_t compute_ = nullptr;
+    std::vector<staging> staging_;
+    std::deque<copy> in_flight_;
+    size_t next_staging_ = 0;
+    ticket next_ = 0;
+};
+
+// Dense y = W x for n_tok activation rows: the matvec kernel below kGemmTokens tokens, else the
+// weight dequantised to f16 into scratch and one cuBLAS GEMM (f32 accumulation).
+class dense_matmul {
+public:
+    static constexpr int kGemmTokens = 16;
+    dense_matmul(int64_t max_weight_elems, int64_t max_act_elems);
+    // x: [n_tok][n_cols] f32, y: [n_tok][y_stride] f32.
+    void run(const dev_matrix& w, const float* x, int n_tok, float* y, int64_t y_stride, cudaStream_t s);
+    uint64_t bytes() const { return w16_.bytes() + x16_.bytes(); }
+
+private:
+    cublas blas_;
+    device_buffer<uint16_t> w16_;   // [n_rows][n_cols] dequantised weight
+    device_buffer<uint16_t> x16_;   // [n_tok][n_cols] activations in f16
+};
+
+}  // namespace strata::engine::gpu

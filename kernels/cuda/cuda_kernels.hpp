@@ -1,0 +1,94 @@
+// CUDA kernels of the GPU forward pass, behind a plain C++ interface: no CUDA type appears here, so
+// engine code compiled by the host compiler can call them. Every function enqueues work on `stream`
+// (a cudaStream_t passed as void*; nullptr: the legacy default stream) and returns at once; pointers
+// are device pointers unless the comment says otherwise. Launch errors throw std::runtime_error
+// naming the kernel and CUDA's message.
+//
+// Shapes follow kernels/cpu/kernels.hpp: a weight matrix has n_rows rows of n_cols elements of one
+// ggml type, row r at w + r * row_stride bytes (GGUF's block layouts, byte for byte); activations
+// and outputs are f32 rows.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "formats/types.hpp"
+
+namespace strata::kernels::cuda {
+
+using formats::ggml_type;
+using stream_t = void*;  // cudaStream_t
+
+// True where a dequantising matvec and a dequantise-to-f16 kernel exist for `type`:
+// F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS.
+bool has_matvec(ggml_type type);
+// "F32, F16, ..." for error messages.
+const char* matvec_types();
+
+struct weight_view {
+    ggml_type type;
+    const void* data;    // [n_rows][row_stride] bytes
+    int64_t n_rows;
+    int64_t n_cols;
+    size_t row_stride;
+};
+
+// y[t * y_stride + r] = W[r, :] . x[t * x_stride + :] for r < n_rows, t < n_tok (any n_tok; the
+// weights are read once per 8 tokens). f32 accumulation of dequantised weights times f32 activations.
+void matvec(const weight_view& w, const float* x, int64_t x_stride, int n_tok, float* y, int64_t y_stride,
+            stream_t stream);
+
+// Many matvecs of one shape and type in one launch: y_j = W_j . x_j for each job (a resident expert
+// applied to one token). `jobs` is a device array of n_jobs entries.
+struct matvec_job {
+    const void* w;       // [n_rows][row_stride]
+    const float* x;      // [n_cols]
+    float* y;            // [n_rows]
+};
+void matvec_batched(ggml_type type, int64_t n_rows, int64_t n_cols, size_t row_stride, const matvec_job* jobs,
+                    int n_jobs, stream_t stream);
+
+// out: [n_rows][n_cols] f16 (IEEE half bits), row-major: the dequantised matrix, for cuBLAS.
+void dequantize_f16(const weight_view& w, uint16_t* out, stream_t stream);
+// out[i] = half(x[i]) for i < n.
+void convert_f32_to_f16(const float* x, int64_t n, uint16_t* out, stream_t stream);
+
+// Per row of n elements (n_rows contiguous rows): out = x / sqrt(mean(x^2) + eps) * weight
+// (weight may be nullptr: no scale). out may be x.
+void rms_norm(const float* x, const float* weight, float eps, int64_t n, int64_t n_rows, float* out, stream_t stream);
+
+// Rotary embedding in place on x: [n_tok][n_head][head_dim], token t at position pos0 + t, as
+// kernels::cpu::rope (neox: pairs (i, i + n_rot/2); else (2i, 2i + 1)).
+void rope(float* x, int n_tok, int n_head, int head_dim, int n_rot, int pos0, float freq_base, bool neox,
+          stream_t stream);
+
+// KV cache in VRAM, f16, one layer: k_cache, v_cache: [n_ctx][n_kv]. Writes tokens t < n_tok of
+// k, v: [n_tok][n_kv] f32 at positions pos0 + t.
+void kv_store_f16(const float* k, const float* v, int n_tok, int n_kv, int pos0, uint16_t* k_cache,
+                  uint16_t* v_cache, stream_t stream);
+
+// Causal grouped-query attention over an f16 cache: token t (position pos0 + t) attends to
+// positions [0, pos0 + t]. q, out: [n_tok][n_head][head_dim]; query head h reads kv head
+// h / (n_head / n_head_kv). scratch: [n_tok][n_head][pos0 + n_tok] floats.
+void attention_f16(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, int n_tok, int pos0, int n_head,
+                   int n_head_kv, int head_dim, float scale, float* scratch, float* out, stream_t stream);
+
+// Router: per token, softmax over logits [n_tok][n_expert], top-k by probability (ties: the lower
+// id), optionally renormalised to sum 1: ids, weights [n_tok][k]. n_expert <= 1024, k <= 64.
+void route_topk(const float* logits, int n_tok, int n_expert, int k, bool normalize, int32_t* ids, float* weights,
+                stream_t stream);
+
+// out[i] = silu(gate[i]) * up[i]; out may alias gate or up.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, stream_t stream);
+// x[i] += y[i].
+void add(float* x, const float* y, int64_t n, stream_t stream);
+// x[t][i] += bias[i] for rows t < n_rows of n elements.
+void add_bias(float* x, const float* bias, int64_t n, int64_t n_rows, stream_t stream);
+// y[t][i] *= sigmoid(g[t]) for rows t < n_rows of n elements (the shared expert's gate).
+void scale_by_sigmoid(float* y, const float* g, int64_t n, int64_t n_rows, stream_t stream);
+// Routed experts' weighted sum: out[t][i] = sum over jobs j in [job_begin[t], job_begin[t + 1]) of
+// weight[j] * y[j][i], in job order (deterministic). y: [n_jobs][n]; out: [n_tok][n].
+void weighted_sum(const float* y, const float* weight, const int32_t* job_begin, int n_tok, int64_t n, float* out,
+                  stream_t stream);
+
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,185 @@
+// Dequantising matvec per weight format, a batched variant over resident experts, and
+// dequantise-to-f16 for the cuBLAS prompt path.
+//
+// One warp per weight row (kRowsPerBlock rows per thread block). The warp walks the row block by
+// block; lane l dequantises elements l, l + 32, ... of each block (dequant.cuh) and multiplies them
+// with the matching activations of up to kTok tokens at once, so a weight row is read once per kTok
+// tokens. Sums are f32 and reduced across the warp at the end.
+#include "cuda_kernels.hpp"
+#include "dequant.cuh"
+
+namespace strata::kernels::cuda {
+
+namespace {
+
+using namespace detail;
+
+constexpr int kRowsPerBlock = 4;
+constexpr int kTok = 8;  // tokens per pass over a weight row
+
+// sum[t] = row . x_t for t < n_tok (n_tok <= kTok), reduced over the warp (every lane holds it).
+template <class F>
+__device__ void row_dot(const uint8_t* row, int64_t n_cols, const float* x, int64_t x_stride, int n_tok,
+                        float (&sum)[kTok]) {
+    const int lane = threadIdx.x;
+    const auto* blocks = reinterpret_cast<const typename F::block*>(row);
+    const int64_t n_blocks = n_cols / F::qk;
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) sum[t] = 0.0f;
+    for (int64_t ib = 0; ib < n_blocks; ++ib) {
+        const typename F::block& b = blocks[ib];
+#pragma unroll
+        for (int j = 0; j < F::qk / kWarp; ++j) {
+            const int e = lane + kWarp * j;
+            const float w = F::value(b, e);
+            const int64_t col = ib * F::qk + e;
+#pragma unroll
+            for (int t = 0; t < kTok; ++t)
+                if (t < n_tok) sum[t] += w * x[t * x_stride + col];
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) sum[t] = warp_sum(sum[t]);
+}
+
+template <class F>
+__global__ void matvec_kernel(const uint8_t* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const float* x,
+                              int64_t x_stride, int n_tok, float* y, int64_t y_stride) {
+    const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.y;
+    if (r >= n_rows) return;
+    for (int t0 = 0; t0 < n_tok; t0 += kTok) {
+        float sum[kTok];
+        const int n = min(kTok, n_tok - t0);
+        row_dot<F>(w + r * row_stride, n_cols, x + t0 * x_stride, x_stride, n, sum);
+        if (threadIdx.x == 0)
+            for (int t = 0; t < n; ++t) y[(t0 + t) * y_stride + r] = sum[t];
+    }
+}
+
+template <class F>
+__global__ void matvec_batched_kernel(int64_t n_rows, int64_t n_cols, size_t row_stride, const matvec_job* jobs) {
+    const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.y;
+    if (r >= n_rows) return;
+    const matvec_job job = jobs[blockIdx.y];
+    float sum[kTok];
+    row_dot<F>(static_cast<const uint8_t*>(job.w) + r * row_stride, n_cols, job.x, 0, 1, sum);
+    if (threadIdx.x == 0) job.y[r] = sum[0];
+}
+
+// One thread per (row, block): writes the block's qk elements as halves.
+template <class F>
+__global__ void dequantize_kernel(const uint8_t* w, size_t row_stride, int64_t n_rows, int64_t n_cols,
+                                  uint16_t* out) {
+    const int64_t n_blocks = n_cols / F::qk;
+    const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+    if (i >= n_rows * n_blocks) return;
+    const int64_t r = i / n_blocks, ib = i % n_blocks;
+    const auto& b = reinterpret_cast<const typename F::block*>(w + r * row_stride)[ib];
+    uint16_t* dst = out + r * n_cols + ib * F::qk;
+    for (int e = 0; e < F::qk; ++e) dst[e] = float_to_half(F::value(b, e));
+}
+
+template <class F>
+void launch_matvec(const weight_view& w, const float* x, int64_t x_stride, int n_tok, float* y, int64_t y_stride,
+                   cudaStream_t s) {
+    const dim3 block(kWarp, kRowsPerBlock);
+    matvec_kernel<F><<<grid_for(w.n_rows, kRowsPerBlock), block, 0, s>>>(
+        static_cast<const uint8_t*>(w.data), w.row_stride, w.n_rows, w.n_cols, x, x_stride, n_tok, y, y_stride);
+}
+
+template <class F>
+void launch_matvec_batched(int64_t n_rows, int64_t n_cols, size_t row_stride, const matvec_job* jobs, int n_jobs,
+                           cudaStream_t s) {
+    const dim3 grid(grid_for(n_rows, kRowsPerBlock), static_cast<unsigned>(n_jobs));
+    matvec_batched_kernel<F><<<grid, dim3(kWarp, kRowsPerBlock), 0, s>>>(n_rows, n_cols, row_stride, jobs);
+}
+
+template <class F>
+void launch_dequantize(const weight_view& w, uint16_t* out, cudaStream_t s) {
+    const int64_t n = w.n_rows * (w.n_cols / F::qk);
+    dequantize_kernel<F><<<grid_for(n, 256), 256, 0, s>>>(static_cast<const uint8_t*>(w.data), w.row_stride,
+                                                          w.n_rows, w.n_cols, out);
+}
+
+__global__ void convert_kernel(const float* x, int64_t n, uint16_t* out) {
+    const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = float_to_half(x[i]);
+}
+
+// The one dispatch point from a ggml type to its traits; fn is called with a value of the traits type.
+template <class Fn>
+void dispatch(ggml_type type, const char* what, Fn&& fn) {
+    switch (type) {
+        case ggml_type::F32: return fn(fmt_f32{});
+        case ggml_type::F16: return fn(fmt_f16{});
+        case ggml_type::BF16: return fn(fmt_bf16{});
+        case ggml_type::Q4_0: return fn(fmt_q4_0{});
+        case ggml_type::Q8_0: return fn(fmt_q8_0{});
+        case ggml_type::Q4_K: return fn(fmt_q4_k{});
+        case ggml_type::Q5_K: return fn(fmt_q5_k{});
+        case ggml_type::Q6_K: return fn(fmt_q6_k{});
+        case ggml_type::IQ4_XS: return fn(fmt_iq4_xs{});
+        default: break;
+    }
+    throw std::invalid_argument(std::string(what) + ": no CUDA kernel for weight type " +
+                                std::string(formats::info(type).name) + " (valid: " + matvec_types() + ")");
+}
+
+// Explicit instantiations, one line per format (dispatch() above is the only caller).
+#define STRATA_CUDA_MATVEC_FORMAT(F)                                                                              \
+    template void launch_matvec<F>(const weight_view&, const float*, int64_t, int, float*, int64_t, cudaStream_t); \
+    template void launch_matvec_batched<F>(int64_t, int64_t, size_t, const matvec_job*, int, cudaStream_t);       \
+    template void launch_dequantize<F>(const weight_view&, uint16_t*, cudaStream_t);
+STRATA_CUDA_MATVEC_FORMAT(fmt_f32)
+STRATA_CUDA_MATVEC_FORMAT(fmt_f16)
+STRATA_CUDA_MATVEC_FORMAT(fmt_bf16)
+STRATA_CUDA_MATVEC_FORMAT(fmt_q4_0)
+STRATA_CUDA_MATVEC_FORMAT(fmt_q8_0)
+STRATA_CUDA_MATVEC_FORMAT(fmt_q4_k)
+STRATA_CUDA_MATVEC_FORMAT(fmt_q5_k)
+STRATA_CUDA_MATVEC_FORMAT(fmt_q6_k)
+STRATA_CUDA_MATVEC_FORMAT(fmt_iq4_xs)
+#undef STRATA_CUDA_MATVEC_FORMAT
+
+}  // namespace
+
+bool has_matvec(ggml_type type) {
+    switch (type) {
+        case ggml_type::F32: case ggml_type::F16: case ggml_type::BF16: case ggml_type::Q4_0: case ggml_type::Q8_0:
+        case ggml_type::Q4_K: case ggml_type::Q5_K: case ggml_type::Q6_K: case ggml_type::IQ4_XS: return true;
+        default: return false;
+    }
+}
+
+const char* matvec_types() { return "F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS"; }
+
+void matvec(const weight_view& w, const float* x, int64_t x_stride, int n_tok, float* y, int64_t y_stride,
+            stream_t stream) {
+    if (n_tok <= 0 || w.n_rows <= 0) return;
+    dispatch(w.type, "matvec", [&](auto fmt) {
+        launch_matvec<decltype(fmt)>(w, x, x_stride, n_tok, y, y_stride, as_stream(stream));
+    });
+    check_launch("matvec");
+}
+
+void matvec_batched(ggml_type type, int64_t n_rows, int64_t n_cols, size_t row_stride, const matvec_job* jobs,
+                    int n_jobs, stream_t stream) {
+    if (n_jobs <= 0) return;
+    dispatch(type, "matvec_batched", [&](auto fmt) {
+        launch_matvec_batched<decltype(fmt)>(n_rows, n_cols, row_stride, jobs, n_jobs, as_stream(stream));
+    });
+    check_launch("matvec_batched");
+}
+
+void dequantize_f16(const weight_view& w, uint16_t* out, stream_t stream) {
+    dispatch(w.type, "dequantize_f16", [&](auto fmt) { launch_dequantize<decltype(fmt)>(w, out, as_stream(stream)); });
+    check_launch("dequantize_f16");
+}
+
+void convert_f32_to_f16(const float* x, int64_t n, uint16_t* out, stream_t stream) {
+    if (n <= 0) return;
+    convert_kernel<<<grid_for(n, 256), 256, 0, as_stream(stream)>>>(x, n, out);
+    check_launch("convert_f32_to_f16");
+}
+
+}  // namespace strata::kernels::cuda

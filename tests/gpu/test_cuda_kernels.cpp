@@ -1,0 +1,249 @@
+// Each CUDA kernel against the CPU reference (kernels/formats, kernels/cpu, engine::route_token),
+// per weight format. Label gpu: skips without a device.
+//
+// Tolerances: the GPU multiplies dequantised weights by f32 activations with f32 accumulation in a
+// different order than the reference, so a dot product may differ by about 1e-5 of sum |w||x|; the
+// tests allow 1e-4 of it. f16 outputs (dequantise-to-f16) allow one half ulp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu/kernels.hpp"
+#include "cuda_kernels.hpp"
+#include "formats/quant.hpp"
+#include "gpu/cuda_raii.hpp"
+#include "gpu_available.hpp"
+#include "model/forward.hpp"
+
+namespace strata::kernels::cuda {
+namespace {
+
+using engine::gpu::device_buffer;
+using formats::ggml_type;
+
+template <class T>
+device_buffer<T> upload(const std::vector<T>& v) {
+    device_buffer<T> d(v.size());
+    engine::gpu::check(cudaMemcpy(d.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    return d;
+}
+
+template <class T>
+std::vector<T> download(const device_buffer<T>& d) {
+    std::vector<T> v(d.size());
+    engine::gpu::check(cudaDeviceSynchronize(), "sync");
+    engine::gpu::check(cudaMemcpy(v.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost), "download");
+    return v;
+}
+
+std::vector<float> random_floats(size_t n, float scale, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+
+struct quantized {
+    std::vector<uint8_t> bytes;   // [n_rows][row_size]
+    std::vector<float> values;    // [n_rows][n_cols] dequantised by the reference
+    size_t row_size = 0;
+};
+
+quantized make_weights(ggml_type type, int64_t n_rows, int64_t n_cols, uint32_t seed) {
+    const std::vector<float> src = random_floats(static_cast<size_t>(n_rows * n_cols), 0.05f, seed);
+    quantized q;
+    q.row_size = formats::row_size(type, n_cols);
+    q.bytes.resize(q.row_size * static_cast<size_t>(n_rows));
+    q.values.resize(src.size());
+    for (int64_t r = 0; r < n_rows; ++r) {
+        formats::quantize_row(type, src.data() + r * n_cols, q.bytes.data() + r * q.row_size, n_cols);
+        formats::dequantize_row(type, q.bytes.data() + r * q.row_size, q.values.data() + r * n_cols, n_cols);
+    }
+    return q;
+}
+
+class MatvecFormat : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(MatvecFormat, MatchesReferenceForSeveralTokenCounts) {
+    STRATA_REQUIRE_GPU();
+    const ggml_type type = GetParam();
+    const int64_t n_rows = 70, n_cols = 512;
+    const quantized w = make_weights(type, n_rows, n_cols, 7);
+    const auto dw = upload(w.bytes);
+    for (int n_tok : {1, 3, 8, 11}) {
+        const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * n_cols), 1.0f, 11 + n_tok);
+        const auto dx = upload(x);
+        device_buffer<float> dy(static_cast<size_t>(n_tok * n_rows));
+        matvec({type, dw.data(), n_rows, n_cols, w.row_size}, dx.data(), n_cols, n_tok, dy.data(), n_rows, nullptr);
+        const std::vector<float> y = download(dy);
+        for (int t = 0; t < n_tok; ++t)
+            for (int64_t r = 0; r < n_rows; ++r) {
+                double ref = 0, mag = 0;
+                for (int64_t c = 0; c < n_cols; ++c) {
+                    ref += double(w.values[r * n_cols + c]) * x[t * n_cols + c];
+                    mag += std::abs(double(w.values[r * n_cols + c]) * x[t * n_cols + c]);
+                }
+                ASSERT_NEAR(y[t * n_rows + r], ref, 1e-4 * mag + 1e-6)
+                    << formats::info(type).name << " token " << t << " row " << r;
+            }
+    }
+}
+
+TEST_P(MatvecFormat, BatchedJobsAndDequantiseToF16) {
+    STRATA_REQUIRE_GPU();
+    const ggml_type type = GetParam();
+    const int64_t n_rows = 33, n_cols = 256;
+    const quantized a = make_weights(type, n_rows, n_cols, 1), b = make_weights(type, n_rows, n_cols, 2);
+    const auto da = upload(a.bytes), db = upload(b.bytes);
+    const std::vector<float> x = random_floats(static_cast<size_t>(2 * n_cols), 1.0f, 3);
+    const auto dx = upload(x);
+    device_buffer<float> dy(static_cast<size_t>(3 * n_rows));
+    const std::vector<matvec_job> jobs{{da.data(), dx.data(), dy.data()},
+                                       {db.data(), dx.data() + n_cols, dy.data() + n_rows},
+                                       {da.data(), dx.data() + n_cols, dy.data() + 2 * n_rows}};
+    const auto djobs = upload(jobs);
+    matvec_batched(type, n_rows, n_cols, a.row_size, djobs.data(), 3, nullptr);
+    const std::vector<float> y = download(dy);
+    const std::vector<const quantized*> w{&a, &b, &a};
+    const std::vector<int> tok{0, 1, 1};
+    for (int j = 0; j < 3; ++j)
+        for (int64_t r = 0; r < n_rows; ++r) {
+            double ref = 0, mag = 0;
+            for (int64_t c = 0; c < n_cols; ++c) {
+                const double p = double(w[j]->values[r * n_cols + c]) * x[tok[j] * n_cols + c];
+                ref += p;
+                mag += std::abs(p);
+            }
+            ASSERT_NEAR(y[j * n_rows + r], ref, 1e-4 * mag + 1e-6) << "job " << j << " row " << r;
+        }
+    device_buffer<uint16_t> h(static_cast<size_t>(n_rows * n_cols));
+    dequantize_f16({type, da.data(), n_rows, n_cols, a.row_size}, h.data(), nullptr);
+    const std::vector<uint16_t> hv = download(h);
+    for (size_t i = 0; i < hv.size(); ++i)  // one half ulp: the GPU may fuse the scale multiply-add
+        ASSERT_NEAR(formats::fp16_to_fp32(hv[i]), a.values[i], std::abs(a.values[i]) / 1024 + 1e-7f) << "element " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, MatvecFormat,
+                         ::testing::Values(ggml_type::F32, ggml_type::F16, ggml_type::BF16, ggml_type::Q4_0,
+                                           ggml_type::Q8_0, ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K,
+                                           ggml_type::IQ4_XS),
+                         [](const auto& info) { return std::string(formats::info(info.param).name); });
+
+TEST(CudaKernels, RmsNormAndRopeMatchTheCpu) {
+    STRATA_REQUIRE_GPU();
+    const int n_tok = 3, n_head = 4, hd = 64, n = n_head * hd;
+    const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * n), 1.0f, 5);
+    const std::vector<float> w = random_floats(static_cast<size_t>(n), 1.0f, 6);
+    auto dx = upload(x);
+    const auto dw = upload(w);
+    device_buffer<float> dy(x.size());
+    rms_norm(dx.data(), dw.data(), 1e-6f, n, n_tok, dy.data(), nullptr);
+    const std::vector<float> y = download(dy);
+    for (int t = 0; t < n_tok; ++t) {
+        std::vector<float> ref(static_cast<size_t>(n));
+        cpu::rms_norm(x.data() + t * n, w.data(), 1e-6f, n, ref.data());
+        for (int i = 0; i < n; ++i) ASSERT_NEAR(y[t * n + i], ref[i], 1e-5f * (1 + std::abs(ref[i])));
+    }
+    for (bool neox : {false, true}) {
+        auto dq = upload(x);
+        rope(dq.data(), n_tok, n_head, hd, hd, 17, 10000.0f, neox, nullptr);
+        const std::vector<float> q = download(dq);
+        for (int t = 0; t < n_tok; ++t) {
+            std::vector<float> ref(x.begin() + t * n, x.begin() + (t + 1) * n);
+            cpu::rope(ref.data(), n_head, hd, hd, 17 + t, 10000.0f, neox ? cpu::rope_style::neox : cpu::rope_style::normal);
+            for (int i = 0; i < n; ++i) ASSERT_NEAR(q[t * n + i], ref[i], 1e-4f) << "neox " << neox << " t " << t;
+        }
+    }
+}
+
+TEST(CudaKernels, AttentionOverF16CacheMatchesNaive) {
+    STRATA_REQUIRE_GPU();
+    const int n_head = 4, n_head_kv = 2, hd = 64, n_kv = n_head_kv * hd, n_ctx = 40, pos0 = 20, n_tok = 5;
+    const int n_pos = pos0 + n_tok;
+    const std::vector<float> k = random_floats(static_cast<size_t>(n_pos * n_kv), 1.0f, 8);
+    const std::vector<float> v = random_floats(static_cast<size_t>(n_pos * n_kv), 1.0f, 9);
+    const std::vector<float> q = random_floats(static_cast<size_t>(n_tok * n_head * hd), 1.0f, 10);
+    const auto dk = upload(k), dv = upload(v), dq = upload(q);
+    device_buffer<uint16_t> kc(static_cast<size_t>(n_ctx * n_kv)), vc(static_cast<size_t>(n_ctx * n_kv));
+    kv_store_f16(dk.data(), dv.data(), n_pos, n_kv, 0, kc.data(), vc.data(), nullptr);
+    device_buffer<float> scratch(static_cast<size_t>(n_tok * n_head * n_pos)), out(q.size());
+    const float scale = 1.0f / std::sqrt(float(hd));
+    attention_f16(dq.data(), kc.data(), vc.data(), n_tok, pos0, n_head, n_head_kv, hd, scale, scratch.data(), out.data(),
+                  nullptr);
+    const std::vector<float> o = download(out);
+    auto h = [](float f) { return formats::fp16_to_fp32(formats::fp32_to_fp16(f)); };
+    for (int t = 0; t < n_tok; ++t)
+        for (int head = 0; head < n_head; ++head) {
+            const int g = head / (n_head / n_head_kv), len = pos0 + t + 1;
+            std::vector<double> p(static_cast<size_t>(len));
+            double m = -1e30, sum = 0;
+            for (int s = 0; s < len; ++s) {
+                double d = 0;
+                for (int i = 0; i < hd; ++i) d += q[(t * n_head + head) * hd + i] * h(k[s * n_kv + g * hd + i]);
+                p[s] = d * scale;
+                m = std::max(m, p[s]);
+            }
+            for (double& x : p) sum += (x = std::exp(x - m));
+            for (int i = 0; i < hd; ++i) {
+                double ref = 0;
+                for (int s = 0; s < len; ++s) ref += p[s] / sum * h(v[s * n_kv + g * hd + i]);
+                ASSERT_NEAR(o[(t * n_head + head) * hd + i], ref, 1e-4) << "t " << t << " head " << head;
+            }
+        }
+}
+
+TEST(CudaKernels, RoutingMatchesRouteToken) {
+    STRATA_REQUIRE_GPU();
+    const int n_tok = 6, n_expert = 64, k = 8;
+    const std::vector<float> logits = random_floats(static_cast<size_t>(n_tok * n_expert), 2.0f, 12);
+    const auto dl = upload(logits);
+    for (bool normalize : {false, true}) {
+        device_buffer<int32_t> ids(static_cast<size_t>(n_tok * k));
+        device_buffer<float> w(static_cast<size_t>(n_tok * k));
+        route_topk(dl.data(), n_tok, n_expert, k, normalize, ids.data(), w.data(), nullptr);
+        const std::vector<int32_t> gi = download(ids);
+        const std::vector<float> gw = download(w);
+        for (int t = 0; t < n_tok; ++t) {
+            int32_t ri[k];
+            float rw[k];
+            engine::route_token(logits.data() + t * n_expert, n_expert, k, normalize, ri, rw);
+            for (int j = 0; j < k; ++j) {
+                EXPECT_EQ(gi[t * k + j], ri[j]) << "token " << t << " slot " << j;
+                EXPECT_NEAR(gw[t * k + j], rw[j], 1e-5f);
+            }
+        }
+    }
+}
+
+TEST(CudaKernels, ElementwiseAndWeightedSum) {
+    STRATA_REQUIRE_GPU();
+    const int n = 300;
+    const std::vector<float> a = random_floats(n, 1.0f, 20), b = random_floats(n, 1.0f, 21);
+    const auto da = upload(a), db = upload(b);
+    device_buffer<float> out(n);
+    silu_mul(da.data(), db.data(), n, out.data(), nullptr);
+    std::vector<float> ref(n);
+    cpu::silu_mul(a.data(), b.data(), n, ref.data());
+    const std::vector<float> o = download(out);
+    for (int i = 0; i < n; ++i) ASSERT_NEAR(o[i], ref[i], 1e-5f * (1 + std::abs(ref[i])));
+
+    // 3 tokens of 100: token 0 has jobs 0, 1; token 1 none; token 2 job 2 (y rows are a's thirds).
+    const std::vector<float> wts{0.5f, 0.25f, 2.0f};
+    const std::vector<int32_t> begin{0, 2, 2, 3};
+    const auto dwts = upload(wts);
+    const auto dbegin = upload(begin);
+    device_buffer<float> sum(300);
+    weighted_sum(da.data(), dwts.data(), dbegin.data(), 3, 100, sum.data(), nullptr);
+    const std::vector<float> s = download(sum);
+    for (int i = 0; i < 100; ++i) {
+        EXPECT_FLOAT_EQ(s[i], 0.5f * a[i] + 0.25f * a[100 + i]);
+        EXPECT_EQ(s[100 + i], 0.0f);
+        EXPECT_FLOAT_EQ(s[200 + i], 2.0f * a[200 + i]);
+    }
+}
+
+}  // namespace
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The GPU check, for the device machine (one CUDA GPU, Ubuntu 24.04, nvcc 13, no oneTBB): builds the
+# CUDA backend, runs the gpu-labelled tests, then benchmarks the bench preset CPU-only and hybrid at
+# about 100 %, 50 % and 20 % of the routed experts resident, and prints one table plus the overlap
+# figure from STRATA_DECODE_TIMING. Budget: under 6 minutes on 16 cores.
+#
+# Prepare here first:  tools/gpu-deps.sh   (Debian's TBB packages into .gpu-deps/)
+# Then, with the device tool:  run  command="tools/gpu-check.sh"  carry=[".gpu-deps"]
+# Environment: GPU_CHECK_OUT (default $OUT or /tmp/gpu-check): logs and the table.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${GPU_CHECK_OUT:-${OUT:-/tmp/gpu-check}}
+mkdir -p "$out"
+jobs=$(nproc)
+t_start=$(date +%s)
+stage() { echo "== [$(( $(date +%s) - t_start )) s] $*"; }
+
+# 1. Dependencies: unpack the carried .deb files into a private prefix (never into /).
+deps=/tmp/strata-deps
+if ls .gpu-deps/*.deb >/dev/null 2>&1; then
+  stage "unpacking $(ls .gpu-deps/*.deb | wc -l) carried packages into $deps"
+  for f in .gpu-deps/*.deb; do dpkg -x "$f" "$deps"; done
+fi
+export CMAKE_PREFIX_PATH="$deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PKG_CONFIG_PATH="$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+nvidia-smi --query-gpu=name,memory.total,memory.used,pci.bus_id --format=csv,noheader || true
+
+# 2. Build (one architecture: the device's own).
+stage "configure"
+cmake -S . -B build-gpu-check -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHITECTURES=native \
+  >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; echo "configure FAILED (missing packages? add them to tools/gpu-deps.sh)"; exit 1; }
+stage "build"
+cmake --build build-gpu-check -j"$jobs" --target test_cuda_kernels test_hybrid_forward strata-gpu-bench strata-make-model \
+  >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; echo "build FAILED"; exit 1; }
+
+# 3. Tests with a device.
+stage "ctest -L gpu"
+(cd build-gpu-check && ctest -L gpu --output-on-failure --timeout 120) >"$out/ctest-gpu.log" 2>&1
+tests_rc=$?
+grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest-gpu.log" | head -30
+
+# 4. Benchmark on the bench preset.
+model=/tmp/strata-bench.gguf
+stage "strata-make-model --preset bench"
+[ -f "$model" ] || build-gpu-check/tools/make_model/strata-make-model --preset bench -o "$model" >"$out/make-model.log" 2>&1 \
+  || { tail -5 "$out/make-model.log"; echo "make-model FAILED"; exit 1; }
+stage "benchmark: CPU only, 100 / 50 / 20 % resident"
+build-gpu-check/tests/gpu/strata-gpu-bench "$model" 128 48 cpu 100 50 20 2>"$out/bench.log" | tee "$out/table.md"
+
+# 5. Overlap: per-token time against the larger of the GPU and CPU shares, at 50 % resident.
+stage "decode timing at 50 % resident"
+STRATA_DECODE_TIMING=1 build-gpu-check/tests/gpu/strata-gpu-bench "$model" 32 48 50 >/dev/null 2>"$out/timing.log"
+grep "decode token at position" "$out/timing.log" | tail -n +2 | awk '
+  { for (i = 1; i <= NF; ++i) {
+      if ($i == "position") { sub(":", "", $(i+2)); tok += $(i+2) }
+      if ($i == "experts") gpu += $(i+1)
+      if ($i == "complement") cpu += $(i+1)
+      if ($i == "copies") cp += $(i+1)
+      if ($i == "waited") wt += $(i+1)
+    } n++ }
+  END { if (n == 0) { print "no STRATA_DECODE_TIMING lines"; exit }
+        larger = (gpu > cpu + cp) ? gpu : cpu + cp
+        printf "overlap over %d decode tokens (ms per token): total %.2f, GPU experts %.2f, CPU complement %.2f, copies %.2f, GPU waited %.2f; total / max(GPU, CPU + copies) = %.2f\n",
+               n, tok / n, gpu / n, cpu / n, cp / n, wt / n, (tok / n) / (larger / n) }' | tee "$out/overlap.txt"
+
+stage "done (gpu tests: $([ $tests_rc -eq 0 ] && echo passed || echo FAILED))"
+exit $tests_rc
