@@ -21,6 +21,8 @@ if ls .gpu-deps/*.deb >/dev/null 2>&1; then
   stage "unpacking $(ls .gpu-deps/*.deb | wc -l) carried packages into $deps"
   for f in .gpu-deps/*.deb; do dpkg -x "$f" "$deps"; done
 fi
+tbb_dir=$deps/usr/lib/x86_64-linux-gnu/cmake/TBB
+tbb_flag=(); [ -d "$tbb_dir" ] && tbb_flag=(-DTBB_DIR="$tbb_dir")
 export CMAKE_PREFIX_PATH="$deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PKG_CONFIG_PATH="$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
@@ -28,7 +30,7 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,pci.bus_id --format=csv,noh
 
 # 2. Build (one architecture: the device's own).
 stage "configure"
-cmake -S . -B build-gpu-check -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHITECTURES=native \
+cmake -S . -B build-gpu-check -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHITECTURES=native "${tbb_flag[@]}" \
   >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; echo "configure FAILED (missing packages? add them to tools/gpu-deps.sh)"; exit 1; }
 stage "build"
 cmake --build build-gpu-check -j"$jobs" --target test_cuda_kernels test_hybrid_forward strata-gpu-bench strata-make-model \

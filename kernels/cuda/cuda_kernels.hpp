@@ -19,6 +19,8 @@ namespace strata::kernels::cuda {
 using formats::ggml_type;
 using stream_t = void*;  // cudaStream_t
 
+// Rows must be whole blocks (32 elements for F32/F16/BF16); the weight functions throw
+// std::invalid_argument naming the function and the numbers otherwise, or naming the valid types.
 // True where a dequantising matvec and a dequantise-to-f16 kernel exist for `type`:
 // F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS.
 bool has_matvec(ggml_type type);

@@ -153,10 +153,19 @@ bool has_matvec(ggml_type type) {
 
 const char* matvec_types() { return "F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS"; }
 
+// A row must be whole blocks (the float formats are read 32 elements at a time).
+template <class F>
+void check_cols(int64_t n_cols, const char* what) {
+    if (n_cols % F::qk != 0)
+        throw std::invalid_argument(std::string(what) + ": rows of " + std::to_string(n_cols) +
+                                    " elements are not a multiple of " + std::to_string(F::qk));
+}
+
 void matvec(const weight_view& w, const float* x, int64_t x_stride, int n_tok, float* y, int64_t y_stride,
             stream_t stream) {
     if (n_tok <= 0 || w.n_rows <= 0) return;
     dispatch(w.type, "matvec", [&](auto fmt) {
+        check_cols<decltype(fmt)>(w.n_cols, "matvec");
         launch_matvec<decltype(fmt)>(w, x, x_stride, n_tok, y, y_stride, as_stream(stream));
     });
     check_launch("matvec");
@@ -166,13 +175,17 @@ void matvec_batched(ggml_type type, int64_t n_rows, int64_t n_cols, size_t row_s
                     int n_jobs, stream_t stream) {
     if (n_jobs <= 0) return;
     dispatch(type, "matvec_batched", [&](auto fmt) {
+        check_cols<decltype(fmt)>(n_cols, "matvec_batched");
         launch_matvec_batched<decltype(fmt)>(n_rows, n_cols, row_stride, jobs, n_jobs, as_stream(stream));
     });
     check_launch("matvec_batched");
 }
 
 void dequantize_f16(const weight_view& w, uint16_t* out, stream_t stream) {
-    dispatch(w.type, "dequantize_f16", [&](auto fmt) { launch_dequantize<decltype(fmt)>(w, out, as_stream(stream)); });
+    dispatch(w.type, "dequantize_f16", [&](auto fmt) {
+        check_cols<decltype(fmt)>(w.n_cols, "dequantize_f16");
+        launch_dequantize<decltype(fmt)>(w, out, as_stream(stream));
+    });
     check_launch("dequantize_f16");
 }
 
