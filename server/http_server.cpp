@@ -1,3 +1,5 @@
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -10,15 +12,28 @@
 
 namespace strata::server {
 
+// cpp-httplib 0.11 listens with a backlog of 5: a burst of new connections overflows it and the
+// dropped SYNs are retried only after a second. The listening socket is a protected member; this
+// subclass reaches it to raise the backlog (listen() again on a listening socket just updates it).
+class listener : public httplib::Server {
+public:
+    void raise_backlog() {
+        if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, SOMAXCONN);
+    }
+};
+
 struct http_server::impl {
     server_state state;
-    httplib::Server http;
+    listener http;
     int port = -1;
 
     explicit impl(server_options o) : state(std::move(o)) {
         const auto threads = static_cast<size_t>(std::max(state.options.http_threads, 2));
         http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
         http.set_payload_max_length(state.options.max_body_bytes);
+        // Answers and SSE events are small writes: without TCP_NODELAY, Nagle's algorithm holds each one
+        // back until the client's delayed ACK.
+        http.set_tcp_nodelay(true);
         http.set_keep_alive_max_count(1000);
         // An idle keep-alive connection holds its thread this long, and cpp-httplib's stop() waits for it:
         // short, so a shutdown is quick.
@@ -40,6 +55,7 @@ int http_server::bind() {
     if (port <= 0)
         throw std::runtime_error(fmt::format("cannot listen on {}:{} (address in use, not local, or not allowed)",
                                              o.host, o.port));
+    impl_->http.raise_backlog();
     impl_->port = port;
     return port;
 }

@@ -89,8 +89,18 @@ std::string metrics::render(const gauges& g) const {
     out += fmt::format("strata_shutting_down {}\n", g.shutting_down ? 1 : 0);
     family(out, "strata_uptime_seconds", "gauge", "Seconds since the server started.");
     out += fmt::format("strata_uptime_seconds {:.3f}\n", g.uptime_s);
-    // NOTE: placement share per NUMA node is not exported: the engine API does not publish where the
-    // expert rows landed yet (docs/API.md says so).
+    family(out, "strata_expert_vram_lookups_total", "counter",
+           "GPU hybrid: routed expert lookups (as of the last finished generation; 0 CPU-only).");
+    out += fmt::format("strata_expert_vram_lookups_total {}\n", g.expert_lookups);
+    family(out, "strata_expert_vram_hits_total", "counter", "GPU hybrid: lookups served by experts resident in VRAM.");
+    out += fmt::format("strata_expert_vram_hits_total {}\n", g.vram_hits);
+    family(out, "strata_placement_share", "gauge",
+           "Share of a slice's resident expert pages found on its intended NUMA node (sampled at load).");
+    for (const auto& n : g.placement)
+        out += fmt::format("strata_placement_share{{slice=\"{}\",node=\"{}\"}} {:.4f}\n", n.slice, n.node, n.share);
+    family(out, "strata_placement_bytes", "gauge", "Bytes of resident experts placed for a slice.");
+    for (const auto& n : g.placement)
+        out += fmt::format("strata_placement_bytes{{slice=\"{}\",node=\"{}\"}} {}\n", n.slice, n.node, n.bytes);
     return out;
 }
 

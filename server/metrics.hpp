@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "request_queue.hpp"
 #include "strata/engine.hpp"
@@ -37,6 +38,8 @@ public:
         bool model_loaded = false;
         bool shutting_down = false;
         uint64_t expert_tokens = 0;
+        uint64_t expert_lookups = 0, vram_hits = 0;
+        std::vector<model_info::node_share> placement;
         double uptime_s = 0;
     };
     std::string render(const gauges& g) const;

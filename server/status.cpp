@@ -51,9 +51,25 @@ static json pool_section(const model_info& i) {
             {"threads", workers},    {"slices", std::move(slices)}};
 }
 
+// Where the resident routed experts landed, per pool slice and NUMA node (shares sampled at load).
+static json placement_section(const model_info& i) {
+    json nodes = json::array();
+    for (const model_info::node_share& n : i.placement_nodes)
+        nodes.push_back({{"slice", n.slice}, {"node", n.node}, {"bytes", n.bytes}, {"share", n.share}, {"ok", n.ok}});
+    return {{"mode", i.placement_mode},
+            {"summary", i.placement},
+            {"expert_bytes", i.expert_bytes},
+            {"nodes", std::move(nodes)},
+            {"region_map", i.region_map_path}};
+}
+
 // Per layer: tokens routed and the experts routed to most, hottest first.
 static json expert_section(const model_info& i, const std::optional<server_state::engine_snapshot>& snap) {
-    if (!snap) return {{"as_of_request", nullptr}, {"tokens", 0}, {"layers", json::array()}};
+    if (!snap)
+        return {{"as_of_request", nullptr},
+                {"tokens", 0},
+                {"vram", {{"lookups", 0}, {"hits", 0}, {"hit_rate", 0.0}}},
+                {"layers", json::array()}};
     const expert_stats& st = snap->experts;
     json layers = json::array();
     const size_t n_expert = static_cast<size_t>(std::max(i.n_expert, 1));
@@ -68,7 +84,10 @@ static json expert_section(const model_info& i, const std::optional<server_state
             hottest.push_back({{"expert", order[k]}, {"count", counts[size_t(order[k])]}});
         layers.push_back({{"layer", l}, {"counts", counts}, {"hottest", std::move(hottest)}});
     }
-    return {{"as_of_request", snap->as_of_request}, {"tokens", st.tokens}, {"layers", std::move(layers)}};
+    return {{"as_of_request", snap->as_of_request},
+            {"tokens", st.tokens},
+            {"vram", {{"lookups", st.expert_lookups}, {"hits", st.vram_hits}, {"hit_rate", st.hit_rate()}}},
+            {"layers", std::move(layers)}};
 }
 
 static json last_request_section(const server_state& state) {
@@ -108,8 +127,7 @@ json status_json(const server_state& state) {
                     {"kv_bytes_per_session", i.kv_bytes_per_session},
                     {"cached_tokens", snap ? json(snap->cached_tokens) : json(0)}};
     s["pool"] = pool_section(i);
-    // The engine API does not publish per-node placement yet; null until it does (docs/API.md).
-    s["placement"] = nullptr;
+    s["placement"] = placement_section(i);
     s["experts"] = expert_section(i, snap);
     return s;
 }
@@ -119,7 +137,12 @@ std::string metrics_text(const server_state& state) {
     g.queue = state.queue.state();
     g.model_loaded = state.loaded_model() != nullptr;
     g.shutting_down = state.shutting_down.load();
-    if (const auto snap = state.snapshot()) g.expert_tokens = snap->experts.tokens;
+    if (const auto snap = state.snapshot()) {
+        g.expert_tokens = snap->experts.tokens;
+        g.expert_lookups = snap->experts.expert_lookups;
+        g.vram_hits = snap->experts.vram_hits;
+    }
+    if (const auto m = state.loaded_model()) g.placement = m->info().placement_nodes;
     g.uptime_s = state.uptime_s();
     return state.counters.render(g);
 }

@@ -118,3 +118,22 @@ TEST(ServerQueue, WholeAnswerClientDisconnectCancels) {
 
 }  // namespace
 }  // namespace strata::server::test
+
+namespace strata::server::test {
+namespace {
+
+TEST(ServerQueue, RequestTimeoutStopsTheGeneration) {
+    server_options o;
+    o.request_timeout_s = 0.1;  // 992 tokens take the tiny model well over 0.1 s
+    test_server s(o);
+    const reply r = s.post("/v1/completions", json{{"prompt", "Take your time"}, {"max_tokens", test_ctx - 32},
+                                                   {"ignore_eos", true}, {"temperature", 0}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json j = r.parsed();
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+    EXPECT_LT(j["usage"]["completion_tokens"].get<int>(), test_ctx - 32);
+    EXPECT_EQ(s.status()["last_request"]["stopped_by"], "timeout");
+}
+
+}  // namespace
+}  // namespace strata::server::test

@@ -78,6 +78,12 @@ double value_of(const std::vector<sample>& samples, const std::string& name,
     return NAN;
 }
 
+std::string fmt_share(double share) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.4f", share);
+    return buf;
+}
+
 TEST(ServerStatus, MetricsParseAsPrometheusText) {
     test_server s;
     ASSERT_EQ(s.post("/v1/chat/completions", chat_body("Count me", 5)).status, 200);
@@ -94,6 +100,10 @@ TEST(ServerStatus, MetricsParseAsPrometheusText) {
     EXPECT_EQ(value_of(m, "strata_queue_waiting"), 0);
     EXPECT_EQ(value_of(m, "strata_model_loaded"), 1);
     EXPECT_GT(value_of(m, "strata_expert_routed_tokens_total"), 0);
+    EXPECT_EQ(value_of(m, "strata_expert_vram_lookups_total"), 0);  // CPU-only
+    for (const auto& n : tiny_model()->info().placement_nodes)
+        EXPECT_EQ(value_of(m, "strata_placement_share", {{"slice", std::to_string(n.slice)}, {"node", std::to_string(n.node)}}),
+                  std::stod(fmt_share(n.share)));
     double previous = 0;
     for (const sample& x : m)
         if (x.name == "strata_request_duration_seconds_bucket") {
@@ -127,7 +137,15 @@ TEST(ServerStatus, StatusHasTheDocumentedFields) {
     EXPECT_GE(j["pool"]["threads"].get<int>(), 1);
     ASSERT_FALSE(j["pool"]["slices"].empty());
     for (const char* k : {"node", "threads", "cores"}) EXPECT_TRUE(j["pool"]["slices"][0].contains(k)) << k;
-    EXPECT_TRUE(j.contains("placement") && j["placement"].is_null());
+    const json& placement = j["placement"];
+    EXPECT_EQ(placement["mode"], info.placement_mode);
+    EXPECT_EQ(placement["summary"], info.placement);
+    EXPECT_TRUE(placement["expert_bytes"].is_number());
+    EXPECT_TRUE(placement["region_map"].is_string());
+    ASSERT_EQ(placement["nodes"].size(), info.placement_nodes.size());
+    for (const json& n : placement["nodes"])
+        for (const char* k : {"slice", "node", "bytes", "share", "ok"}) EXPECT_TRUE(n.contains(k)) << k;
+    for (const char* k : {"lookups", "hits", "hit_rate"}) EXPECT_TRUE(j["experts"]["vram"].contains(k)) << k;
     EXPECT_GT(j["experts"]["tokens"].get<int>(), 0);
     ASSERT_EQ(j["experts"]["layers"].size(), size_t(info.n_layer));
     EXPECT_EQ(j["experts"]["layers"][0]["counts"].size(), size_t(info.n_expert));

@@ -1,0 +1,202 @@
+// strata-bench server: N concurrent clients x M short completions against strata-server, either a
+// running one (--url) or one started in-process on a generated tiny model (the default). Prints
+// requests/s next to the engine alone doing the same generations one after another (in-process
+// only), p50/p99 latency, and the server's resident memory before and after the requests.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cxxopts.hpp>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/fmt/fmt.h>
+
+#include "generate.hpp"
+#include "modes.hpp"
+#include "strata/engine.hpp"
+#include "strata/server.hpp"
+
+namespace strata::bench {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+// VmRSS of a process in MiB, or a negative number when it cannot be read.
+double resident_mib(pid_t pid) {
+    std::ifstream f(fmt::format("/proc/{}/status", pid));
+    for (std::string line; std::getline(f, line);)
+        if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    return -1;
+}
+
+std::string rss_text(double mib) { return mib < 0 ? std::string("n/a") : fmt::format("{:.1f} MiB", mib); }
+
+double percentile(std::vector<double> v, double p) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t i = std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5));
+    return v[i];
+}
+
+json request_body(int client, int i, int max_tokens) {
+    return {{"prompt", fmt::format("Client {} sends request {} about the weather", client, i)},
+            {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+}
+
+struct load_result {
+    std::vector<double> latency_ms;
+    int errors = 0;
+    double wall_s = 0;
+};
+
+load_result run_load(const std::string& host, int port, const std::string& api_key, int clients, int per_client,
+                     int max_tokens) {
+    load_result out;
+    std::vector<std::vector<double>> lat(static_cast<size_t>(clients));
+    std::vector<int> errors(static_cast<size_t>(clients), 0);
+    std::vector<std::thread> threads;
+    const auto t0 = clock_type::now();
+    for (int c = 0; c < clients; ++c)
+        threads.emplace_back([&, c] {
+            httplib::Client cli(host, port);
+            cli.set_keep_alive(true);
+            cli.set_tcp_nodelay(true);
+            cli.set_read_timeout(600, 0);
+            httplib::Headers headers;
+            if (!api_key.empty()) headers.emplace("Authorization", "Bearer " + api_key);
+            for (int i = 0; i < per_client; ++i) {
+                const auto start = clock_type::now();
+                const auto r = cli.Post("/v1/completions", headers, request_body(c, i, max_tokens).dump(), "application/json");
+                lat[size_t(c)].push_back(std::chrono::duration<double, std::milli>(clock_type::now() - start).count());
+                if (!r || r->status != 200) ++errors[size_t(c)];
+            }
+        });
+    for (auto& t : threads) t.join();
+    out.wall_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+    for (size_t c = 0; c < lat.size(); ++c) {
+        out.latency_ms.insert(out.latency_ms.end(), lat[c].begin(), lat[c].end());
+        out.errors += errors[c];
+    }
+    return out;
+}
+
+// The same generations through the engine API alone, one after another: the ceiling the server's
+// queue can reach, since it runs one generation at a time.
+double engine_requests_per_second(const std::shared_ptr<model>& m, int n, int max_tokens) {
+    session s(m);
+    generation_options g;
+    g.max_tokens = max_tokens;
+    g.sampling.temperature = 0;
+    g.ignore_eos = true;
+    const auto t0 = clock_type::now();
+    for (int i = 0; i < n; ++i)
+        s.generate(m->tokenize(request_body(i % 8, i, max_tokens)["prompt"].get<std::string>(), true, true), g);
+    return n / std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+int run(int argc, char** argv) {
+    cxxopts::Options opts("strata-bench server", "Requests/s, latency and memory of strata-server under concurrent clients");
+    opts.add_options()
+        ("url", "a running server, http://HOST:PORT (default: start one in-process)", cxxopts::value<std::string>())
+        ("pid", "the running server's process id, for its resident memory (with --url)", cxxopts::value<int>())
+        ("api-key", "API key for --url (default: STRATA_API_KEY)", cxxopts::value<std::string>())
+        ("m,model", "model for the in-process server (default: a generated tiny model)", cxxopts::value<std::string>())
+        ("clients", "concurrent clients", cxxopts::value<int>()->default_value("8"))
+        ("requests", "requests in all (split evenly across clients)", cxxopts::value<int>()->default_value("1000"))
+        ("max-tokens", "tokens generated per request", cxxopts::value<int>()->default_value("8"))
+        ("h,help", "show help");
+    const auto a = opts.parse(argc, argv);
+    if (a.count("help")) {
+        std::printf("%s\n", opts.help().c_str());
+        return 0;
+    }
+    const int clients = std::max(1, a["clients"].as<int>());
+    const int per_client = std::max(1, a["requests"].as<int>() / clients);
+    const int max_tokens = std::max(1, a["max-tokens"].as<int>());
+    std::string api_key;
+    if (a.count("api-key")) api_key = a["api-key"].as<std::string>();
+    else if (const char* env = std::getenv("STRATA_API_KEY")) api_key = env;
+
+    std::string host = "127.0.0.1", where;
+    int port = 0;
+    pid_t server_pid = -1;
+    std::unique_ptr<server::http_server> srv;
+    std::thread serving;
+    std::shared_ptr<model> m;
+    std::filesystem::path temp_dir;
+    if (a.count("url")) {
+        std::smatch u;
+        const std::string url = a["url"].as<std::string>();
+        if (!std::regex_match(url, u, std::regex(R"(http://([^:/]+):(\d+)/?)")))
+            throw std::invalid_argument("--url must look like http://HOST:PORT, got " + url);
+        host = u[1];
+        port = std::stoi(u[2]);
+        if (a.count("pid")) server_pid = a["pid"].as<int>();
+        where = "server at " + url;
+    } else {
+        std::string path;
+        if (a.count("model")) {
+            path = a["model"].as<std::string>();
+        } else {
+            temp_dir = std::filesystem::temp_directory_path() / fmt::format("strata-bench-server-{}", getpid());
+            std::filesystem::create_directories(temp_dir);
+            path = (temp_dir / "tiny.gguf").string();
+            make_model::build_model(make_model::preset("tiny")).write_file(path);
+        }
+        model_options mo;
+        mo.path = path;
+        mo.n_ctx = 512;
+        m = model::load(mo);
+        server::server_options so;
+        so.port = 0;
+        so.api_key = api_key;
+        srv = std::make_unique<server::http_server>(so);
+        port = srv->bind();
+        srv->set_model(m);
+        serving = std::thread([&] { srv->run(); });
+        server_pid = getpid();
+        where = fmt::format("in-process server on {} (resident memory includes the bench's clients)", path);
+    }
+
+    const double rss_before = server_pid > 0 ? resident_mib(server_pid) : -1;
+    const load_result r = run_load(host, port, api_key, clients, per_client, max_tokens);
+    const double rss_after = server_pid > 0 ? resident_mib(server_pid) : -1;
+    const int n = clients * per_client;
+
+    fmt::print("strata-bench server: {} clients x {} requests ({} in all), {} tokens each, {}\n", clients, per_client, n,
+               max_tokens, where);
+    fmt::print("  throughput : {:.1f} requests/s ({:.2f} s)", n / r.wall_s, r.wall_s);
+    if (m) {
+        const double engine = engine_requests_per_second(m, std::min(n, 200), max_tokens);
+        fmt::print("; engine alone, one after another: {:.1f} requests/s (HTTP + queue cost {:.2f} ms per request)",
+                   engine, std::max(0.0, (r.wall_s / n - 1.0 / engine) * 1000));
+    }
+    fmt::print("\n  latency    : p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms\n", percentile(r.latency_ms, 50),
+               percentile(r.latency_ms, 99), percentile(r.latency_ms, 100));
+    fmt::print("  server RSS : before {}, after {} requests {}", rss_text(rss_before), n, rss_text(rss_after));
+    if (rss_before > 0 && rss_after > 0) fmt::print(" ({:+.1f} MiB)", rss_after - rss_before);
+    fmt::print("\n  errors     : {}\n", r.errors);
+
+    if (srv) {
+        srv->begin_shutdown();
+        srv->wait_idle(std::chrono::seconds(10));
+        srv->stop();
+        serving.join();
+    }
+    if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
+    return r.errors == 0 ? 0 : 1;
+}
+
+register_mode reg{{"server", "requests/s, p50/p99 latency and resident memory of strata-server under N clients", &run}};
+
+}  // namespace
+}  // namespace strata::bench
