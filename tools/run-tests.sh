@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds strata and runs every test lane: unit/model/server tests, the real-NUMA VM lane, and the
-# address/undefined-behaviour sanitizer build over the unit tests. GPU tests skip without a device.
-# Usage: tools/run-tests.sh            (from anywhere; builds under build/, build-asan/)
+# Builds strata and runs every test lane: unit/model/server tests, the real-NUMA VM lane, the
+# address/undefined-behaviour sanitizer build over the unit tests, and the thread sanitizer over the
+# pool tests. GPU tests skip without a device.
+# Usage: tools/run-tests.sh            (from anywhere; builds under build/, build-asan/, build-tsan/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -9,7 +10,8 @@ jobs=$(nproc)
 tools/install-deps.sh
 
 echo "== build (Release, warnings as errors)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=ON >/dev/null
+# The CUDA code (when nvcc is present) is compiled for one architecture here to keep CI short.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=ON -DSTRATA_CUDA_ARCHITECTURES=90 >/dev/null
 cmake --build build -j"$jobs"
 
 echo "== tests"
@@ -25,5 +27,13 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=add
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit
+
+echo "== thread sanitizer build, pool tests"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=thread -DSTRATA_CUDA=OFF >/dev/null
+pool_tests=(strata_test_arenas_pool strata_test_arenas_moe strata_test_arenas_store)
+cmake --build build-tsan -j"$jobs" --target "${pool_tests[@]}"
+for t in "${pool_tests[@]}"; do
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "build-tsan/tests/arenas/$t"
+done
 
 echo "== all test lanes passed"

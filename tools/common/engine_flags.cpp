@@ -15,9 +15,20 @@ void add_model_flags(cxxopts::Options& o) {
         ("pool-workers", "worker threads of the CPU expert pool (default: TBB_NUM_THREADS, else the plan's)",
          cxxopts::value<int>())
         ("chat-template", "chat template override: chatml | mistral | llama3", cxxopts::value<std::string>())
-        ("numa-hot-node", "split-off pool: claim the resident experts on NUMA node N (N | off)",
+        ("numa-hot-node", "split-off pool: claim the resident experts on NUMA node N (N | auto: the GPU's | off)",
          cxxopts::value<std::string>()->default_value("off"))
         ("mmap-experts", "split-off pool: read routed experts from the mapped file instead of a RAM copy");
+    o.add_options("gpu")
+        ("gpu", "CUDA device for the hybrid mode (-1: CPU only)", cxxopts::value<int>()->default_value("-1"))
+        ("expert-cache", "VRAM for routed experts: auto | GiB", cxxopts::value<std::string>()->default_value("auto"))
+        ("vram-reserve-mib", "VRAM left free by --expert-cache auto", cxxopts::value<int>()->default_value("512"))
+        ("expert-profile", "fill the VRAM expert cache from this profile", cxxopts::value<std::string>())
+        ("profile-save", "write the routed counts per layer and expert here when the model unloads",
+         cxxopts::value<std::string>())
+        ("adapt-every", "decode steps between adaptive expert swaps (0: off)", cxxopts::value<int>()->default_value("0"))
+        ("adapt-swaps", "experts swapped in per adaptation at most", cxxopts::value<int>()->default_value("4"))
+        ("adapt-async", "1: expert copies land in the background, off the decode path",
+         cxxopts::value<int>()->default_value("0"));
 }
 
 void add_sampling_flags(cxxopts::Options& o) {
@@ -51,6 +62,18 @@ model_options model_options_from(const cxxopts::ParseResult& a) {
     if (a.count("chat-template")) m.chat_template = a["chat-template"].as<std::string>();
     m.numa_hot_node = a["numa-hot-node"].as<std::string>();
     m.mmap_experts = a.count("mmap-experts") > 0;
+    m.gpu = a["gpu"].as<int>();
+    m.expert_cache = a["expert-cache"].as<std::string>();
+    m.vram_reserve_mib = a["vram-reserve-mib"].as<int>();
+    if (a.count("expert-profile")) m.expert_profile = a["expert-profile"].as<std::string>();
+    if (a.count("profile-save")) m.profile_save = a["profile-save"].as<std::string>();
+    m.adapt_every = a["adapt-every"].as<int>();
+    m.adapt_swaps = a["adapt-swaps"].as<int>();
+    m.adapt_async = a["adapt-async"].as<int>() != 0;
+    if (m.vram_reserve_mib < 0 || m.adapt_every < 0 || m.adapt_swaps < 0)
+        throw std::invalid_argument(fmt::format("--vram-reserve-mib, --adapt-every and --adapt-swaps must not be "
+                                                "negative (got {}, {}, {})",
+                                                m.vram_reserve_mib, m.adapt_every, m.adapt_swaps));
     return m;
 }
 
