@@ -187,13 +187,19 @@ void add_routes(httplib::Server& http, server_state& state) {
 
     // Answers cpp-httplib gives before any handler runs (413 for a body over the limit, 400 for a
     // request it cannot parse) get an error object too; handlers' own errors already have a body.
-    http.set_error_handler(httplib::Server::HandlerWithResponse([&state](const httplib::Request&, httplib::Response& res) {
+    http.set_error_handler(httplib::Server::HandlerWithResponse([&state](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty() || res.status == 499) return httplib::Server::HandlerResponse::Unhandled;
-        const api_error e = res.status == 413
-            ? api_error(413, fmt::format("the request body is larger than the limit of {} bytes (--max-body)",
-                                         state.options.max_body_bytes), "invalid_request_error", "", "request_too_large")
-            : api_error(res.status, fmt::format("the request could not be handled (HTTP {})", res.status),
-                        res.status >= 500 ? "server_error" : "invalid_request_error");
+        // cpp-httplib parses form-encoded bodies (curl -d without a Content-Type) and caps them at 8 KiB.
+        const bool form = req.get_header_value("Content-Type") == "application/x-www-form-urlencoded";
+        const api_error e = res.status != 413
+            ? api_error(res.status, fmt::format("the request could not be handled (HTTP {})", res.status),
+                        res.status >= 500 ? "server_error" : "invalid_request_error")
+            : form ? api_error(413, "a form-encoded body (curl -d without a Content-Type) is limited to 8192 bytes; "
+                                    "send 'Content-Type: application/json'", "invalid_request_error", "",
+                               "request_too_large")
+                   : api_error(413, fmt::format("the request body is larger than the limit of {} bytes (--max-body)",
+                                                state.options.max_body_bytes), "invalid_request_error", "",
+                               "request_too_large");
         send_error(res, e);
         state.counters.count_request("rejected", res.status);
         return httplib::Server::HandlerResponse::Handled;

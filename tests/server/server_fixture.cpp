@@ -133,7 +133,7 @@ reply test_server::send(const std::string& method, const std::string& path, cons
     req.path = path;
     req.headers = to_headers(headers);
     req.body = body;
-    if (!body.empty()) req.set_header("Content-Type", "application/json");
+    if (!body.empty() && !headers.count("Content-Type")) req.set_header("Content-Type", "application/json");
     return to_reply(c.send(req));
 }
 

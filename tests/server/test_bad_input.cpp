@@ -113,6 +113,12 @@ TEST(ServerBadInput, BodyOverTheLimit) {
     test_server s(o);
     json b = chat_body(std::string(8000, 'a'), 2);
     expect_error(s.post("/v1/chat/completions", b), 413, "", "request_too_large");
+    // curl -d without a Content-Type: the body is form-encoded, which cpp-httplib caps at 8 KiB.
+    test_server roomy;
+    const json e = expect_error(roomy.send("POST", "/v1/chat/completions", chat_body(std::string(9000, 'a'), 2).dump(),
+                                           {{"Content-Type", "application/x-www-form-urlencoded"}}),
+                                413, "", "request_too_large");
+    EXPECT_NE(message(e).find("Content-Type"), std::string::npos);
     EXPECT_EQ(s.post("/v1/chat/completions", chat_body("small", 2)).status, 200);
 }
 

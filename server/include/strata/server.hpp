@@ -39,7 +39,7 @@ public:
     // Serves until stop(); returns once every connection has been closed.
     void run();
 
-    // Until a model is set, /health and every model endpoint answer 503 ("Loading model").
+    // Until a model is set, /health and every model endpoint answer 503 ("Loading model"). Call once.
     void set_model(std::shared_ptr<model> m);
 
     // From now on new requests get 503, requests waiting in the queue get 503, and the running
