@@ -148,7 +148,17 @@ void answer_whole(job& j, httplib::Response& res) {
         }
         throw j.wait_error();
     }
-    const generation_result r = j.generate([&j](const token_event&) { return j.keep_going(); });
+    // Where each token's text starts in the answer (the engine repeats the last token when it flushes
+    // held-back text at the end, which adds text but no token).
+    std::vector<size_t> text_offsets;
+    size_t emitted = 0;
+    const generated_token* previous = nullptr;
+    const generation_result r = j.generate([&](const token_event& e) {
+        if (&e.token != previous) text_offsets.push_back(emitted);
+        previous = &e.token;
+        emitted += e.text.size();
+        return j.keep_going();
+    });
     j.record(r);
     if (j.cut_by == cut::client_gone) {
         res.status = client_closed_request;
@@ -158,7 +168,7 @@ void answer_whole(job& j, httplib::Response& res) {
         throw api_error(503, "the server is shutting down; the generation was cancelled", "unavailable_error", "",
                         "shutting_down");
     const json logprobs = j.request.logprobs
-                              ? logprobs_json(j.request.kind, r.tokens, *j.m, j.request.top_logprobs)
+                              ? logprobs_json(j.request.kind, r.tokens, *j.m, j.request.top_logprobs, text_offsets)
                               : json(nullptr);
     const json body = completion_response(j.meta, r.text, j.finish_reason(r), logprobs,
                                            static_cast<int>(j.request.prompt.size()), r.time);
@@ -189,17 +199,16 @@ bool stream_events(job& j, httplib::DataSink& sink) {
         return false;
 
     const generated_token* previous = nullptr;  // the engine repeats the last token when it flushes held-back text
-    size_t text_offset = 0;
+    size_t emitted = 0;                         // bytes of answer text sent so far
     generation_result r;
     try {
         r = j.generate([&](const token_event& e) {
             if (!j.keep_going()) return false;
             json logprobs = nullptr;
-            if (rq.logprobs && &e.token != previous) {
-                logprobs = logprobs_json(rq.kind, std::span(&e.token, 1), *j.m, rq.top_logprobs, text_offset);
-                text_offset += j.m->token_text(e.token.id).size();
-            }
+            if (rq.logprobs && &e.token != previous)
+                logprobs = logprobs_json(rq.kind, std::span(&e.token, 1), *j.m, rq.top_logprobs, std::span(&emitted, 1));
             previous = &e.token;
+            emitted += e.text.size();
             if (e.text.empty() && logprobs.is_null()) return true;
             return write(sse_event(stream_chunk(j.meta, {.piece = e.text, .logprobs = std::move(logprobs),
                                                          .usage_null = rq.include_usage})));

@@ -53,9 +53,10 @@ static json chat_logprobs(std::span<const generated_token> tokens, const model& 
 }
 
 static json completion_logprobs(std::span<const generated_token> tokens, const model& m, int top_logprobs,
-                                size_t offset) {
+                                std::span<const size_t> text_offsets) {
     json text_tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
-    for (const generated_token& g : tokens) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        const generated_token& g = tokens[i];
         const std::string piece = m.token_text(g.id);
         text_tokens.push_back(to_valid_utf8(piece));
         token_logprobs.push_back(g.logprob);
@@ -63,17 +64,16 @@ static json completion_logprobs(std::span<const generated_token> tokens, const m
         for (size_t k = 0; k < g.top.size() && static_cast<int>(k) < top_logprobs; ++k)
             alternatives[to_valid_utf8(g.top[k].text)] = g.top[k].logprob;
         top.push_back(top_logprobs > 0 ? std::move(alternatives) : json(nullptr));
-        offsets.push_back(offset);
-        offset += piece.size();
+        offsets.push_back(i < text_offsets.size() ? text_offsets[i] : (text_offsets.empty() ? 0 : text_offsets.back()));
     }
     return {{"tokens", std::move(text_tokens)}, {"token_logprobs", std::move(token_logprobs)},
             {"top_logprobs", std::move(top)}, {"text_offset", std::move(offsets)}};
 }
 
 json logprobs_json(endpoint kind, std::span<const generated_token> tokens, const model& m, int top_logprobs,
-                   size_t offset) {
+                   std::span<const size_t> text_offsets) {
     return kind == endpoint::chat ? chat_logprobs(tokens, m, top_logprobs)
-                                  : completion_logprobs(tokens, m, top_logprobs, offset);
+                                  : completion_logprobs(tokens, m, top_logprobs, text_offsets);
 }
 
 static json envelope(const response_meta& meta, const char* chat_object, const char* text_object) {

@@ -35,9 +35,10 @@ struct response_meta {
 
 // Logprobs of `tokens` in the endpoint's shape: chat {"content": [{token, logprob, bytes,
 // top_logprobs}]}; completions {tokens, token_logprobs, top_logprobs, text_offset}, where
-// `text_offset` starts at `offset` (bytes of completion text before these tokens).
+// text_offset[i] (completions only, one per token) is the byte offset in the returned text at which
+// token i's text was emitted.
 json logprobs_json(endpoint kind, std::span<const generated_token> tokens, const model& m, int top_logprobs,
-                   size_t offset = 0);
+                   std::span<const size_t> text_offsets = {});
 
 // A complete (non-streamed) response.
 json completion_response(const response_meta& meta, const std::string& text, std::string_view finish_reason,

@@ -157,7 +157,9 @@ TEST(ServerCompletions, TextLogprobs) {
     test_server s;
     const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 5}, {"temperature", 0}, {"logprobs", 2},
                        {"ignore_eos", true}};
-    const json lp = s.post("/v1/completions", body).parsed()["choices"][0]["logprobs"];
+    const json choice = s.post("/v1/completions", body).parsed()["choices"][0];
+    const json& lp = choice["logprobs"];
+    const size_t text_size = choice["text"].get<std::string>().size();
     ASSERT_EQ(lp["tokens"].size(), 5u) << lp.dump();
     ASSERT_EQ(lp["token_logprobs"].size(), 5u);
     ASSERT_EQ(lp["top_logprobs"].size(), 5u);
@@ -166,10 +168,22 @@ TEST(ServerCompletions, TextLogprobs) {
     for (size_t i = 0; i < 5; ++i) {
         EXPECT_LE(lp["top_logprobs"][i].size(), 2u);
         EXPECT_GE(lp["top_logprobs"][i].size(), 1u);
+        EXPECT_LE(lp["text_offset"][i].get<size_t>(), text_size);
         if (i > 0) {
             EXPECT_GE(lp["text_offset"][i].get<int>(), lp["text_offset"][i - 1].get<int>());
         }
     }
+    // Streamed, the same tokens arrive one per chunk with the same offsets.
+    json sb = body;
+    sb["stream"] = true;
+    json tokens = json::array(), offsets = json::array();
+    for (const json& c : s.post_stream("/v1/completions", sb).chunks())
+        if (!c["choices"].empty() && c["choices"][0]["logprobs"].is_object()) {
+            tokens.push_back(c["choices"][0]["logprobs"]["tokens"][0]);
+            offsets.push_back(c["choices"][0]["logprobs"]["text_offset"][0]);
+        }
+    EXPECT_EQ(tokens, lp["tokens"]);
+    EXPECT_EQ(offsets, lp["text_offset"]);
 }
 
 TEST(ServerCompletions, StopString) {
