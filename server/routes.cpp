@@ -158,6 +158,7 @@ httplib::Server::Handler guarded(server_state& state, const route& r) {
             r.run(state, req, res);
         } catch (const api_error& e) {
             send_error(res, e);
+            state.log->info("{} {} from {} answered {}: {}", req.method, req.path, req.remote_addr, e.status, e.what());
         } catch (const std::exception& e) {
             state.log->error("{} {} failed: {}", req.method, req.path, e.what());
             send_error(res, api_error(500, fmt::format("internal error: {}", e.what()), "server_error"));
