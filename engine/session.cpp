@@ -42,6 +42,7 @@ struct session::impl {
     std::vector<int32_t> cached;   // tokens whose keys and values are in kv, from position 0
     std::vector<float> logits;     // [n_vocab] after the last evaluated token
     std::atomic<bool> cancel{false};
+    std::atomic<size_t> n_cached{0};  // cached.size(), readable from any thread
 
     explicit impl(std::shared_ptr<model> o)
         : owner(std::move(o)),
@@ -56,6 +57,7 @@ struct session::impl {
         else
             m.forward->eval(tokens, static_cast<int>(cached.size()), kv, out, all, m.options.n_batch);
         cached.insert(cached.end(), tokens.begin(), tokens.end());
+        n_cached.store(cached.size());
         m.tokens_evaluated += tokens.size();
     }
 
@@ -84,9 +86,21 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
     size_t common = std::mismatch(cached.begin(), cached.end(), prompt.begin(), prompt.end()).first - cached.begin();
     common = std::min(common, prompt.size() - 1);
     cached.resize(common);
+    n_cached.store(common);
     const auto t0 = clock_type::now();
-    eval(prompt.subspan(common), logits.data());
     result.time.cache_n = static_cast<int>(common);
+    // One batch at a time, so a cancellation (a client gone, a shutdown) also stops a long prompt.
+    for (std::span<const int32_t> rest = prompt.subspan(common); !rest.empty();) {
+        if (cancel.load(std::memory_order_relaxed)) {
+            result.reason = stop_reason::cancelled;
+            result.time.prompt_n = static_cast<int>(cached.size() - common);
+            result.time.prompt_ms = ms_since(t0);
+            return result;
+        }
+        const size_t n = std::min(rest.size(), static_cast<size_t>(m.options.n_batch));
+        eval(rest.first(n), logits.data());
+        rest = rest.subspan(n);
+    }
     result.time.prompt_n = static_cast<int>(prompt.size() - common);
     result.time.prompt_ms = ms_since(t0);
 
@@ -135,7 +149,7 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
     if (result.reason != stop_reason::stop_string) {
         text += decoder.flush();
         if (cb && text.size() > emitted && !result.tokens.empty())
-            cb({result.tokens.back(), std::string_view(text).substr(emitted)});
+            cb({result.tokens.back(), std::string_view(text).substr(emitted), true});
     }
     result.text = std::move(text);
     result.time.predicted_n = static_cast<int>(result.tokens.size());
@@ -166,11 +180,12 @@ std::vector<float> session::evaluate(std::span<const int32_t> prompt, bool all) 
     std::vector<float> out((all ? prompt.size() : 1) * static_cast<size_t>(impl_->m.hp.n_vocab));
     impl_->m.thread.run([&] {
         impl_->cached.clear();
+        impl_->n_cached.store(0);
         impl_->eval(prompt, out.data(), all);
     });
     return out;
 }
 
-size_t session::cached_tokens() const { return impl_->cached.size(); }
+size_t session::cached_tokens() const { return impl_->n_cached.load(); }
 
 }  // namespace strata

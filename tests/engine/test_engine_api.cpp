@@ -225,3 +225,30 @@ TEST(EngineApi, StatisticsCountRoutedExperts) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(EngineApi, CancelStopsALongPromptBetweenBatches) {
+    model_options o;
+    o.path = model_path();
+    o.numa_pool = "off";
+    o.n_ctx = 512;
+    o.n_batch = 8;
+    const auto m = model::load(o);
+    session s(m);
+    std::vector<int32_t> prompt(400, 7);
+    std::thread canceller([&] {
+        while (s.cached_tokens() < 16) std::this_thread::yield();
+        s.cancel();
+    });
+    const auto r = s.generate(prompt, greedy(4));
+    canceller.join();
+    EXPECT_EQ(r.reason, stop_reason::cancelled);
+    EXPECT_TRUE(r.tokens.empty());
+    EXPECT_LT(r.time.prompt_n, 400);
+    EXPECT_EQ(r.time.prompt_n % 8, 0);
+}
+
+}  // namespace
+}  // namespace strata

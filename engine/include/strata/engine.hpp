@@ -78,10 +78,13 @@ struct generated_token {
 };
 
 // One callback per generated token: `text` is the text that became final with it (complete UTF-8
-// characters not held back by a possible stop string; may be empty). Return false to stop.
+// characters not held back by a possible stop string; may be empty). Return false to stop. At the end
+// of a generation that held back bytes, one more call with `flush` set hands them over (its `token` is
+// the last one again).
 struct token_event {
     const generated_token& token;
     std::string_view text;
+    bool flush = false;
 };
 using token_callback = std::function<bool(const token_event&)>;
 
@@ -213,6 +216,7 @@ public:
     // token only). For tests and tools; clears this session's cache.
     std::vector<float> evaluate(std::span<const int32_t> prompt, bool all = false);
 
+    // Tokens in this session's KV cache (grows during a prompt's evaluation). Safe from any thread.
     size_t cached_tokens() const;
 
     struct impl;
