@@ -25,9 +25,10 @@ fi
 echo "== address/undefined-behaviour sanitizer build, unit tests and the engine API tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=address -DSTRATA_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs" --target strata-unit-tests test_engine_api
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/engine/test_engine_api
+export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
+ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit
+build-asan/tests/engine/test_engine_api
+unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 
 echo "== thread sanitizer build, pool tests"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=thread -DSTRATA_CUDA=OFF >/dev/null
