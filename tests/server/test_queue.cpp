@@ -36,7 +36,7 @@ TEST(ServerQueue, EightConcurrentClientsServedInArrivalOrder) {
     constexpr int n_clients = 8;
     std::vector<std::string> expected(n_clients);
     for (int i = 0; i < n_clients; ++i) {
-        const reply r = s.post("/v1/completions", text_body("Client number " + std::to_string(i) + " asks:", 10));
+        const reply r = s.post("/v1/completions", text_body("Client number " + std::to_string(i) + " asks:", 24));
         ASSERT_EQ(r.status, 200) << r.body;
         expected[size_t(i)] = r.parsed()["choices"][0]["text"].get<std::string>();
     }
@@ -47,7 +47,7 @@ TEST(ServerQueue, EightConcurrentClientsServedInArrivalOrder) {
     std::vector<clock_type::time_point> done(n_clients);
     for (int i = 0; i < n_clients; ++i) {
         clients.emplace_back([&, i] {
-            replies[size_t(i)] = s.post("/v1/completions", text_body("Client number " + std::to_string(i) + " asks:", 10));
+            replies[size_t(i)] = s.post("/v1/completions", text_body("Client number " + std::to_string(i) + " asks:", 24));
             done[size_t(i)] = clock_type::now();
         });
         // The next client arrives only once this one is queued, so arrival order is known.
@@ -63,9 +63,11 @@ TEST(ServerQueue, EightConcurrentClientsServedInArrivalOrder) {
         ASSERT_EQ(replies[size_t(i)].status, 200) << replies[size_t(i)].body;
         const json j = replies[size_t(i)].parsed();
         EXPECT_EQ(j["choices"][0]["text"].get<std::string>(), expected[size_t(i)]) << "client " << i;
-        EXPECT_EQ(j["usage"]["completion_tokens"], 10);
+        EXPECT_EQ(j["usage"]["completion_tokens"], 24);
         EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
         if (i > 0) {
+            // Client-side clocks: each generation (24 tokens) is far longer than the time a client thread
+            // takes to be scheduled after its reply arrives, so the order is the server's.
             EXPECT_LT(done[size_t(i) - 1], done[size_t(i)]) << "client " << i << " finished before client " << i - 1;
             const auto id = [&](int k) { return std::stoull(replies[size_t(k)].parsed()["id"].get<std::string>().substr(5)); };
             EXPECT_LT(id(i - 1), id(i));
