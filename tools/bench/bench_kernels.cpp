@@ -23,6 +23,7 @@
 
 #include "cpu/kernels.hpp"
 #include "formats/quant.hpp"
+#include "bandwidth.hpp"
 #include "modes.hpp"
 
 namespace strata::bench {
@@ -68,11 +69,6 @@ std::vector<double> time_parallel(int n_threads, int repeats, const std::functio
     }
     for (auto& th : threads) th.join();
     return seconds;
-}
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 // [begin, end) of part `i` of `n` equal parts of `count` items.

@@ -19,6 +19,7 @@
 #include "expert_pool.hpp"
 #include "expert_store.hpp"
 #include "formats/quant.hpp"
+#include "bandwidth.hpp"
 #include "modes.hpp"
 #include "moe_phases.hpp"
 #include "numa_policy.hpp"
@@ -29,11 +30,7 @@ namespace {
 
 using namespace strata::arenas;
 using clock_type = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-}
+using strata::bench::median;
 
 double cpu_seconds() {
     rusage u{};
