@@ -221,8 +221,18 @@ std::shared_ptr<model> model::load(const model_options& options) {
     auto m = std::make_unique<impl>(options);
     impl& r = *m;
     r.thread.run([&r] {
-        build_on_engine_thread(r);
-        if (r.options.gpu >= 0) r.hybrid = create_hybrid(r);
+        try {
+            build_on_engine_thread(r);
+            if (r.options.gpu >= 0) r.hybrid = create_hybrid(r);
+        } catch (...) {
+            // What was built belongs to this thread (the pool restores its pinning here).
+            r.hybrid.reset();
+            r.forward.reset();
+            r.store.reset();
+            r.hot.reset();
+            r.pool.reset();
+            throw;
+        }
     });
     r.info = describe(r, r.pool->plan());
     logger("engine")->info("Loaded {} ({}, {} layers, {} experts of which {} used, {:.1f} MiB); context {} tokens, "
