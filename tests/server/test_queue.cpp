@@ -34,21 +34,29 @@ double metric(const std::string& text, const std::string& sample) {
 TEST(ServerQueue, EightConcurrentClientsServedInArrivalOrder) {
     test_server s;
     constexpr int n_clients = 8;
+    // Client i's prompt is client i-1's plus three words, so the prompt tokens the server reuses from the
+    // request it ran just before (cached_tokens) tell which request that was: the sequential run below
+    // records the reuse when i-1 ran just before i, and the concurrent run must reuse exactly as much.
+    auto prompt = [](int i) {
+        std::string p = "Client asks:";
+        for (int k = 0; k <= i; ++k) p += " one two three";
+        return p;
+    };
     std::vector<std::string> expected(n_clients);
+    std::vector<int> reused_after_previous(n_clients);
     for (int i = 0; i < n_clients; ++i) {
-        const reply r = s.post("/v1/completions", text_body("Client number " + std::to_string(i) + " asks:", 24));
+        const reply r = s.post("/v1/completions", text_body(prompt(i), 24));
         ASSERT_EQ(r.status, 200) << r.body;
         expected[size_t(i)] = r.parsed()["choices"][0]["text"].get<std::string>();
+        reused_after_previous[size_t(i)] = r.parsed()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
     }
 
     blocker b(s);
     std::vector<std::thread> clients;
     std::vector<reply> replies(n_clients);
-    std::vector<clock_type::time_point> done(n_clients);
     for (int i = 0; i < n_clients; ++i) {
         clients.emplace_back([&, i] {
-            replies[size_t(i)] = s.post("/v1/completions", text_body("Client number " + std::to_string(i) + " asks:", 24));
-            done[size_t(i)] = clock_type::now();
+            replies[size_t(i)] = s.post("/v1/completions", text_body(prompt(i), 24));
         });
         // The next client arrives only once this one is queued, so arrival order is known.
         ASSERT_TRUE(s.wait_for_waiting(size_t(i) + 1)) << "client " << i << " never reached the queue";
@@ -66,9 +74,8 @@ TEST(ServerQueue, EightConcurrentClientsServedInArrivalOrder) {
         EXPECT_EQ(j["usage"]["completion_tokens"], 24);
         EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
         if (i > 0) {
-            // Client-side clocks: each generation (24 tokens) is far longer than the time a client thread
-            // takes to be scheduled after its reply arrives, so the order is the server's.
-            EXPECT_LT(done[size_t(i) - 1], done[size_t(i)]) << "client " << i << " finished before client " << i - 1;
+            EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), reused_after_previous[size_t(i)])
+                << "client " << i << " did not run right after client " << i - 1;
             const auto id = [&](int k) { return std::stoull(replies[size_t(k)].parsed()["id"].get<std::string>().substr(5)); };
             EXPECT_LT(id(i - 1), id(i));
         }
