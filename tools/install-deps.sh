@@ -15,7 +15,13 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+  # The numa-vm lane downloads Debian's kernel package: make sure the package lists are there.
+  if [ "$(id -u)" -eq 0 ] && ! apt-cache show linux-image-amd64 >/dev/null 2>&1; then
+    apt-get update -qq
+  fi
+  exit 0
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "strata needs these Debian packages; run as root:" >&2
