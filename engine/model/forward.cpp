@@ -178,11 +178,12 @@ void forward_pass::moe(int il, int n_tok) {
 void forward_pass::shared_expert(int il, int n_tok) {
     const layer_weights& l = w_.layers[static_cast<size_t>(il)];
     const size_t n_embd = static_cast<size_t>(hp_.n_embd), n_ff = static_cast<size_t>(hp_.n_ff_shexp);
-    std::vector<float> up(static_cast<size_t>(n_tok) * n_ff);
+    shexp_up_.resize(static_cast<size_t>(n_tok) * n_ff);
     matmul(l.shexp_gate, n_tok, xn_.data(), tmp2_.data());
-    matmul(l.shexp_up, n_tok, xn_.data(), up.data());
+    matmul(l.shexp_up, n_tok, xn_.data(), shexp_up_.data());
     for (int t = 0; t < n_tok; ++t)
-        cpu::silu_mul(tmp2_.data() + t * n_ff, up.data() + t * n_ff, static_cast<int64_t>(n_ff), tmp2_.data() + t * n_ff);
+        cpu::silu_mul(tmp2_.data() + t * n_ff, shexp_up_.data() + t * n_ff, static_cast<int64_t>(n_ff),
+                      tmp2_.data() + t * n_ff);
     matmul(l.shexp_down, n_tok, tmp2_.data(), tmp_.data());
     for (int t = 0; t < n_tok; ++t) {
         const float* xn = xn_.data() + t * n_embd;

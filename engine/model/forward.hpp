@@ -56,6 +56,7 @@ private:
     std::vector<float> att_;      // [n_tok][n_q]
     std::vector<float> tmp_;      // [n_tok][max(n_embd, n_ff_shexp)]
     std::vector<float> tmp2_;     // [n_tok][n_ff_shexp]
+    std::vector<float> shexp_up_; // [n_tok][n_ff_shexp]
     std::vector<float> router_;   // [n_tok][n_expert]
     std::vector<int32_t> ids_;    // [n_tok][n_expert_used]
     std::vector<float> weights_;  // [n_tok][n_expert_used]

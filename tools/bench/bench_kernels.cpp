@@ -121,14 +121,6 @@ std::vector<uint8_t> make_activations(ggml_type type, int64_t n_cols, int64_t n_
     return act;
 }
 
-std::vector<std::string> split_list(const std::string& s) {
-    std::vector<std::string> out;
-    std::stringstream ss(s);
-    for (std::string item; std::getline(ss, item, ',');)
-        if (!item.empty()) out.push_back(item);
-    return out;
-}
-
 int run(int argc, char** argv) {
     cxxopts::Options options("strata-bench kernels",
                              "Single-token matvec GB/s per format vs read bandwidth, and batched matmul tokens/s.");

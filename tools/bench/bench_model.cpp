@@ -20,14 +20,6 @@
 namespace strata::bench {
 namespace {
 
-std::vector<std::string> split_list(const std::string& s) {
-    std::vector<std::string> out;
-    std::stringstream ss(s);
-    for (std::string item; std::getline(ss, item, ',');)
-        if (!item.empty()) out.push_back(item);
-    return out;
-}
-
 // Bytes of weights one decode token reads: every dense tensor, n_used / n_expert of each routed
 // expert tensor (each token reads its experts' whole matrices), one embedding row.
 double bytes_per_token(const gguf::reader& f, const model_info& info) {

@@ -1,6 +1,7 @@
 // strata-bench MODE [options]: benchmark programs that print a figure next to a baseline
 // measured in the same run.
 #include <cstdio>
+#include <sstream>
 #include <string_view>
 #include <vector>
 
@@ -14,6 +15,14 @@ static std::vector<mode>& modes() {
 }
 
 register_mode::register_mode(const mode& m) { modes().push_back(m); }
+
+std::vector<std::string> split_list(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty()) out.push_back(item);
+    return out;
+}
 
 }  // namespace strata::bench
 

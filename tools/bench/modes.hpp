@@ -1,7 +1,9 @@
 // strata-bench modes: each bench_<mode>.cpp registers one with a static register_mode.
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace strata::bench {
 
@@ -14,5 +16,8 @@ struct mode {
 struct register_mode {
     explicit register_mode(const mode& m);
 };
+
+// "a,b,,c" -> {"a", "b", "c"}: the comma lists the modes' options take (formats, thread counts, arms).
+std::vector<std::string> split_list(const std::string& s);
 
 }  // namespace strata::bench
