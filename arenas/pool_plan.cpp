@@ -157,6 +157,34 @@ std::string lopsided(const std::vector<pool_slice>& slices) {
            std::to_string(hi->threads()) + " on node " + std::to_string(hi->node) + "; the pool runs without the split";
 }
 
+const core* first_allowed_core(const topology& topo) {
+    for (const auto& n : topo.nodes)
+        if (n.has_cpus()) return &n.cores.front();
+    return nullptr;
+}
+
+std::string node_list(const topology& topo) {
+    std::string out;
+    for (const auto& n : topo.nodes) out += (out.empty() ? "" : ", ") + std::to_string(n.os_index);
+    return out;
+}
+
+// The host core for requests.host_node: the node's first allowed core, or nullptr (default choice) with
+// a line naming the node and why it cannot take the host thread.
+const core* first_core_of_node(pool_plan& plan, const topology& topo, int os_index) {
+    const numa_node* node = topo.find_node(os_index);
+    if (node && node->has_cpus()) return &node->cores.front();
+    const core* fallback = first_allowed_core(topo);
+    const std::string why = node ? " has no CPU the pool may use (a memory-only node, or outside the process's "
+                                   "CPU affinity)"
+                                 : " is not among this machine's NUMA nodes (" + node_list(topo) + ")";
+    add_line(plan, log_level::warn,
+             "The host thread was asked for NUMA node " + std::to_string(os_index) + ", which" + why +
+                 "; it runs on CPU " + std::to_string(fallback->cpu) + " of node " +
+                 std::to_string(topo.node_of_cpu(fallback->cpu)->os_index) + " instead.");
+    return nullptr;
+}
+
 }  // namespace
 
 int pool_plan::total_workers() const {
@@ -188,10 +216,8 @@ pool_plan plan_pool(const topology& topo, const pool_requests& req) {
         add_line(plan, log_level::warn,
                  "The host CPU " + std::to_string(*req.host_cpu) +
                      " is not among the pool's allowed CPUs; the first allowed core stands in for it.");
-    if (!host) {
-        for (const auto& n : topo.nodes)
-            if (n.has_cpus()) { host = &n.cores.front(); break; }
-    }
+    if (!req.host_cpu && req.host_node) host = first_core_of_node(plan, topo, *req.host_node);
+    if (!host) host = first_allowed_core(topo);
     plan.host_cpu = host->cpu;
     const numa_node& host_node = *topo.node_of_cpu(host->cpu);
 

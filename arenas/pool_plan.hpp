@@ -30,6 +30,10 @@ struct pool_requests {
     std::vector<int> arena_workers;      // STRATA_ARENA_WORKERS=a,b,...: workers per slice, in slice order
     int max_workers = 32;                // STRATA_POOL_MAX_WORKERS: cap on the default worker count
     std::optional<int> host_cpu;         // OS CPU of the host thread; default: the first allowed core
+    // OS node for the host thread when host_cpu is not given (the GPU's node under --gpu): the host core
+    // is that node's first allowed core, so the host takes part in that node's slice. A node without
+    // allowed CPUs (memory-only) or unknown to the topology keeps the default, with a log line.
+    std::optional<int> host_node;
     bool is_linux = true;                // false: split refused ("not Linux")
     bool pinning_failed = false;         // set on a re-plan after pinning a worker failed
     std::string mode_source = "default"; // "STRATA_NUMA_POOL=1", "--numa-pool on", ... for log lines

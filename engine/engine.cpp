@@ -101,30 +101,73 @@ model_info describe(const model::impl& m, const arenas::pool_plan& plan) {
     i.expert_bytes = p.bytes;
     for (const auto& n : p.nodes) i.placement_nodes.push_back({n.slice, n.node, n.bytes, n.share, n.ok});
     i.region_map_path = m.regions.path();
+    i.gpu_hybrid = m.hybrid != nullptr;
+    i.gpu_cpu_only_reason = m.cpu_only_reason;
     return i;
 }
 
-// --numa-hot-node auto: the NUMA node of the GPU (--gpu), else off; other values pass through.
-std::string hot_node_option(const model_options& o) {
-    if (o.numa_hot_node != "auto") return o.numa_hot_node;
+// The device behind --gpu, resolved once at load: its NUMA node steers the host thread and
+// --numa-hot-node auto. `why` says why there is none (no --gpu, no usable device, no CUDA).
+struct gpu_choice {
+    int index = -1;  // --gpu
+    std::optional<engine::gpu::device_info> device;
     std::string why = "no --gpu was given";
-    const auto dev = o.gpu >= 0 ? engine::gpu::select_device(o.gpu, &why) : std::nullopt;
-    if (dev && dev->numa_node >= 0) {
-        logger("gpu")->info("--numa-hot-node auto: node {}, the NUMA node of GPU {} ({}).", dev->numa_node, dev->index,
-                            dev->pci_bus_id);
-        return std::to_string(dev->numa_node);
+
+    int numa_node() const { return device ? device->numa_node : -1; }
+};
+
+gpu_choice choose_gpu(const model_options& o) {
+    gpu_choice g;
+    g.index = o.gpu;
+    if (o.gpu >= 0) g.device = engine::gpu::select_device(o.gpu, &g.why);
+    return g;
+}
+
+// --numa-hot-node auto: the NUMA node of the GPU (--gpu), else off; other values pass through.
+std::string hot_node_option(const model_options& o, const gpu_choice& gpu) {
+    if (o.numa_hot_node != "auto") return o.numa_hot_node;
+    if (gpu.numa_node() >= 0) {
+        logger("gpu")->info("--numa-hot-node auto: node {}, the NUMA node of GPU {} ({}).", gpu.numa_node(),
+                            gpu.device->index, gpu.device->pci_bus_id);
+        return std::to_string(gpu.numa_node());
     }
-    logger("gpu")->info("--numa-hot-node auto: off ({}).", dev ? "the GPU's NUMA node is unknown" : why);
+    logger("gpu")->info("--numa-hot-node auto: off ({}).", gpu.device ? "the GPU's NUMA node is unknown" : gpu.why);
     return "off";
 }
 
+// The one line under --gpu that says where the host thread went: the engine thread, which drives the
+// GPU's streams and takes part in the pool's slice on its own node.
+void log_host_thread(const arenas::topology& topo, const arenas::pool_plan& plan, const gpu_choice& gpu) {
+    const arenas::numa_node* node = topo.node_of_cpu(plan.host_cpu);
+    const int host_node = node ? node->os_index : -1;
+    const std::string where =
+        plan.split ? fmt::format("pinned to CPU {} on node {} (slice {})", plan.host_cpu, host_node, plan.host_slice)
+                   : fmt::format("on node {}, not pinned because the NUMA split is off ({})", host_node, plan.reason);
+    std::string because;
+    if (!gpu.device) because = fmt::format("GPU {} is not usable, so the default host core stands", gpu.index);
+    else if (gpu.numa_node() < 0)
+        because = fmt::format("the NUMA node of GPU {} ({}) is unknown, so the default host core stands", gpu.device->index,
+                              gpu.device->pci_bus_id);
+    else if (gpu.numa_node() == host_node)
+        because = fmt::format("node {} is the NUMA node of GPU {} ({})", host_node, gpu.device->index, gpu.device->pci_bus_id);
+    else
+        because = fmt::format("GPU {} ({}) is on node {}, which cannot take the host thread (see the pool's line above)",
+                              gpu.device->index, gpu.device->pci_bus_id, gpu.numa_node());
+    logger("gpu")->info("The host thread runs {}: {}.", where, because);
+}
+
 // Builds the pool, claims the hot node, places the resident experts and builds the forward pass; runs
-// on the engine thread, which the pool pins to the host core under the split.
-void build_on_engine_thread(model::impl& r) {
+// on the engine thread, which the pool pins to the host core under the split (a core of the GPU's
+// node under --gpu). Returns the device chosen for --gpu.
+gpu_choice build_on_engine_thread(model::impl& r) {
     const arenas::topology topo = arenas::load_machine_topology();
-    r.pool = arenas::expert_pool::create(topo, pool_requests_for(r.options));
+    const gpu_choice gpu = choose_gpu(r.options);
+    arenas::pool_requests requests = pool_requests_for(r.options);
+    if (gpu.numa_node() >= 0) requests.host_node = gpu.numa_node();
+    r.pool = arenas::expert_pool::create(topo, requests);
+    if (r.options.gpu >= 0) log_host_thread(topo, r.pool->plan(), gpu);
     const arenas::moe_shape shape{r.hp.n_embd, r.hp.n_ff_exp, r.hp.n_expert, r.hp.n_expert_used};
-    r.hot = std::make_unique<arenas::hot_node>(arenas::parse_hot_node(hot_node_option(r.options)), topo, &r.regions);
+    r.hot = std::make_unique<arenas::hot_node>(arenas::parse_hot_node(hot_node_option(r.options, gpu)), topo, &r.regions);
     arenas::store_options so;
     so.mmap_experts = r.options.mmap_experts;
     so.regions = &r.regions;
@@ -138,6 +181,7 @@ void build_on_engine_thread(model::impl& r) {
     };
     r.store = std::make_unique<arenas::expert_store>(*r.pool, shape, r.moe_layers, std::move(so));
     r.forward = std::make_unique<engine::forward_pass>(*r.pool, r.hp, r.weights, *r.store);
+    return gpu;
 }
 
 model_options checked(model_options o, int n_ctx_train) {
@@ -147,11 +191,13 @@ model_options checked(model_options o, int n_ctx_train) {
     return o;
 }
 
-// The GPU hybrid pass for options.gpu, or nullptr (CPU only) with the reason in one log line.
-std::unique_ptr<engine::gpu::hybrid_forward> create_hybrid(const model::impl& r) {
+// The GPU hybrid pass for options.gpu, or nullptr (CPU only) with the reason in one log line, kept
+// for model_info.
+std::unique_ptr<engine::gpu::hybrid_forward> create_hybrid(model::impl& r, const gpu_choice& gpu) {
     const model_options& o = r.options;
     engine::gpu::hybrid_options h;
     h.gpu = o.gpu;
+    h.device = gpu.device;  // when absent, create() asks again and says why
     h.expert_cache_gib = engine::gpu::parse_expert_cache(o.expert_cache);
     h.vram_reserve_mib = o.vram_reserve_mib;
     h.expert_profile = o.expert_profile;
@@ -162,7 +208,10 @@ std::unique_ptr<engine::gpu::hybrid_forward> create_hybrid(const model::impl& r)
     h.decode_timing = timing && std::string_view(timing) == "1";
     std::string why;
     auto hybrid = engine::gpu::hybrid_forward::create(*r.pool, r.hp, r.weights, r.moe_layers, *r.store, h, &why);
-    if (!hybrid) logger("gpu")->warn("Running CPU-only: {}.", why);
+    if (!hybrid) {
+        logger("gpu")->warn("Running CPU-only: {}.", why);
+        r.cpu_only_reason = why;
+    }
     return hybrid;
 }
 
@@ -222,8 +271,8 @@ std::shared_ptr<model> model::load(const model_options& options) {
     impl& r = *m;
     r.thread.run([&r] {
         try {
-            build_on_engine_thread(r);
-            if (r.options.gpu >= 0) r.hybrid = create_hybrid(r);
+            const gpu_choice gpu = build_on_engine_thread(r);
+            if (r.options.gpu >= 0) r.hybrid = create_hybrid(r, gpu);
         } catch (...) {
             // What was built belongs to this thread (the pool restores its pinning here).
             r.hybrid.reset();

@@ -69,6 +69,7 @@ struct model::impl {
     std::unique_ptr<arenas::expert_store> store;   // the resident routed experts the pool reads
     std::unique_ptr<engine::forward_pass> forward; // ditto
     std::unique_ptr<engine::gpu::hybrid_forward> hybrid;  // ditto; when set, sessions evaluate with it
+    std::string cpu_only_reason;                   // --gpu given but no hybrid pass: why
     uint64_t tokens_evaluated = 0;                 // changed on `thread` only
 };
 

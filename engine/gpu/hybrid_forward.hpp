@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "expert_pool.hpp"
+#include "gpu/device.hpp"
 #include "gpu/expert_cache.hpp"
 #include "model/forward.hpp"
 #include "model/hparams.hpp"
@@ -25,6 +26,7 @@ namespace strata::engine::gpu {
 
 struct hybrid_options {
     int gpu = 0;                       // CUDA device index
+    std::optional<device_info> device; // `gpu` as select_device() returned it on this thread; nullopt: create() selects
     std::optional<double> expert_cache_gib;  // nullopt: auto
     int vram_reserve_mib = 512;
     std::string expert_profile;        // profile to fill the cache from ("": the default order)

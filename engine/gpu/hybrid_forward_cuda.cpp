@@ -300,7 +300,7 @@ std::unique_ptr<hybrid_forward> hybrid_forward::create(arenas::expert_pool& pool
                                                        std::string* why) {
     std::optional<expert_profile> profile;
     if (!options.expert_profile.empty()) profile = load_profile(options.expert_profile, hp.n_layer, hp.n_expert);
-    const std::optional<device_info> dev = select_device(options.gpu, why);
+    const std::optional<device_info> dev = options.device ? options.device : select_device(options.gpu, why);
     if (!dev) return nullptr;
     try {
         return std::make_unique<cuda_hybrid>(pool, hp, w, layers, rows, options, *dev, profile ? &*profile : nullptr);

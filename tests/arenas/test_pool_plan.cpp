@@ -216,6 +216,78 @@ TEST(PoolPlan, HostCoreOnSecondNode) {
     EXPECT_NE(q.log.at(0).text.find("not among the pool's allowed CPUs"), std::string::npos);
 }
 
+TEST(PoolPlan, HostNodePutsTheHostCoreOnThatNode) {
+    auto topo = load_synthetic_topology(two_sockets_12);
+    pool_requests req;
+    req.host_node = 1;  // the GPU's node
+    auto p = plan_pool(topo, req);
+    EXPECT_TRUE(p.split);
+    EXPECT_EQ(p.host_cpu, 24);  // node 1's first core
+    EXPECT_EQ(p.host_slice, 1);
+    EXPECT_EQ(p.slices[1].node, 1);
+    EXPECT_TRUE(p.slices[1].has_host);
+    EXPECT_FALSE(p.slices[0].has_host);
+    EXPECT_EQ(threads_of(p), (std::vector<int>{11, 12}));
+    ASSERT_EQ(p.log.size(), 1u);  // only "NUMA split on"
+    EXPECT_EQ(p.log[0].text, "NUMA split on: slice 0 = node 0 (11 threads), slice 1 = node 1 (12 threads)");
+
+    req.mode = numa_pool_mode::off;  // split off: the single slice follows the host to node 1
+    auto q = plan_pool(topo, req);
+    EXPECT_EQ(q.host_cpu, 24);
+    ASSERT_EQ(q.slices.size(), 1u);
+    EXPECT_EQ(q.slices[0].node, 1);
+}
+
+TEST(PoolPlan, ExplicitHostCpuWinsOverHostNode) {
+    auto topo = load_synthetic_topology(two_sockets_12);
+    pool_requests req;
+    req.host_cpu = 2;  // core 2 on node 0
+    req.host_node = 1;
+    auto p = plan_pool(topo, req);
+    EXPECT_EQ(p.host_cpu, 2);
+    EXPECT_EQ(p.host_slice, 0);
+    EXPECT_TRUE(p.slices[0].has_host);
+    ASSERT_EQ(p.log.size(), 1u);
+    EXPECT_EQ(p.log[0].text.rfind("NUMA split on", 0), 0u);
+}
+
+TEST(PoolPlan, HostNodeWithoutCpusFallsBackAndSaysWhich) {
+    const std::string desc = "[numa(memory=1GB)] pack:2 [numa(memory=2GB)] core:4 pu:1";
+    auto topo = load_synthetic_topology(desc);
+    const numa_node* memory_only = nullptr;
+    for (const auto& n : topo.nodes)
+        if (!n.has_cpus()) memory_only = &n;
+    ASSERT_NE(memory_only, nullptr) << topo.describe();
+    pool_requests req;
+    req.host_node = memory_only->os_index;
+    auto p = plan_pool(topo, req);
+    auto today = plan_pool(topo, pool_requests{});
+    EXPECT_EQ(p.host_cpu, today.host_cpu);
+    EXPECT_EQ(p.host_slice, today.host_slice);
+    EXPECT_TRUE(p.split);
+    ASSERT_EQ(p.log.size(), 2u);
+    EXPECT_EQ(p.log[0].level, log_level::warn);
+    EXPECT_EQ(p.log[0].text, "The host thread was asked for NUMA node " + std::to_string(memory_only->os_index) +
+                                 ", which has no CPU the pool may use (a memory-only node, or outside the process's "
+                                 "CPU affinity); it runs on CPU 0 of node " +
+                                 std::to_string(topo.node_of_cpu(0)->os_index) + " instead.");
+}
+
+TEST(PoolPlan, HostNodeOutOfRangeFallsBackAndSaysWhich) {
+    auto topo = load_synthetic_topology(two_sockets_12);
+    for (int node : {2, -1}) {
+        pool_requests req;
+        req.host_node = node;
+        auto p = plan_pool(topo, req);
+        EXPECT_EQ(p.host_cpu, 0) << node;
+        EXPECT_EQ(p.host_slice, 0) << node;
+        ASSERT_EQ(p.log.size(), 2u) << node;
+        EXPECT_EQ(p.log[0].text, "The host thread was asked for NUMA node " + std::to_string(node) +
+                                     ", which is not among this machine's NUMA nodes (0, 1); it runs on CPU 0 of "
+                                     "node 0 instead.");
+    }
+}
+
 TEST(PoolRequests, PrecedenceOfFlagsOverEnvironment) {
     auto env = fake_env({{"STRATA_NUMA_POOL", "1"}, {"TBB_NUM_THREADS", "9"}});
     auto from_env = read_pool_requests(env);

@@ -3,6 +3,7 @@
 // hot node and placement-report --pid behave on real NUMA nodes.
 // Usage: strata_numa_vm_check EXPECTED_NODES [PLACEMENT_REPORT]. Prints one PASS/FAIL line per check;
 // exit 0 when all pass.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -130,6 +133,47 @@ void check_store_hot_node_and_report(const topology& topo, expert_pool& pool, co
                               std::to_string(misplaced) + ")");
 }
 
+// --gpu with the GPU on node 1 (pool_requests::host_node = 1): the pool pins the thread that builds it,
+// the host thread, to node 1's first core, and the host's share of every phase runs on that CPU.
+void check_host_node(const topology& topo, pool_requests requests) {
+    requests.host_node = 1;
+    std::thread host([&] {
+        auto pool = expert_pool::create(topo, requests);
+        const pool_plan& plan = pool->plan();
+        const numa_node* node1 = topo.find_node(1);
+        const bool planned = node1 && node1->has_cpus() && plan.host_cpu == node1->cores.front().cpu &&
+                             plan.slices[static_cast<std::size_t>(plan.host_slice)].node == 1;
+        cpu_set_t mask;
+        CPU_ZERO(&mask);
+        sched_getaffinity(0, sizeof mask, &mask);
+        const bool pinned = CPU_COUNT(&mask) == 1 && CPU_ISSET(plan.host_cpu, &mask);
+        const auto self = std::this_thread::get_id();
+        std::mutex mutex;
+        std::set<int> host_cpus;
+        for (int rep = 0; rep < 10; ++rep)
+            pool->run_phase(64, [&](int, std::size_t, std::size_t) {
+                if (std::this_thread::get_id() == self) {
+                    std::lock_guard lock(mutex);
+                    host_cpus.insert(sched_getcpu());
+                }
+                std::this_thread::sleep_for(std::chrono::microseconds(200));
+            });
+        std::string ran_on;
+        bool on_node1 = !host_cpus.empty();
+        for (int cpu : host_cpus) {
+            ran_on += (ran_on.empty() ? "" : ",") + std::to_string(cpu);
+            on_node1 = on_node1 && cpu == plan.host_cpu && topo.node_of_cpu(cpu) == node1;
+        }
+        check(planned && pinned && on_node1,
+              "host node 1: the host thread is pinned to CPU " + std::to_string(plan.host_cpu) + " (slice " +
+                  std::to_string(plan.host_slice) + " = node " +
+                  std::to_string(plan.slices[static_cast<std::size_t>(plan.host_slice)].node) + ", affinity " +
+                  std::to_string(CPU_COUNT(&mask)) + " CPU(s)) and its share of the phases ran on CPU(s) " +
+                  (ran_on.empty() ? "none" : ran_on));
+    });
+    host.join();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,6 +223,7 @@ int main(int argc, char** argv) {
                   " sampled pages on it" + (node.has_cpus() ? "" : " (memory-only node)"));
     }
     check_store_hot_node_and_report(topo, *pool, report);
+    check_host_node(topo, requests);
     std::printf("numa_vm_check: %d failed\n", n_failed);
     return n_failed == 0 ? 0 : 1;
 }

@@ -149,6 +149,10 @@ struct model_info {
     uint64_t expert_bytes = 0;       // bytes of routed experts copied into RAM
     std::vector<node_share> placement_nodes;
     std::string region_map_path;     // where placement-report --pid reads this process's regions
+    // The GPU hybrid: true when sessions run on the GPU (--gpu with a usable device); with --gpu but
+    // CPU-only, the reason the engine logged ("strata was built without CUDA ...", "no CUDA device ...").
+    bool gpu_hybrid = false;
+    std::string gpu_cpu_only_reason;
 };
 
 // Routing statistics since the model was loaded.
