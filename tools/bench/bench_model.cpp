@@ -1,7 +1,10 @@
 // strata-bench model -m FILE: prompt and decode tokens/s over repeats (median and range) for arms of
 // --numa-pool, --pool-workers and --kv, with the weight bytes a decode token reads and the bandwidth
-// that implies, next to the read bandwidth measured in the same run.
+// that implies, next to the read bandwidth measured in the same run. With --gpu N, every such arm also
+// runs hybrid at each --residency (percent of the routed experts resident in VRAM), against the
+// CPU-only run of the same arm, with the VRAM hit rate.
 #include <cstdio>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -38,6 +41,14 @@ double bytes_per_token(const gguf::reader& f, const model_info& info) {
     return bytes;
 }
 
+// Bytes of every routed expert tensor: what 100 % residency puts in VRAM.
+double routed_expert_bytes(const gguf::reader& f) {
+    double bytes = 0;
+    for (const auto& t : f.tensors())
+        if (tensor_class(t.name) == "experts") bytes += double(t.n_bytes);
+    return bytes;
+}
+
 struct figure {
     double median = 0, lo = 0, hi = 0;
 };
@@ -50,11 +61,73 @@ struct arm {
     std::string numa_pool;
     std::optional<int> workers;
     std::string kv;
-    std::string label() const {
+    std::optional<int> residency;  // percent of routed experts in VRAM; nullopt: CPU only
+    std::string label() const {    // the CPU arm and its hybrid arms share it
         return fmt::format("pool {} workers {} kv {}", numa_pool.empty() ? "default" : numa_pool,
                            workers ? std::to_string(*workers) : "default", kv);
     }
+    std::string residency_label() const { return residency ? fmt::format("{} %", *residency) : "CPU only"; }
 };
+
+// "cpu,100,50,20" -> {nullopt, 100, 50, 20}; the CPU-only arm always comes first (the baseline).
+std::vector<std::optional<int>> parse_residency(const std::string& list, int gpu) {
+    std::vector<std::optional<int>> out{std::nullopt};
+    for (const auto& item : split_list(list)) {
+        if (item == "cpu") continue;
+        std::size_t used = 0;
+        int pct = -1;
+        try {
+            pct = std::stoi(item, &used);
+        } catch (const std::exception&) {
+        }
+        if (used != item.size() || pct < 0 || pct > 100)
+            throw std::invalid_argument("--residency '" + item + "' must be cpu or a percentage from 0 to 100");
+        if (gpu < 0) throw std::invalid_argument("--residency " + item + " needs --gpu N");
+        out.push_back(pct);
+    }
+    return out;
+}
+
+// --expert-cache for a residency: 100 % is "auto" (the engine caps it at the model's experts), less
+// is that share of the routed expert bytes in GiB.
+std::string expert_cache_for(int residency, double expert_bytes) {
+    if (residency >= 100) return "auto";
+    return fmt::format("{:.4f}", expert_bytes * residency / 100.0 / double(1 << 30));
+}
+
+struct measured {
+    int threads = 0;
+    figure prompt, decode;
+    std::optional<double> hit_rate;  // hybrid only
+};
+
+measured measure(const std::shared_ptr<model>& m, int n_prompt, int n_gen, int reps, const std::string& what) {
+    measured out;
+    for (const auto& s : m->info().pool_slices) out.threads += s.threads;
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int32_t> tok(0, m->info().n_vocab - 1);
+    generation_options go;
+    go.sampling.temperature = 0;
+    go.ignore_eos = true;
+    go.max_tokens = 2;
+    session(m).generate(std::vector<int32_t>(8, tok(rng)), go);  // warm-up: first-use costs stay out of the figures
+    std::vector<double> pp, tg;
+    for (int r = 0; r < reps; ++r) {
+        std::fprintf(stderr, "\r%s: repeat %d/%d ", what.c_str(), r + 1, reps);
+        std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
+        for (auto& t : prompt) t = tok(rng);
+        go.max_tokens = 1;
+        pp.push_back(session(m).generate(prompt, go).time.prompt_per_second());
+        go.max_tokens = n_gen;
+        const auto dr = session(m).generate(std::vector<int32_t>{tok(rng)}, go);
+        // The first token comes from the prompt's logits; the other n_gen - 1 each took one forward pass.
+        tg.push_back((dr.time.predicted_n - 1) * 1000.0 / dr.time.predicted_ms);
+    }
+    out.prompt = summarize(pp);
+    out.decode = summarize(tg);
+    if (m->info().gpu_hybrid) out.hit_rate = m->statistics().hit_rate();
+    return out;
+}
 
 int run(int argc, char** argv) {
     cxxopts::Options opts("strata-bench model", "Prompt and decode tokens/s of a GGUF model");
@@ -68,6 +141,11 @@ int run(int argc, char** argv) {
         ("pool-workers", "comma list of worker counts", cxxopts::value<std::string>()->default_value(""))
         ("kv", "comma list of KV cache types", cxxopts::value<std::string>()->default_value("f16"))
         ("b,batch", "prompt batch size", cxxopts::value<int>()->default_value("512"))
+        ("gpu", "CUDA device for the hybrid arms (-1: CPU only)", cxxopts::value<int>()->default_value("-1"))
+        ("residency", "comma list of hybrid arms: percent of routed experts resident in VRAM (100 = "
+                      "--expert-cache auto), cpu for the CPU-only baseline, which always runs; default with "
+                      "--gpu: cpu,100,50,20",
+         cxxopts::value<std::string>()->default_value(""))
         ("json", "print JSON instead of a markdown table")
         ("h,help", "show help");
     const auto a = opts.parse(argc, argv);
@@ -79,6 +157,10 @@ int run(int argc, char** argv) {
     const int n_prompt = a["n-prompt"].as<int>(), n_gen = a["n-gen"].as<int>(), reps = a["repetitions"].as<int>();
     if (n_prompt < 1 || n_gen < 2 || reps < 1)
         throw std::invalid_argument("-p must be >= 1, -n >= 2 and -r >= 1");
+    const int gpu = a["gpu"].as<int>();
+    std::string residency_list = a["residency"].as<std::string>();
+    if (residency_list.empty() && gpu >= 0) residency_list = "cpu,100,50,20";
+    const bool hybrid = gpu >= 0;
 
     std::vector<arm> arms;
     std::vector<std::string> pools = split_list(a["numa-pool"].as<std::string>());
@@ -86,16 +168,32 @@ int run(int argc, char** argv) {
     std::vector<std::optional<int>> workers;
     for (const auto& w : split_list(a["pool-workers"].as<std::string>())) workers.push_back(std::stoi(w));
     if (workers.empty()) workers.push_back(std::nullopt);
+    const auto residencies = parse_residency(residency_list, gpu);
     for (const auto& p : pools)
         for (const auto& w : workers)
-            for (const auto& kv : split_list(a["kv"].as<std::string>())) arms.push_back({p, w, kv});
+            for (const auto& kv : split_list(a["kv"].as<std::string>()))
+                for (const auto& res : residencies) arms.push_back({p, w, kv, res});
 
     const gguf::reader file = gguf::reader::open(path);
+    const double expert_bytes = routed_expert_bytes(file);
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    std::string table = "| arm | threads | prompt tok/s | decode tok/s | GB/s read by decode | read bandwidth GB/s | ratio |\n"
-                        "|---|---|---|---|---|---|---|\n";
+    std::string table = hybrid ? "| arm | residency | expert cache GiB | threads | prompt tok/s | decode tok/s | decode vs CPU "
+                                 "| VRAM hit rate | GB/s read by decode | read bandwidth GB/s | ratio |\n"
+                                 "|---|---|---|---|---|---|---|---|---|---|---|\n"
+                               : "| arm | threads | prompt tok/s | decode tok/s | GB/s read by decode | read bandwidth GB/s "
+                                 "| ratio |\n|---|---|---|---|---|---|---|\n";
+    std::map<std::string, double> cpu_decode;  // arm label -> CPU-only decode tok/s (the baseline)
+    std::optional<std::string> cpu_only_reason;
+    std::vector<std::string> skipped;          // arms not run because the engine ran CPU-only
+    std::vector<std::string> notes;            // lines after the table (JSON: {"note": ...} entries)
+    double cpu_bytes_per_token = 0;
     for (size_t ai = 0; ai < arms.size(); ++ai) {
         const arm& arm = arms[ai];
+        const std::string what = fmt::format("arm {}/{} ({}, {})", ai + 1, arms.size(), arm.label(), arm.residency_label());
+        if (arm.residency && cpu_only_reason) {
+            skipped.push_back(arm.residency_label());
+            continue;
+        }
         model_options mo;
         mo.path = path;
         mo.numa_pool = arm.numa_pool;
@@ -103,53 +201,81 @@ int run(int argc, char** argv) {
         mo.kv_type = arm.kv;
         mo.n_batch = a["batch"].as<int>();
         mo.n_ctx = std::max(n_prompt + 8, n_gen + 8);
-        const auto m = model::load(mo);
-        int threads = 0;
-        for (const auto& s : m->info().pool_slices) threads += s.threads;
-        std::mt19937 rng(7);
-        std::uniform_int_distribution<int32_t> tok(0, m->info().n_vocab - 1);
-        std::vector<double> pp, tg;
-        for (int r = 0; r < reps; ++r) {
-            std::fprintf(stderr, "\rarm %zu/%zu (%s): repeat %d/%d ", ai + 1, arms.size(), arm.label().c_str(), r + 1,
-                         reps);
-            std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
-            for (auto& t : prompt) t = tok(rng);
-            session s(m);
-            generation_options go;
-            go.max_tokens = 1;
-            go.sampling.temperature = 0;
-            const auto pr = s.generate(prompt, go);
-            pp.push_back(pr.time.prompt_per_second());
-            session d(m);
-            go.max_tokens = n_gen;
-            go.ignore_eos = true;
-            const auto dr = d.generate(std::vector<int32_t>{tok(rng)}, go);
-            // The first token comes from the prompt's logits; the other n_gen - 1 each took one forward pass.
-            tg.push_back((dr.time.predicted_n - 1) * 1000.0 / dr.time.predicted_ms);
+        if (arm.residency) {
+            mo.gpu = gpu;
+            mo.expert_cache = expert_cache_for(*arm.residency, expert_bytes);
         }
-        const double bw = read_bandwidth_gbs(std::max(threads, 1));
-        const double bpt = bytes_per_token(file, m->info());
-        const figure p = summarize(pp), g = summarize(tg);
-        const double implied = bpt * g.median / 1e9;
-        table += fmt::format("| {} | {} | {:.1f} [{:.1f}-{:.1f}] | {:.2f} [{:.2f}-{:.2f}] | {:.2f} | {:.2f} | {:.0f} % |\n",
-                             arm.label(), threads, p.median, p.lo, p.hi, g.median, g.lo, g.hi, implied, bw,
-                             100.0 * implied / bw);
-        out.push_back({{"arm", arm.label()}, {"threads", threads}, {"prompt_tokens", n_prompt},
-                       {"decode_tokens", n_gen}, {"prompt_tps", {{"median", p.median}, {"min", p.lo}, {"max", p.hi}}},
-                       {"decode_tps", {{"median", g.median}, {"min", g.lo}, {"max", g.hi}}},
-                       {"bytes_per_token", bpt}, {"decode_gbs", implied}, {"read_bandwidth_gbs", bw},
-                       {"bandwidth_ratio", implied / bw}});
+        std::shared_ptr<model> m;
+        try {
+            m = model::load(mo);
+        } catch (const std::exception& e) {
+            if (!arm.residency) throw;
+            notes.push_back(fmt::format("{} did not load with --expert-cache {}: {}", what, mo.expert_cache, e.what()));
+            continue;
+        }
+        if (arm.residency && !m->info().gpu_hybrid) {  // no usable device: the same for every hybrid arm
+            cpu_only_reason = m->info().gpu_cpu_only_reason;
+            skipped.push_back(arm.residency_label());
+            continue;
+        }
+        const measured r = measure(m, n_prompt, n_gen, reps, what);
+        const figure &p = r.prompt, &g = r.decode;
+        nlohmann::ordered_json row = {{"arm", arm.label()}, {"threads", r.threads}, {"prompt_tokens", n_prompt},
+                                      {"decode_tokens", n_gen},
+                                      {"prompt_tps", {{"median", p.median}, {"min", p.lo}, {"max", p.hi}}},
+                                      {"decode_tps", {{"median", g.median}, {"min", g.lo}, {"max", g.hi}}}};
+        const std::string tps = fmt::format("{:.1f} [{:.1f}-{:.1f}] | {:.2f} [{:.2f}-{:.2f}]", p.median, p.lo, p.hi,
+                                            g.median, g.lo, g.hi);
+        if (!arm.residency) cpu_decode[arm.label()] = g.median;
+        std::string bandwidth = "- | - | -";
+        if (!arm.residency) {  // bytes from RAM per token mean something only when every weight is read there
+            const double bw = read_bandwidth_gbs(std::max(r.threads, 1));
+            const double bpt = bytes_per_token(file, m->info());
+            cpu_bytes_per_token = bpt;
+            const double implied = bpt * g.median / 1e9;
+            bandwidth = fmt::format("{:.2f} | {:.2f} | {:.0f} %", implied, bw, 100.0 * implied / bw);
+            row.update({{"bytes_per_token", bpt}, {"decode_gbs", implied}, {"read_bandwidth_gbs", bw},
+                        {"bandwidth_ratio", implied / bw}});
+        }
+        if (!hybrid) {
+            table += fmt::format("| {} | {} | {} | {} |\n", arm.label(), r.threads, tps, bandwidth);
+            out.push_back(row);
+            continue;
+        }
+        const double baseline = cpu_decode.count(arm.label()) ? cpu_decode[arm.label()] : 0;
+        const std::string cache = arm.residency ? mo.expert_cache : "-";
+        table += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", arm.label(), arm.residency_label(), cache,
+                             r.threads, tps,
+                             !arm.residency ? "baseline" : baseline > 0 ? fmt::format("{:.2f}x", g.median / baseline) : "-",
+                             r.hit_rate ? fmt::format("{:.1f} %", 100.0 * *r.hit_rate) : "-", bandwidth);
+        row.update({{"residency", arm.residency ? nlohmann::ordered_json(*arm.residency) : nlohmann::ordered_json("cpu")},
+                    {"expert_cache", cache},
+                    {"decode_vs_cpu", baseline > 0 ? g.median / baseline : 0.0},
+                    {"vram_hit_rate", r.hit_rate ? nlohmann::ordered_json(*r.hit_rate) : nlohmann::ordered_json()}});
+        out.push_back(row);
     }
     std::fprintf(stderr, "\n");
-    if (a.count("json"))
+    if (!skipped.empty()) {
+        std::string list;
+        for (const auto& s : skipped) list += (list.empty() ? "" : ", ") + s;
+        notes.push_back(fmt::format("GPU arms skipped ({}): the engine runs CPU-only with --gpu {}: {}.", list, gpu,
+                                    cpu_only_reason.value_or("")));
+    }
+    if (a.count("json")) {
+        for (const auto& n : notes) out.push_back({{"note", n}});
         std::printf("%s\n", out.dump(2).c_str());
-    else
-        std::printf("model %s: %.1f MiB of weights read per decode token\n\n%s", path.c_str(),
-                    out.empty() ? 0.0 : out[0]["bytes_per_token"].get<double>() / (1 << 20), table.c_str());
+        return 0;
+    }
+    std::printf("model %s: %.1f MiB of weights read per decode token", path.c_str(), cpu_bytes_per_token / (1 << 20));
+    if (hybrid) std::printf("; routed experts %.1f MiB (residency = that share in VRAM)", expert_bytes / (1 << 20));
+    std::printf("\n\n%s", table.c_str());
+    for (const auto& n : notes) std::printf("%s\n", n.c_str());
     return 0;
 }
 
-register_mode reg{{"model", "prompt and decode tokens/s of a GGUF model, bytes per token vs read bandwidth", &run}};
+register_mode reg{{"model", "prompt and decode tokens/s of a GGUF model (CPU, or hybrid with --gpu), bytes per "
+                            "token vs read bandwidth",
+                   &run}};
 
 }  // namespace
 }  // namespace strata::bench

@@ -1,6 +1,7 @@
 // strata-bench MODE [options]: benchmark programs that print a figure next to a baseline
 // measured in the same run.
 #include <cstdio>
+#include <exception>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -30,7 +31,14 @@ int main(int argc, char** argv) {
     using strata::bench::modes;
     if (argc >= 2) {
         for (const auto& m : modes())
-            if (m.name == std::string_view(argv[1])) return m.run(argc - 1, argv + 1);
+            if (m.name == std::string_view(argv[1])) {
+                try {
+                    return m.run(argc - 1, argv + 1);
+                } catch (const std::exception& e) {
+                    std::fprintf(stderr, "strata-bench %s: %s\n", argv[1], e.what());
+                    return 2;
+                }
+            }
     }
     std::fprintf(stderr, "usage: strata-bench MODE [options]   (MODE --help for its options)\nmodes:\n");
     for (const auto& m : modes())
