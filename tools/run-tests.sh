@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds strata and runs every test lane: unit/model/server tests, the real-NUMA VM lane, the
-# address/undefined-behaviour sanitizer build over the unit tests, and the thread sanitizer over the
-# pool tests. GPU tests skip without a device.
+# address/undefined-behaviour sanitizer build over the unit tests, the thread sanitizer over the
+# pool tests, and the CUDA backend's gpu-labelled tests on the CPU emulator (STRATA_CUDA=EMU; the
+# Release build's own gpu tests skip without a device).
 # Usage: tools/run-tests.sh            (from anywhere; builds under build/, build-asan/, build-tsan/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,5 +38,10 @@ cmake --build build-tsan -j"$jobs" --target "${pool_tests[@]}"
 for t in "${pool_tests[@]}"; do
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "build-tsan/tests/arenas/$t"
 done
+
+echo "== CUDA backend on the CPU emulator: gpu-labelled tests (docs/GPU.md, \"CUDA emulator\")"
+cmake -S . -B build-emu -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=ON -DSTRATA_CUDA=EMU >/dev/null
+cmake --build build-emu -j"$jobs" --target strata-gpu-tests
+ctest --test-dir build-emu --output-on-failure -j"$jobs" -L gpu
 
 echo "== all test lanes passed"

@@ -73,7 +73,7 @@ void kv_store_f16(const float* k, const float* v, int n_tok, int n_kv, int pos0,
                   uint16_t* v_cache, stream_t stream) {
     const int64_t n = int64_t{n_tok} * n_kv;
     if (n <= 0) return;
-    kv_store_kernel<<<grid_for(n, 256), 256, 0, as_stream(stream)>>>(k, v, n_tok, n_kv, pos0, k_cache, v_cache);
+    STRATA_LAUNCH(kv_store_kernel, grid_for(n, 256), 256, as_stream(stream))(k, v, n_tok, n_kv, pos0, k_cache, v_cache);
     check_launch("kv_store_f16");
 }
 
@@ -81,8 +81,8 @@ void attention_f16(const float* q, const uint16_t* k_cache, const uint16_t* v_ca
                    int n_head_kv, int head_dim, float scale, float* scratch, float* out, stream_t stream) {
     if (n_tok <= 0) return;
     const dim3 grid(static_cast<unsigned>(n_head), static_cast<unsigned>(n_tok));
-    attention_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(q, k_cache, v_cache, pos0, n_head, n_head_kv, head_dim,
-                                                               scale, scratch, pos0 + n_tok, out);
+    STRATA_LAUNCH(attention_kernel, grid, kThreads, as_stream(stream))(
+        q, k_cache, v_cache, pos0, n_head, n_head_kv, head_dim, scale, scratch, pos0 + n_tok, out);
     check_launch("attention_f16");
 }
 

@@ -8,6 +8,15 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+// STRATA_LAUNCH(kernel, grid, block, stream)(args...) is kernel<<<grid, block, 0, stream>>>(args...);
+// under the CPU emulator (STRATA_CUDA=EMU, emu/cuda_emu.hpp) the emulator's launcher, which the host
+// compiler can parse.
+#if defined(STRATA_CUDA_EMU)
+#define STRATA_LAUNCH(kernel, grid, block, stream) ::cuemu::make_launcher(kernel, grid, block, stream, #kernel)
+#else
+#define STRATA_LAUNCH(kernel, grid, block, stream) kernel<<<grid, block, 0, stream>>>
+#endif
+
 namespace strata::kernels::cuda::detail {
 
 constexpr int kWarp = 32;

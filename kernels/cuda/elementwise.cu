@@ -46,27 +46,27 @@ __global__ void weighted_sum_kernel(const float* y, const float* weight, const i
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out, stream_t stream) {
     if (n <= 0) return;
-    silu_mul_kernel<<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(gate, up, n, out);
+    STRATA_LAUNCH(silu_mul_kernel, grid_for(n, kThreads), kThreads, as_stream(stream))(gate, up, n, out);
     check_launch("silu_mul");
 }
 
 void add(float* x, const float* y, int64_t n, stream_t stream) {
     if (n <= 0) return;
-    add_kernel<<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(x, y, n);
+    STRATA_LAUNCH(add_kernel, grid_for(n, kThreads), kThreads, as_stream(stream))(x, y, n);
     check_launch("add");
 }
 
 void add_bias(float* x, const float* bias, int64_t n, int64_t n_rows, stream_t stream) {
     const int64_t total = n * n_rows;
     if (total <= 0) return;
-    add_bias_kernel<<<grid_for(total, kThreads), kThreads, 0, as_stream(stream)>>>(x, bias, n, total);
+    STRATA_LAUNCH(add_bias_kernel, grid_for(total, kThreads), kThreads, as_stream(stream))(x, bias, n, total);
     check_launch("add_bias");
 }
 
 void scale_by_sigmoid(float* y, const float* g, int64_t n, int64_t n_rows, stream_t stream) {
     const int64_t total = n * n_rows;
     if (total <= 0) return;
-    scale_by_sigmoid_kernel<<<grid_for(total, kThreads), kThreads, 0, as_stream(stream)>>>(y, g, n, total);
+    STRATA_LAUNCH(scale_by_sigmoid_kernel, grid_for(total, kThreads), kThreads, as_stream(stream))(y, g, n, total);
     check_launch("scale_by_sigmoid");
 }
 
@@ -74,8 +74,8 @@ void weighted_sum(const float* y, const float* weight, const int32_t* job_begin,
                   stream_t stream) {
     const int64_t total = int64_t{n_tok} * n;
     if (total <= 0) return;
-    weighted_sum_kernel<<<grid_for(total, kThreads), kThreads, 0, as_stream(stream)>>>(y, weight, job_begin, n_tok, n,
-                                                                                        out);
+    STRATA_LAUNCH(weighted_sum_kernel, grid_for(total, kThreads), kThreads, as_stream(stream))(
+        y, weight, job_begin, n_tok, n, out);
     check_launch("weighted_sum");
 }
 

@@ -83,7 +83,7 @@ template <class F>
 void launch_matvec(const weight_view& w, const float* x, int64_t x_stride, int n_tok, float* y, int64_t y_stride,
                    cudaStream_t s) {
     const dim3 block(kWarp, kRowsPerBlock);
-    matvec_kernel<F><<<grid_for(w.n_rows, kRowsPerBlock), block, 0, s>>>(
+    STRATA_LAUNCH(matvec_kernel<F>, grid_for(w.n_rows, kRowsPerBlock), block, s)(
         static_cast<const uint8_t*>(w.data), w.row_stride, w.n_rows, w.n_cols, x, x_stride, n_tok, y, y_stride);
 }
 
@@ -91,13 +91,13 @@ template <class F>
 void launch_matvec_batched(int64_t n_rows, int64_t n_cols, size_t row_stride, const matvec_job* jobs, int n_jobs,
                            cudaStream_t s) {
     const dim3 grid(grid_for(n_rows, kRowsPerBlock), static_cast<unsigned>(n_jobs));
-    matvec_batched_kernel<F><<<grid, dim3(kWarp, kRowsPerBlock), 0, s>>>(n_rows, n_cols, row_stride, jobs);
+    STRATA_LAUNCH(matvec_batched_kernel<F>, grid, dim3(kWarp, kRowsPerBlock), s)(n_rows, n_cols, row_stride, jobs);
 }
 
 template <class F>
 void launch_dequantize(const weight_view& w, uint16_t* out, cudaStream_t s) {
     const int64_t n = w.n_rows * (w.n_cols / F::qk);
-    dequantize_kernel<F><<<grid_for(n, 256), 256, 0, s>>>(static_cast<const uint8_t*>(w.data), w.row_stride,
+    STRATA_LAUNCH(dequantize_kernel<F>, grid_for(n, 256), 256, s)(static_cast<const uint8_t*>(w.data), w.row_stride,
                                                           w.n_rows, w.n_cols, out);
 }
 
@@ -191,7 +191,7 @@ void dequantize_f16(const weight_view& w, uint16_t* out, stream_t stream) {
 
 void convert_f32_to_f16(const float* x, int64_t n, uint16_t* out, stream_t stream) {
     if (n <= 0) return;
-    convert_kernel<<<grid_for(n, 256), 256, 0, as_stream(stream)>>>(x, n, out);
+    STRATA_LAUNCH(convert_kernel, grid_for(n, 256), 256, as_stream(stream))(x, n, out);
     check_launch("convert_f32_to_f16");
 }
 

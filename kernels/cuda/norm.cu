@@ -26,7 +26,7 @@ __global__ void rms_norm_kernel(const float* x, const float* weight, float eps, 
 
 void rms_norm(const float* x, const float* weight, float eps, int64_t n, int64_t n_rows, float* out, stream_t stream) {
     if (n_rows <= 0) return;
-    rms_norm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, as_stream(stream)>>>(x, weight, eps, n, out);
+    STRATA_LAUNCH(rms_norm_kernel, static_cast<unsigned>(n_rows), kThreads, as_stream(stream))(x, weight, eps, n, out);
     check_launch("rms_norm");
 }
 

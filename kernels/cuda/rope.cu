@@ -33,8 +33,8 @@ void rope(float* x, int n_tok, int n_head, int head_dim, int n_rot, int pos0, fl
           stream_t stream) {
     const int64_t n = int64_t{n_tok} * n_head * (n_rot / 2);
     if (n <= 0) return;
-    rope_kernel<<<grid_for(n, 256), 256, 0, as_stream(stream)>>>(x, n_tok, n_head, head_dim, n_rot, pos0, freq_base,
-                                                                  neox);
+    STRATA_LAUNCH(rope_kernel, grid_for(n, 256), 256, as_stream(stream))(
+        x, n_tok, n_head, head_dim, n_rot, pos0, freq_base, neox);
     check_launch("rope");
 }
 

@@ -55,8 +55,8 @@ void route_topk(const float* logits, int n_tok, int n_expert, int k, bool normal
         throw std::invalid_argument("route_topk: " + std::to_string(n_expert) + " experts with " + std::to_string(k) +
                                     " used is outside the kernel's range (at most 1024 experts, 1..64 used)");
     if (n_tok <= 0) return;
-    route_kernel<<<static_cast<unsigned>(n_tok), kThreads, 0, as_stream(stream)>>>(logits, n_expert, k, normalize, ids,
-                                                                                    weights);
+    STRATA_LAUNCH(route_kernel, static_cast<unsigned>(n_tok), kThreads, as_stream(stream))(
+        logits, n_expert, k, normalize, ids, weights);
     check_launch("route_topk");
 }
 

@@ -1,7 +1,8 @@
 // The hybrid forward pass against the CPU engine on generated models of each architecture: logits
-// within a stated tolerance and the same greedy tokens, with all, about half and none of the routed
-// experts resident, with prompt batches large enough for the cuBLAS path, and with adaptive swaps
-// running every decode step (they must never change results). Label gpu: skips without a device.
+// within a stated tolerance and the same greedy tokens (where routing agrees: see expect_same), with
+// all, about half and none of the routed experts resident, with prompt batches large enough for the
+// cuBLAS path, and with adaptive swaps running every decode step (they must never change results).
+// Label gpu: skips without a device (and runs on the CPU emulator under STRATA_CUDA=EMU).
 //
 // Tolerance: the CPU engine multiplies 8-bit-quantised activations, the GPU f32 ones; on these models
 // that moves logits by about 1 % of the largest logit. The tests allow 4 %.
@@ -9,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 
 #include "expert_pool.hpp"
 #include "generate.hpp"
@@ -58,28 +61,44 @@ std::vector<int32_t> prompt(int n_vocab, int n) {
     return t;
 }
 
+// One run over a prompt and n_gen decode steps. Decode is teacher-forced: every run is fed the same
+// tokens (the CPU engine's greedy choices), so steps stay comparable after a difference.
 struct run_result {
     std::vector<float> prompt_logits;             // [n_prompt][n_vocab]
+    std::vector<uint64_t> prompt_routing;         // routed counts of the prompt, [n_layer][n_expert]
     std::vector<std::vector<float>> step_logits;  // per decode step, [n_vocab]
-    std::vector<int32_t> tokens;                  // greedy continuation
+    std::vector<std::vector<uint64_t>> step_routing;  // per decode step, routed counts of that step
 };
 
 int32_t argmax(const std::vector<float>& v) {
     return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-template <class Eval>
-run_result generate(const hparams& hp, const std::vector<int32_t>& p, int n_gen, int n_batch, Eval&& eval) {
+std::vector<uint64_t> minus(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b) {
+    std::vector<uint64_t> d(a.size());
+    for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+    return d;
+}
+
+// feed: the decode tokens (empty: greedy, the tokens chosen are appended to it).
+template <class Eval, class Routing>
+run_result generate(const hparams& hp, const std::vector<int32_t>& p, int n_gen, int n_batch, std::vector<int32_t>& feed,
+                    Eval&& eval, Routing&& routing) {
     kv_cache kv(hp.n_layer, kCtx, hp.n_head_kv, hp.head_dim, kv_type::f16);
     run_result r;
+    const bool greedy = feed.empty();
     r.prompt_logits.resize(p.size() * static_cast<size_t>(hp.n_vocab));
+    std::vector<uint64_t> before = routing();
     eval(std::span<const int32_t>(p), 0, kv, r.prompt_logits.data(), true, n_batch);
+    r.prompt_routing = minus(routing(), before);
     std::vector<float> last(r.prompt_logits.end() - hp.n_vocab, r.prompt_logits.end());
     for (int i = 0; i < n_gen; ++i) {
-        const int32_t t = argmax(last);
-        r.tokens.push_back(t);
+        if (greedy) feed.push_back(argmax(last));
+        const int32_t t = feed[static_cast<size_t>(i)];
+        before = routing();
         eval(std::span<const int32_t>(&t, 1), static_cast<int>(p.size()) + i, kv, last.data(), false, n_batch);
         r.step_logits.push_back(last);
+        r.step_routing.push_back(minus(routing(), before));
     }
     return r;
 }
@@ -93,15 +112,65 @@ double rel_err(const float* a, const float* b, size_t n) {
     return num / den;
 }
 
+// Routing decisions that differ between two count arrays (each moved decision shows twice).
+uint64_t routing_differences(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b) {
+    uint64_t d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d += a[i] > b[i] ? a[i] - b[i] : b[i] - a[i];
+    return d / 2;
+}
+
+// Top-1 minus top-2 logit over the largest |logit|: how far the greedy choice is from a tie.
+double greedy_margin(const std::vector<float>& v) {
+    std::vector<float> s(v);
+    std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<>());
+    double den = 0;
+    for (float x : v) den = std::max(den, std::abs(double(x)));
+    return (double(s[0]) - s[1]) / den;
+}
+
+// The hybrid pass against the CPU engine. The two multiply different activations (8-bit on the CPU,
+// f32 on the GPU), so where a router sees two experts nearly tied, the two may route a token to
+// different experts, and that token's logits legitimately differ by more than the tolerance. Both
+// engines count routed experts, so such a step is detected exactly rather than guessed:
+// - a decode step whose routing is the same must be within the tolerance, and its greedy token must
+//   match the CPU's wherever the CPU's choice is not itself a near tie (margin above 2 x tolerance);
+// - a decode step whose routing differs is counted, and at most one step in four may be one;
+// - prompt positions must all be within the tolerance when the prompt's routing is the same, else at
+//   most one position per moved routing decision may exceed it.
 void expect_same(const run_result& gpu, const run_result& cpu, size_t n_vocab, const std::string& what) {
     ASSERT_EQ(gpu.prompt_logits.size(), cpu.prompt_logits.size());
-    for (size_t t = 0; t < cpu.prompt_logits.size() / n_vocab; ++t)
-        EXPECT_LT(rel_err(&gpu.prompt_logits[t * n_vocab], &cpu.prompt_logits[t * n_vocab], n_vocab), kTolerance)
-            << what << ": prompt position " << t;
-    EXPECT_EQ(gpu.tokens, cpu.tokens) << what << ": greedy tokens";
-    for (size_t i = 0; i < cpu.step_logits.size(); ++i)
+    const size_t n_prompt = cpu.prompt_logits.size() / n_vocab;
+    const uint64_t prompt_moved = routing_differences(gpu.prompt_routing, cpu.prompt_routing);
+    uint64_t over = 0;
+    double worst = 0;
+    for (size_t t = 0; t < n_prompt; ++t) {
+        const double e = rel_err(&gpu.prompt_logits[t * n_vocab], &cpu.prompt_logits[t * n_vocab], n_vocab);
+        worst = std::max(worst, e);
+        if (e >= kTolerance) {
+            ++over;
+            EXPECT_GT(prompt_moved, 0u) << what << ": prompt position " << t << " is off by " << e
+                                        << " of the largest logit with the same routing as the CPU";
+        }
+    }
+    EXPECT_LE(over, prompt_moved) << what << ": " << over << " prompt positions beyond the tolerance (worst " << worst
+                                  << ") for " << prompt_moved << " routing decisions that differ from the CPU's";
+    int tie_steps = 0;
+    for (size_t i = 0; i < cpu.step_logits.size(); ++i) {
+        if (gpu.step_routing[i] != cpu.step_routing[i]) {
+            ++tie_steps;
+            continue;
+        }
         EXPECT_LT(rel_err(gpu.step_logits[i].data(), cpu.step_logits[i].data(), n_vocab), kTolerance)
-            << what << ": decode step " << i;
+            << what << ": decode step " << i << " (same routing as the CPU)";
+        if (greedy_margin(cpu.step_logits[i]) > 2 * kTolerance) {
+            EXPECT_EQ(argmax(gpu.step_logits[i]), argmax(cpu.step_logits[i])) << what << ": greedy token at step " << i;
+        }
+    }
+    std::printf("%s: prompt worst %.4f of the largest logit (%llu routing decisions moved), %d of %zu decode steps "
+                "routed differently\n",
+                what.c_str(), worst, static_cast<unsigned long long>(prompt_moved), tie_steps, cpu.step_logits.size());
+    EXPECT_LE(tie_steps * 4, static_cast<int>(cpu.step_logits.size()))
+        << what << ": " << tie_steps << " of " << cpu.step_logits.size() << " decode steps routed differently";
 }
 
 struct hybrid_case {
@@ -119,7 +188,9 @@ TEST_P(HybridForward, MatchesCpuAtEveryResidency) {
     const std::vector<int32_t> p = prompt(hp.n_vocab, c.n_prompt);
     const int n_gen = 8, n_batch = 32;
     forward_pass cpu(*m->pool, hp, m->w, *m->rows);
-    const run_result want = generate(hp, p, n_gen, n_batch, [&](auto&&... a) { cpu.eval(a...); });
+    std::vector<int32_t> tokens;  // the CPU's greedy tokens, fed to every hybrid run
+    const run_result want = generate(hp, p, n_gen, n_batch, tokens, [&](auto&&... a) { cpu.eval(a...); },
+                                     [&] { return cpu.routing().counts; });
 
     // Slot size as the backend computes it: gate + up + down of one expert, 256-byte aligned.
     const auto& l0 = m->layers[0];
@@ -132,14 +203,15 @@ TEST_P(HybridForward, MatchesCpuAtEveryResidency) {
         std::optional<double> gib;
         adapt_options adapt;
         int expect_slots;
+        bool timing = false;  // STRATA_DECODE_TIMING's event timing on every decode step
     };
+    const double half = double(slot * (total / 2)) / double(1 << 30);
     const std::vector<variant> variants{
         {"all resident", std::nullopt, {}, total},
-        {"half resident", double(slot * (total / 2)) / double(1 << 30), {}, total / 2},
+        {"half resident, decode timing", half, {}, total / 2, true},
         {"none resident", 0.0, {}, 0},
-        {"half, adaptive", double(slot * (total / 2)) / double(1 << 30), {.every = 1, .swaps = 3, .async = false}, total / 2},
-        {"half, adaptive async", double(slot * (total / 2)) / double(1 << 30), {.every = 1, .swaps = 3, .async = true},
-         total / 2},
+        {"half, adaptive", half, {.every = 1, .swaps = 3, .async = false}, total / 2},
+        {"half, adaptive async", half, {.every = 1, .swaps = 3, .async = true}, total / 2},
     };
     for (const variant& v : variants) {
         hybrid_options o;
@@ -148,10 +220,12 @@ TEST_P(HybridForward, MatchesCpuAtEveryResidency) {
         o.n_ctx = kCtx;
         o.n_batch = n_batch;
         o.gpu_sessions = 1;
+        o.decode_timing = v.timing;
         std::string why;
         auto h = hybrid_forward::create(*m->pool, hp, m->w, m->layers, *m->rows, o, &why);
         ASSERT_TRUE(h) << why;
-        const run_result got = generate(hp, p, n_gen, n_batch, [&](auto&&... a) { h->eval(a...); });
+        const run_result got = generate(hp, p, n_gen, n_batch, tokens, [&](auto&&... a) { h->eval(a...); },
+                                        [&] { return h->routing().counts; });
         expect_same(got, want, static_cast<size_t>(hp.n_vocab), v.name);
         const cache_stats s = h->expert_cache_stats();
         EXPECT_EQ(s.n_slots, v.expect_slots) << v.name;
