@@ -91,23 +91,32 @@ slot_layout layout_slots(const std::vector<arenas::moe_layer>& layers) {
 }
 
 slot_copier::slot_copier(const std::vector<arenas::moe_layer>& layers, const slot_layout& layout, uint8_t* slots,
-                         int n_staging)
-    : layers_(layers), layout_(layout), slots_(slots) {
+                         int n_staging, bool background)
+    : layers_(layers), layout_(layout), slots_(slots), background_(background) {
     staging_.resize(static_cast<size_t>(std::max(n_staging, 1)));
     for (staging& s : staging_) s.host = pinned_buffer<uint8_t>(layout.slot_bytes);
+    if (background_) worker_ = std::thread([this] { work(); });
 }
 
-expert_copier::ticket slot_copier::start(int slot, expert_key key) {
-    // Reuse the staging buffer of the oldest copy once it has landed.
-    staging& st = staging_[next_staging_];
-    if (st.busy) {
-        st.done.synchronize();
-        st.busy = false;
+slot_copier::~slot_copier() {
+    if (worker_.joinable()) {
+        {
+            std::lock_guard lock(m_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        worker_.join();
     }
-    const arenas::moe_layer& l = layers_[static_cast<size_t>(key.layer)];
-    const size_t li = static_cast<size_t>(key.layer);
+    cudaStreamSynchronize(stream_);  // no copy may outlive its staging buffer
+}
+
+void slot_copier::gather_and_copy(const job& j) {
+    staging& st = staging_[j.staging];
+    if (st.used) st.done.synchronize();  // the buffer's previous copy has left it
+    const arenas::moe_layer& l = layers_[static_cast<size_t>(j.key.layer)];
+    const size_t li = static_cast<size_t>(j.key.layer);
     auto gather = [&](const arenas::expert_tensor& t, size_t offset, size_t stride) {
-        const uint8_t* src = t.experts[static_cast<size_t>(key.expert)];
+        const uint8_t* src = t.experts[static_cast<size_t>(j.key.expert)];
         for (int64_t r = 0; r < t.n_rows; ++r)
             std::memcpy(st.host.data() + offset + static_cast<size_t>(r) * stride, src + static_cast<size_t>(r) * t.row_stride,
                         stride);
@@ -116,23 +125,65 @@ expert_copier::ticket slot_copier::start(int slot, expert_key key) {
     gather(l.up, layout_.up[li], layout_.up_stride[li]);
     gather(l.down, layout_.down[li], layout_.down_stride[li]);
     const size_t bytes = layout_.down[li] + layout_.down_stride[li] * static_cast<size_t>(l.down.n_rows);
-    // The slot's previous expert may still be read by work already queued on the compute stream.
-    compute_done_.record(compute_);
-    check(cudaStreamWaitEvent(stream_, compute_done_, 0), "cudaStreamWaitEvent");
-    copy_to_device(slots_ + static_cast<size_t>(slot) * layout_.slot_bytes, st.host.data(), bytes, stream_);
+    check(cudaStreamWaitEvent(stream_, st.compute_done, 0), "cudaStreamWaitEvent");
+    copy_to_device(slots_ + static_cast<size_t>(j.slot) * layout_.slot_bytes, st.host.data(), bytes, stream_);
     st.done.record(stream_);
-    st.busy = true;
-    in_flight_.push_back({next_, next_staging_});
+    st.used = true;
+}
+
+void slot_copier::work() {
+    std::unique_lock lock(m_);
+    for (;;) {
+        cv_.wait(lock, [&] { return stop_ || !todo_.empty(); });
+        if (todo_.empty()) return;
+        const job j = todo_.front();
+        lock.unlock();
+        std::exception_ptr failed;
+        try {
+            gather_and_copy(j);
+        } catch (...) {
+            failed = std::current_exception();
+        }
+        lock.lock();
+        todo_.pop_front();
+        if (failed && !error_) error_ = failed;
+        queued_ = j.id + 1;
+        cv_.notify_all();
+    }
+}
+
+expert_copier::ticket slot_copier::start(int slot, expert_key key) {
+    const job j{next_++, slot, key, next_staging_};
     next_staging_ = (next_staging_ + 1) % staging_.size();
-    return next_++;
+    // The slot's previous expert may still be read by work already queued on the compute stream.
+    staging_[j.staging].compute_done.record(compute_);
+    in_flight_.push_back(j);
+    if (!background_) {
+        gather_and_copy(j);
+        return j.id;
+    }
+    {
+        std::lock_guard lock(m_);
+        if (error_) std::rethrow_exception(error_);
+        todo_.push_back(j);
+    }
+    cv_.notify_all();
+    return j.id;
+}
+
+bool slot_copier::queued(ticket t) {
+    if (!background_) return true;
+    std::lock_guard lock(m_);
+    if (error_) std::rethrow_exception(error_);
+    return t < queued_;
 }
 
 bool slot_copier::landed(ticket t) {
     for (auto it = in_flight_.begin(); it != in_flight_.end(); ++it)
         if (it->id == t) {
+            if (!queued(t)) return false;
             // A staging buffer's event stands for its latest copy; older copies on it landed before.
-            const staging& st = staging_[it->staging];
-            if (st.busy && !st.done.done()) return false;
+            if (!staging_[it->staging].done.done()) return false;
             in_flight_.erase(it);
             return true;
         }
@@ -140,7 +191,12 @@ bool slot_copier::landed(ticket t) {
 }
 
 void slot_copier::wait(ticket t) {
-    // Copies complete in issue order on one stream: waiting for t's staging buffer (or the stream) is enough.
+    if (background_) {
+        std::unique_lock lock(m_);
+        cv_.wait(lock, [&] { return error_ || t < queued_; });
+        if (error_) std::rethrow_exception(error_);
+    }
+    // Copies complete in issue order on one stream: waiting for the stream is enough.
     if (!landed(t)) stream_.synchronize();
     while (!in_flight_.empty() && in_flight_.front().id <= t) in_flight_.pop_front();
 }

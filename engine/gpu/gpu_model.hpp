@@ -3,7 +3,11 @@
 // few tokens, dequantise-to-f16 + cuBLAS for prompt batches).
 #pragma once
 
+#include <condition_variable>
 #include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "cuda_kernels.hpp"
@@ -52,12 +56,19 @@ struct slot_layout {
 slot_layout layout_slots(const std::vector<arenas::moe_layer>& layers);
 
 // expert_copier over VRAM slots: the expert's rows are gathered from the mapped file into one of a
-// ring of pinned staging buffers, then copied on the copier's own stream after `after` (the compute
-// stream's last use of the slot); each copy's landing is an event.
+// ring of pinned staging buffers, then copied on the copier's own stream after the compute stream's
+// last use of the slot; each copy's landing is an event. With `background` (--adapt-async 1) a worker
+// thread does the gathering and queues the copy, so start() returns at once and the decode step pays
+// for neither the gather nor the wait; without it start() gathers on the calling thread.
+//
+// Thread-safety: start(), landed() and wait() are called by one thread (the engine thread).
 class slot_copier final : public expert_copier {
 public:
     slot_copier(const std::vector<arenas::moe_layer>& layers, const slot_layout& layout, uint8_t* slots,
-                int n_staging);
+                int n_staging, bool background);
+    ~slot_copier() override;
+    slot_copier(const slot_copier&) = delete;
+    slot_copier& operator=(const slot_copier&) = delete;
     void set_after(cudaStream_t compute) { compute_ = compute; }
     ticket start(int slot, expert_key key) override;
     bool landed(ticket t) override;
@@ -66,23 +77,39 @@ public:
 private:
     struct staging {
         pinned_buffer<uint8_t> host;
-        event done = event::create();
-        bool busy = false;
+        event compute_done = event::create();  // the compute stream's point the copy waits for
+        event done = event::create();          // the latest copy out of this buffer
+        bool used = false;                     // done has been recorded at least once
     };
-    struct copy {
+    struct job {
         ticket id;
+        int slot;
+        expert_key key;
         size_t staging;
     };
+    void gather_and_copy(const job& j);  // waits for the buffer's previous copy, gathers, queues the copy
+    void work();                         // the background worker's loop
+    bool queued(ticket t);               // t's copy is on the stream
+
     const std::vector<arenas::moe_layer>& layers_;
     const slot_layout& layout_;
     uint8_t* slots_;
     stream stream_ = stream::create();
-    event compute_done_ = event::create();
     cudaStream_t compute_ = nullptr;
     std::vector<staging> staging_;
-    std::deque<copy> in_flight_;
+    std::deque<job> in_flight_;  // started, not yet known to have landed (engine thread only)
     size_t next_staging_ = 0;
     ticket next_ = 0;
+
+    // Background gathering: jobs for the worker, and how many tickets it has queued on the stream.
+    bool background_;
+    std::mutex m_;
+    std::condition_variable cv_;
+    std::deque<job> todo_;
+    ticket queued_ = 0;  // tickets below this are on the stream
+    bool stop_ = false;
+    std::exception_ptr error_;  // a failed gather or copy, rethrown by the next call
+    std::thread worker_;
 };
 
 // Dense y = W x for n_tok activation rows: the matvec kernel below kGemmTokens tokens, else the

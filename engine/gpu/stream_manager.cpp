@@ -82,8 +82,10 @@ void stream_manager::moe_layer(int il, int n_tok, const float* xn, float* x, boo
     if (jobs_in_flight_) jobs_copied_.synchronize();  // the previous layer's job arrays have been read
     cache_.split(il, n_tok, k, h_ids_.data(), h_weights_.data(), h_complement_.data(), resident_);
     const int n_jobs = static_cast<int>(resident_.size());
-    hits_ += n_jobs;
-    lookups_ += static_cast<int>(nk);
+    if (timed) {  // the decode token's own lookups (a prompt batch before it is not timed)
+        hits_ += n_jobs;
+        lookups_ += static_cast<int>(nk);
+    }
     const size_t slot_bytes = layout_.slot_bytes, nj = resident_.size();
     std::fill(h_job_begin_.data(), h_job_begin_.data() + nt + 1, 0);
     for (size_t j = 0; j < nj; ++j) {
