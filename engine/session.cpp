@@ -61,6 +61,11 @@ struct session::impl {
         m.tokens_evaluated += tokens.size();
     }
 
+    // Routed lookups and VRAM hits since load (on the engine thread; zero CPU-only).
+    engine::gpu::cache_stats expert_cache_stats() const {
+        return m.hybrid ? m.hybrid->expert_cache_stats() : engine::gpu::cache_stats{};
+    }
+
     void check_prompt(std::span<const int32_t> prompt) const {
         const int n_ctx = m.options.n_ctx;
         if (prompt.empty()) throw request_error("the prompt is empty: it needs at least one token");
@@ -169,7 +174,13 @@ generation_result session::generate(std::span<const int32_t> prompt, const gener
         throw request_error(fmt::format("top_logprobs must be 0..20, got {}", options.top_logprobs));
     generation_result result;
     impl_->cancel.store(false);
-    impl_->m.thread.run([&] { result = impl_->generate(prompt, options, on_token); });
+    impl_->m.thread.run([&] {
+        const engine::gpu::cache_stats before = impl_->expert_cache_stats();
+        result = impl_->generate(prompt, options, on_token);
+        const engine::gpu::cache_stats after = impl_->expert_cache_stats();
+        result.time.expert_lookups = after.lookups - before.lookups;
+        result.time.vram_hits = after.hits - before.hits;
+    });
     return result;
 }
 

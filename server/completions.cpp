@@ -130,12 +130,16 @@ struct job {
         g.total_s = std::chrono::duration<double>(clock_type::now() - arrival).count();
         state.counters.count_generation(g);
         state.take_snapshot(g.id);
+        const uint64_t lookups = r.time.expert_lookups, hits = r.time.vram_hits;
+        const std::string vram = lookups ? fmt::format("; routed experts: {:.1f} % from VRAM ({} of {})",
+                                                       100.0 * double(hits) / double(lookups), hits, lookups)
+                                         : std::string();
         state.log->info("Request {} ({}) finished: prompt {} tokens ({} reused, {} evaluated in {:.1f} ms, {:.1f} "
-                        "tokens/s); decode {} tokens in {:.1f} ms ({:.1f} tokens/s); stopped by {}; waited {:.3f} s "
+                        "tokens/s); decode {} tokens in {:.1f} ms ({:.1f} tokens/s){}; stopped by {}; waited {:.3f} s "
                         "for the engine, {:.3f} s in all.",
                         g.id, g.endpoint, g.prompt_tokens, r.time.cache_n, r.time.prompt_n, r.time.prompt_ms,
                         r.time.prompt_per_second(), r.time.predicted_n, r.time.predicted_ms,
-                        r.time.predicted_per_second(), g.stopped_by, g.queue_s, g.total_s);
+                        r.time.predicted_per_second(), vram, g.stopped_by, g.queue_s, g.total_s);
     }
 };
 

@@ -63,6 +63,11 @@ static json placement_section(const model_info& i) {
             {"region_map", i.region_map_path}};
 }
 
+// GPU hybrid: routed expert lookups and those served from VRAM (zeros CPU-only).
+static json vram_json(uint64_t lookups, uint64_t hits) {
+    return {{"lookups", lookups}, {"hits", hits}, {"hit_rate", lookups ? double(hits) / double(lookups) : 0.0}};
+}
+
 // Per layer: tokens routed and the experts routed to most, hottest first.
 static json expert_section(const model_info& i, const std::optional<server_state::engine_snapshot>& snap) {
     if (!snap)
@@ -86,7 +91,7 @@ static json expert_section(const model_info& i, const std::optional<server_state
     }
     return {{"as_of_request", snap->as_of_request},
             {"tokens", st.tokens},
-            {"vram", {{"lookups", st.expert_lookups}, {"hits", st.vram_hits}, {"hit_rate", st.hit_rate()}}},
+            {"vram", vram_json(st.expert_lookups, st.vram_hits)},
             {"layers", std::move(layers)}};
 }
 
@@ -100,7 +105,8 @@ static json last_request_section(const server_state& state) {
             {"queue_s", r->queue_s},
             {"total_s", r->total_s},
             {"usage", usage_json(r->prompt_tokens, r->time)},
-            {"timings", timings_json(r->time)}};
+            {"timings", timings_json(r->time)},
+            {"vram", vram_json(r->time.expert_lookups, r->time.vram_hits)}};
 }
 
 static json queue_section(const server_state& state) {

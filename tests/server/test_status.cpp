@@ -158,6 +158,9 @@ TEST(ServerStatus, StatusHasTheDocumentedFields) {
     for (const char* k : {"prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
                           "predicted_per_second", "cache_n"})
         EXPECT_TRUE(last["timings"].contains(k)) << k;
+    EXPECT_EQ(last["vram"]["lookups"], 0);  // CPU-only
+    EXPECT_EQ(last["vram"]["hits"], 0);
+    EXPECT_EQ(last["vram"]["hit_rate"], 0.0);
     EXPECT_TRUE(j["queue"]["policy"].is_string());
     EXPECT_TRUE(j["queue"]["running"].is_null());
     EXPECT_EQ(j["queue"]["n_waiting"], 0);

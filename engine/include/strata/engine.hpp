@@ -97,6 +97,10 @@ struct timings {
     double prompt_ms = 0;
     int predicted_n = 0;
     double predicted_ms = 0;
+    // GPU hybrid only (zero CPU-only): this generation's routed expert lookups (tokens evaluated x MoE
+    // layers x n_expert_used), and those served by experts resident in VRAM.
+    uint64_t expert_lookups = 0;
+    uint64_t vram_hits = 0;
     double prompt_per_second() const { return prompt_ms > 0 ? prompt_n * 1000.0 / prompt_ms : 0; }
     double predicted_per_second() const { return predicted_ms > 0 ? predicted_n * 1000.0 / predicted_ms : 0; }
 };
