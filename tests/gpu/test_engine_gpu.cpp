@@ -204,12 +204,12 @@ adaptive_run run_adaptive(bool async) {
     return {ids(r), r.time.expert_lookups, r.time.vram_hits};
 }
 
-// Adaptive swaps every decode step choose the same experts at the same steps on every run. Sync and
-// async differ in when a swapped-in expert starts serving: sync commits it at the adaptation step,
-// async at the next end of a decode step where its copy has landed, so for one step async computes it
-// on the CPU. Hence async hits at most as often as sync; its tokens stay the same here because the CPU
-// and GPU results of an expert (8-bit vs f32 activations) are too close to flip a greedy choice on
-// this model (test_hybrid_forward.cpp bounds that difference).
+// Adaptive swaps every decode step choose the same experts at the same steps on every run (sync). Async
+// commits a swapped-in expert at the first step end after its copy landed, which depends on timing, so
+// which experts serve a step from VRAM can differ from sync (and between async runs); expert results
+// differ slightly between GPU (f32 activations) and CPU (8-bit), so later greedy tokens could too, and
+// only what cannot depend on timing is compared: the first token (from the prompt, before any swap),
+// the number of lookups, and that swaps happen and serve hits.
 TEST(EngineGpu, AdaptiveSwapsAreDeterministic) {
     STRATA_REQUIRE_GPU();
     const adaptive_run sync1 = run_adaptive(false), sync2 = run_adaptive(false);
@@ -219,9 +219,9 @@ TEST(EngineGpu, AdaptiveSwapsAreDeterministic) {
     EXPECT_EQ(sync1.lookups, sync2.lookups);
 
     const adaptive_run async = run_adaptive(true);
-    EXPECT_EQ(async.tokens, sync1.tokens);
+    ASSERT_EQ(async.tokens.size(), size_t{kGenerate});
+    EXPECT_EQ(async.tokens[0], sync1.tokens[0]);
     EXPECT_EQ(async.lookups, sync1.lookups);
-    EXPECT_LE(async.hits, sync1.hits);
     EXPECT_GT(async.hits, 0u);
 }
 

@@ -94,6 +94,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
 cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int len, int device);
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaDeviceSynchronize();
+// Waits for all work and clears a kernel fault (allocations stay: unlike CUDA, nothing is freed).
+cudaError_t cudaDeviceReset();
 
 cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);

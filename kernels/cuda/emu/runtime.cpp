@@ -222,6 +222,8 @@ struct CUevent_st {
     std::condition_variable cv;
     uint64_t recorded = 0, completed = 0;  // generations
     std::chrono::steady_clock::time_point when{};
+    int pending = 0;         // queued records and waits that still use this event
+    bool destroyed = false;  // cudaEventDestroy came while some were pending: the last one deletes it
 };
 
 namespace {
@@ -623,6 +625,13 @@ cudaError_t cudaDeviceSynchronize() {
     return sticky();
 }
 
+cudaError_t cudaDeviceReset() {
+    cudaDeviceSynchronize();
+    g_sticky = cudaSuccess;
+    tl_last_error = cudaSuccess;
+    return cudaSuccess;
+}
+
 cudaError_t cudaMalloc(void** p, size_t bytes) {
     if (const cudaError_t e = sticky(); e != cudaSuccess) return e;
     return memory().allocate(p, bytes, mem_kind::device);
@@ -740,9 +749,28 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
 }
 cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    delete e;  // CUDA defers the release until a pending record completes; strata never destroys one in flight
+    if (!e) return fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy of a null event");
+    bool now;
+    {
+        std::lock_guard lock(e->m);
+        e->destroyed = true;
+        now = e->pending == 0;
+    }
+    if (now) delete e;  // else, as CUDA, once the queued work using it is done
     return cudaSuccess;
 }
+
+namespace {
+
+// The end of a queued record or wait on e: deletes e if it was destroyed meanwhile and this was the last.
+void release_pending(cudaEvent_t e, std::unique_lock<std::mutex>& lock) {
+    const bool last = --e->pending == 0 && e->destroyed;
+    lock.unlock();
+    e->cv.notify_all();
+    if (last) delete e;
+}
+
+}  // namespace
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     if (!e) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord of a null event");
@@ -751,14 +779,13 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     {
         std::lock_guard lock(e->m);
         gen = ++e->recorded;
+        ++e->pending;
     }
     target(s)->push([e, gen] {
-        {
-            std::lock_guard lock(e->m);
-            e->completed = std::max(e->completed, gen);
-            e->when = std::chrono::steady_clock::now();
-        }
-        e->cv.notify_all();
+        std::unique_lock lock(e->m);
+        e->completed = std::max(e->completed, gen);
+        e->when = std::chrono::steady_clock::now();
+        release_pending(e, lock);
     });
     return cudaSuccess;
 }
@@ -781,10 +808,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
     {
         std::lock_guard lock(e->m);
         gen = e->recorded;  // the record most recently issued (none: nothing to wait for)
+        ++e->pending;
     }
     target(s)->push([e, gen] {
         std::unique_lock lock(e->m);
         e->cv.wait(lock, [&] { return e->completed >= gen; });
+        release_pending(e, lock);
     });
     return cudaSuccess;
 }
