@@ -204,6 +204,7 @@ std::unique_ptr<engine::gpu::hybrid_forward> create_hybrid(model::impl& r, const
     h.adapt = {o.adapt_every, o.adapt_swaps, o.adapt_async};
     h.n_ctx = o.n_ctx;
     h.n_batch = o.n_batch;
+    h.kv = r.kv;
     const char* timing = std::getenv("STRATA_DECODE_TIMING");
     h.decode_timing = timing && std::string_view(timing) == "1";
     std::string why;

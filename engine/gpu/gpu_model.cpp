@@ -118,8 +118,8 @@ void slot_copier::gather_and_copy(const job& j) {
     auto gather = [&](const arenas::expert_tensor& t, size_t offset, size_t stride) {
         const uint8_t* src = t.experts[static_cast<size_t>(j.key.expert)];
         for (int64_t r = 0; r < t.n_rows; ++r)
-            std::memcpy(st.host.data() + offset + static_cast<size_t>(r) * stride, src + static_cast<size_t>(r) * t.row_stride,
-                        stride);
+            std::memcpy(st.host.data() + offset + static_cast<size_t>(r) * stride,
+                        src + static_cast<size_t>(r) * t.row_stride, stride);
     };
     gather(l.gate, layout_.gate[li], layout_.gate_stride[li]);
     gather(l.up, layout_.up[li], layout_.up_stride[li]);

@@ -33,6 +33,7 @@ struct hybrid_options {
     adapt_options adapt;
     int n_ctx = 0;                     // per session
     int n_batch = 512;                 // prompt tokens per forward batch (sizes the scratch)
+    kv_type kv = kv_type::f16;         // the VRAM KV cache's type, as the CPU's (--kv f16 | int8)
     int gpu_sessions = 4;              // sessions whose KV cache VRAM holds at once (reserved in sizing)
     bool decode_timing = false;        // STRATA_DECODE_TIMING=1: one log line per decode token
 };

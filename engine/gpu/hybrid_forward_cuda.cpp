@@ -32,12 +32,14 @@ struct config_error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-// One session's keys and values in VRAM: per layer [n_ctx][n_kv] halves each.
+// One session's keys and values in VRAM: per layer [n_ctx] rows of n_kv halves or Q8_0 blocks each.
 struct session_kv {
     const kv_cache* owner = nullptr;
     int n_valid = 0;  // positions written
-    std::vector<device_buffer<uint16_t>> k, v;
+    std::vector<device_buffer<uint8_t>> k, v;
 };
+
+cu::kv_format kv_format_of(kv_type t) { return t == kv_type::int8 ? cu::kv_format::q8_0 : cu::kv_format::f16; }
 
 class cuda_hybrid final : public hybrid_forward {
 public:
@@ -87,8 +89,9 @@ private:
     std::unique_ptr<stream_manager> sm_;
 };
 
-uint64_t session_kv_bytes(const hparams& hp, int n_ctx) {
-    return 2ull * static_cast<uint64_t>(hp.n_layer) * static_cast<uint64_t>(n_ctx) * static_cast<uint64_t>(hp.n_kv()) * 2;
+uint64_t session_kv_bytes(const hparams& hp, int n_ctx, kv_type type) {
+    return 2ull * static_cast<uint64_t>(hp.n_layer) * static_cast<uint64_t>(n_ctx) *
+           cu::kv_row_bytes(kv_format_of(type), hp.n_kv());
 }
 
 cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const model_weights& w,
@@ -133,7 +136,7 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
                                      (2ull * hp.n_ff_exp + hp.n_embd) * sizeof(float) +
                                  t * (4ull * n_embd + 2ull * std::max(hp.n_ff_shexp, 1) + hp.n_expert) * sizeof(float);
 
-    const uint64_t kv_bytes = session_kv_bytes(hp, o.n_ctx) * static_cast<uint64_t>(std::max(o.gpu_sessions, 1));
+    const uint64_t kv_bytes = session_kv_bytes(hp, o.n_ctx, o.kv) * static_cast<uint64_t>(std::max(o.gpu_sessions, 1));
     const vram_budget budget{dev.free_bytes, static_cast<uint64_t>(o.vram_reserve_mib) << 20,
                              dense_.bytes + scratch + moe_scratch, kv_bytes};
     cache_size size;
@@ -157,11 +160,12 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
     const int total = hp.n_layer * hp.n_expert;
     logger("gpu")->info(
         "GPU {} ({}, compute {}.{}, {:.0f} of {:.0f} MiB free, NUMA node {}): dense weights {:.0f} MiB, scratch "
-        "{:.0f} MiB, KV cache {:.0f} MiB for {} session(s); expert cache {} slots of {:.2f} MiB ({:.0f} MiB) hold {} "
-        "of {} routed experts ({:.0f} %), filled {}.",
+        "{:.0f} MiB, KV cache ({}) {:.0f} MiB for {} session(s); expert cache {} slots of {:.2f} MiB ({:.0f} MiB) "
+        "hold {} of {} routed experts ({:.0f} %), filled {}.",
         dev.index, dev.name, dev.compute_major, dev.compute_minor, double(dev.free_bytes) / kMiB,
         double(dev.total_bytes) / kMiB, dev.numa_node, double(dense_.bytes) / kMiB,
-        double(scratch + moe_scratch) / kMiB, double(kv_bytes) / kMiB, o.gpu_sessions, size.n_slots,
+        double(scratch + moe_scratch) / kMiB, kv_type_name(o.kv), double(kv_bytes) / kMiB, o.gpu_sessions,
+        size.n_slots,
         double(layout_.slot_bytes) / kMiB, double(slots_.bytes()) / kMiB, size.n_slots, total,
         100.0 * size.n_slots / std::max(total, 1),
         profile ? "from the expert profile " + o.expert_profile : std::string("in the default order"));
@@ -179,7 +183,8 @@ session_kv& cuda_hybrid::session_for(const kv_cache& kv, int pos0) {
             sessions_.splice(sessions_.begin(), sessions_, std::prev(sessions_.end()));  // reuse the least recent
         } else {
             session_kv s;
-            const size_t n = static_cast<size_t>(o_.n_ctx) * static_cast<size_t>(hp_.n_kv());
+            const size_t n =
+                static_cast<size_t>(o_.n_ctx) * cu::kv_row_bytes(kv_format_of(o_.kv), hp_.n_kv());
             for (int l = 0; l < hp_.n_layer; ++l) {
                 s.k.emplace_back(n);
                 s.v.emplace_back(n);
@@ -280,14 +285,15 @@ void cuda_hybrid::attention(int il, int n_tok, int pos0, session_kv& s) {
     const bool neox = hp_.arch.rope == kernels::cpu::rope_style::neox;
     cu::rope(q_.data(), n_tok, hp_.n_head, hd, hp_.n_rot, pos0, hp_.rope_freq_base, neox, cs());
     cu::rope(k_.data(), n_tok, hp_.n_head_kv, hd, hp_.n_rot, pos0, hp_.rope_freq_base, neox, cs());
-    uint16_t* kc = s.k[static_cast<size_t>(il)].data();
-    uint16_t* vc = s.v[static_cast<size_t>(il)].data();
-    cu::kv_store_f16(k_.data(), v_.data(), n_tok, n_kv, pos0, kc, vc, cs());
+    uint8_t* kc = s.k[static_cast<size_t>(il)].data();
+    uint8_t* vc = s.v[static_cast<size_t>(il)].data();
+    const cu::kv_format kvf = kv_format_of(o_.kv);
+    cu::kv_store(kvf, k_.data(), v_.data(), n_tok, n_kv, pos0, kc, vc, cs());
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     for (int c = 0; c < n_tok; c += kAttnChunk) {
         const int nc = std::min(kAttnChunk, n_tok - c);
         const size_t off = static_cast<size_t>(c) * static_cast<size_t>(n_q);
-        cu::attention_f16(q_.data() + off, kc, vc, nc, pos0 + c, hp_.n_head, hp_.n_head_kv, hd, scale,
+        cu::attention(kvf, q_.data() + off, kc, vc, nc, pos0 + c, hp_.n_head, hp_.n_head_kv, hd, scale,
                           att_scores_.data(), att_.data() + off, cs());
     }
 }

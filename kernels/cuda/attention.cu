@@ -1,21 +1,37 @@
-// The f16 KV cache in VRAM and causal grouped-query attention over it.
+// The KV cache in VRAM (f16 or Q8_0 rows) and causal grouped-query attention over it.
 //
-// Layout per layer: K and V both [n_ctx][n_kv] halves (n_kv = n_head_kv * head_dim), one row per
-// position. (The CPU cache transposes V; here each thread block reads whole rows, so rows are the
+// Layout per layer: K and V both one row of n_kv elements per position (n_kv = n_head_kv * head_dim).
+// (The CPU's f16 cache transposes V; here each thread block reads whole rows, so rows are the
 // coalesced choice for both.)
 #include "common.cuh"
 #include "cuda_kernels.hpp"
+#include "formats/blocks.hpp"
 
 namespace strata::kernels::cuda {
 
 namespace {
 
 using namespace detail;
+using formats::block_q8_0;
 
 constexpr int kThreads = 128;
+constexpr int kQ8 = formats::QK8_0;
 
-__global__ void kv_store_kernel(const float* k, const float* v, int n_tok, int n_kv, int pos0, uint16_t* k_cache,
-                                uint16_t* v_cache) {
+// Element i of a cache row, per format.
+struct cache_f16 {
+    __device__ static float load(const uint8_t* row, int64_t i) {
+        return half_to_float(reinterpret_cast<const uint16_t*>(row)[i]);
+    }
+};
+struct cache_q8 {
+    __device__ static float load(const uint8_t* row, int64_t i) {
+        const block_q8_0& b = reinterpret_cast<const block_q8_0*>(row)[i / kQ8];
+        return half_to_float(b.d) * static_cast<float>(b.qs[i % kQ8]);
+    }
+};
+
+__global__ void kv_store_f16_kernel(const float* k, const float* v, int n_tok, int n_kv, int pos0, uint16_t* k_cache,
+                                    uint16_t* v_cache) {
     const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
     if (i >= int64_t{n_tok} * n_kv) return;
     const int64_t dst = int64_t{pos0} * n_kv + i;  // token t's row is position pos0 + t
@@ -23,15 +39,42 @@ __global__ void kv_store_kernel(const float* k, const float* v, int n_tok, int n
     v_cache[dst] = float_to_half(v[i]);
 }
 
+// As formats::quantize_q8_0: d = half(max|x| / 127), q = clamp(round-to-even(x / d), -127, 127).
+__device__ void quantize_block_q8(const float* x, block_q8_0& out) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQ8; ++j) amax = fmaxf(amax, fabsf(x[j]));
+    const uint16_t d = float_to_half(amax / 127.0f);
+    const float dd = half_to_float(d);
+    const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    for (int j = 0; j < kQ8; ++j) {
+        const int q = static_cast<int>(rintf(x[j] * id));
+        out.qs[j] = static_cast<int8_t>(q < -127 ? -127 : (q > 127 ? 127 : q));
+    }
+    out.d = d;
+}
+
+// One thread per (token, block of 32).
+__global__ void kv_store_q8_kernel(const float* k, const float* v, int n_tok, int n_kv, int pos0, size_t row_bytes,
+                                   uint8_t* k_cache, uint8_t* v_cache) {
+    const int n_blocks = n_kv / kQ8;
+    const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+    if (i >= int64_t{n_tok} * n_blocks) return;
+    const int64_t t = i / n_blocks, b = i % n_blocks;
+    const size_t row = static_cast<size_t>(pos0 + t) * row_bytes;
+    quantize_block_q8(k + t * n_kv + b * kQ8, reinterpret_cast<block_q8_0*>(k_cache + row)[b]);
+    quantize_block_q8(v + t * n_kv + b * kQ8, reinterpret_cast<block_q8_0*>(v_cache + row)[b]);
+}
+
 // One block per (query head h, token t). Phase 1: scores over positions [0, n_pos) into scratch;
 // phase 2: softmax; phase 3: out[d] = sum_p p[p] * V[p][g][d], one thread per d (strided).
-__global__ void attention_kernel(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, int pos0,
-                                 int n_head, int n_head_kv, int head_dim, float scale, float* scratch, int scratch_len,
-                                 float* out) {
+template <class C>
+__global__ void attention_kernel(const float* q, const uint8_t* k_cache, const uint8_t* v_cache, size_t row_bytes,
+                                 int pos0, int n_head, int n_head_kv, int head_dim, float scale, float* scratch,
+                                 int scratch_len, float* out) {
     __shared__ float shared[kWarp];
     const int h = blockIdx.x, t = blockIdx.y;
     const int g = h / (n_head / n_head_kv);
-    const int n_kv = n_head_kv * head_dim;
+    const int64_t head = int64_t{g} * head_dim;  // the kv head's first element within a row
     const int n_pos = pos0 + t + 1;
     const float* qh = q + (int64_t{t} * n_head + h) * head_dim;
     float* p = scratch + (int64_t{t} * n_head + h) * scratch_len;
@@ -39,9 +82,9 @@ __global__ void attention_kernel(const float* q, const uint16_t* k_cache, const 
 
     // scores: one warp per position, lanes across the head dimension
     for (int pos = warp; pos < n_pos; pos += n_warps) {
-        const uint16_t* kr = k_cache + int64_t{pos} * n_kv + int64_t{g} * head_dim;
+        const uint8_t* kr = k_cache + static_cast<size_t>(pos) * row_bytes;
         float s = 0.0f;
-        for (int d = lane; d < head_dim; d += kWarp) s += qh[d] * half_to_float(kr[d]);
+        for (int d = lane; d < head_dim; d += kWarp) s += qh[d] * C::load(kr, head + d);
         s = warp_sum(s);
         if (lane == 0) p[pos] = s * scale;
     }
@@ -60,30 +103,53 @@ __global__ void attention_kernel(const float* q, const uint16_t* k_cache, const 
     const float inv = 1.0f / sum;
     float* oh = out + (int64_t{t} * n_head + h) * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        const uint16_t* vc = v_cache + int64_t{g} * head_dim + d;
         float acc = 0.0f;
-        for (int pos = 0; pos < n_pos; ++pos) acc += p[pos] * half_to_float(vc[int64_t{pos} * n_kv]);
+        for (int pos = 0; pos < n_pos; ++pos)
+            acc += p[pos] * C::load(v_cache + static_cast<size_t>(pos) * row_bytes, head + d);
         oh[d] = acc * inv;
     }
 }
 
 }  // namespace
 
-void kv_store_f16(const float* k, const float* v, int n_tok, int n_kv, int pos0, uint16_t* k_cache,
-                  uint16_t* v_cache, stream_t stream) {
-    const int64_t n = int64_t{n_tok} * n_kv;
-    if (n <= 0) return;
-    STRATA_LAUNCH(kv_store_kernel, grid_for(n, 256), 256, as_stream(stream))(k, v, n_tok, n_kv, pos0, k_cache, v_cache);
-    check_launch("kv_store_f16");
+size_t kv_row_bytes(kv_format format, int n_kv) {
+    if (format == kv_format::f16) return static_cast<size_t>(n_kv) * sizeof(uint16_t);
+    if (n_kv % kQ8 != 0)
+        throw std::invalid_argument("an int8 (Q8_0) KV cache needs rows of whole 32-element blocks; a row of " +
+                                    std::to_string(n_kv) + " keys is not");
+    return static_cast<size_t>(n_kv / kQ8) * sizeof(block_q8_0);
 }
 
-void attention_f16(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, int n_tok, int pos0, int n_head,
-                   int n_head_kv, int head_dim, float scale, float* scratch, float* out, stream_t stream) {
+void kv_store(kv_format format, const float* k, const float* v, int n_tok, int n_kv, int pos0, void* k_cache,
+              void* v_cache, stream_t stream) {
+    if (n_tok <= 0 || n_kv <= 0) return;
+    if (format == kv_format::f16) {
+        const int64_t n = int64_t{n_tok} * n_kv;
+        STRATA_LAUNCH(kv_store_f16_kernel, grid_for(n, 256), 256, as_stream(stream))(
+            k, v, n_tok, n_kv, pos0, static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache));
+    } else {
+        const size_t row = kv_row_bytes(format, n_kv);
+        const int64_t n = int64_t{n_tok} * (n_kv / kQ8);
+        STRATA_LAUNCH(kv_store_q8_kernel, grid_for(n, 256), 256, as_stream(stream))(
+            k, v, n_tok, n_kv, pos0, row, static_cast<uint8_t*>(k_cache), static_cast<uint8_t*>(v_cache));
+    }
+    check_launch("kv_store");
+}
+
+void attention(kv_format format, const float* q, const void* k_cache, const void* v_cache, int n_tok, int pos0,
+               int n_head, int n_head_kv, int head_dim, float scale, float* scratch, float* out, stream_t stream) {
     if (n_tok <= 0) return;
     const dim3 grid(static_cast<unsigned>(n_head), static_cast<unsigned>(n_tok));
-    STRATA_LAUNCH(attention_kernel, grid, kThreads, as_stream(stream))(
-        q, k_cache, v_cache, pos0, n_head, n_head_kv, head_dim, scale, scratch, pos0 + n_tok, out);
-    check_launch("attention_f16");
+    const size_t row = kv_row_bytes(format, n_head_kv * head_dim);
+    const auto* kc = static_cast<const uint8_t*>(k_cache);
+    const auto* vc = static_cast<const uint8_t*>(v_cache);
+    if (format == kv_format::f16)
+        STRATA_LAUNCH(attention_kernel<cache_f16>, grid, kThreads, as_stream(stream))(
+            q, kc, vc, row, pos0, n_head, n_head_kv, head_dim, scale, scratch, pos0 + n_tok, out);
+    else
+        STRATA_LAUNCH(attention_kernel<cache_q8>, grid, kThreads, as_stream(stream))(
+            q, kc, vc, row, pos0, n_head, n_head_kv, head_dim, scale, scratch, pos0 + n_tok, out);
+    check_launch("attention");
 }
 
 }  // namespace strata::kernels::cuda

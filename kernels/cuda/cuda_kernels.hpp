@@ -64,16 +64,22 @@ void rms_norm(const float* x, const float* weight, float eps, int64_t n, int64_t
 void rope(float* x, int n_tok, int n_head, int head_dim, int n_rot, int pos0, float freq_base, bool neox,
           stream_t stream);
 
-// KV cache in VRAM, f16, one layer: k_cache, v_cache: [n_ctx][n_kv]. Writes tokens t < n_tok of
-// k, v: [n_tok][n_kv] f32 at positions pos0 + t.
-void kv_store_f16(const float* k, const float* v, int n_tok, int n_kv, int pos0, uint16_t* k_cache,
-                  uint16_t* v_cache, stream_t stream);
+// KV cache in VRAM, one layer: K and V both [n_ctx] rows of n_kv = n_head_kv * head_dim elements, as
+// halves (f16) or as Q8_0 blocks (q8_0: the CPU's int8 cache, quantised the same way: d = max|x| / 127
+// rounded to half, q = round(x / d)). Row r holds position r.
+enum class kv_format { f16, q8_0 };
+// Bytes per position row; throws std::invalid_argument when q8_0 rows are not whole 32-element blocks.
+size_t kv_row_bytes(kv_format format, int n_kv);
 
-// Causal grouped-query attention over an f16 cache: token t (position pos0 + t) attends to
-// positions [0, pos0 + t]. q, out: [n_tok][n_head][head_dim]; query head h reads kv head
-// h / (n_head / n_head_kv). scratch: [n_tok][n_head][pos0 + n_tok] floats.
-void attention_f16(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, int n_tok, int pos0, int n_head,
-                   int n_head_kv, int head_dim, float scale, float* scratch, float* out, stream_t stream);
+// Writes tokens t < n_tok of k, v: [n_tok][n_kv] f32 at positions pos0 + t.
+void kv_store(kv_format format, const float* k, const float* v, int n_tok, int n_kv, int pos0, void* k_cache,
+              void* v_cache, stream_t stream);
+
+// Causal grouped-query attention over the cache: token t (position pos0 + t) attends to positions
+// [0, pos0 + t]. q, out: [n_tok][n_head][head_dim]; query head h reads kv head h / (n_head / n_head_kv).
+// scratch: [n_tok][n_head][pos0 + n_tok] floats.
+void attention(kv_format format, const float* q, const void* k_cache, const void* v_cache, int n_tok, int pos0,
+               int n_head, int n_head_kv, int head_dim, float scale, float* scratch, float* out, stream_t stream);
 
 // Router: per token, softmax over logits [n_tok][n_expert], top-k by probability (ties: the lower
 // id), optionally renormalised to sum 1: ids, weights [n_tok][k]. n_expert <= 1024, k <= 64.

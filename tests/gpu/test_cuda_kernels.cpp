@@ -6,6 +6,7 @@
 // tests allow 1e-4 of it. f16 outputs (dequantise-to-f16) allow one half ulp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -159,7 +160,9 @@ TEST(CudaKernels, RmsNormAndRopeMatchTheCpu) {
     }
 }
 
-TEST(CudaKernels, AttentionOverF16CacheMatchesNaive) {
+// Both cache formats: the stored rows byte for byte as the CPU cache's (formats::quantize_row F16 /
+// Q8_0), and the attention against a naive double-precision one over the stored values.
+TEST(CudaKernels, AttentionOverTheCacheMatchesNaive) {
     STRATA_REQUIRE_GPU();
     const int n_head = 4, n_head_kv = 2, hd = 64, n_kv = n_head_kv * hd, n_ctx = 40, pos0 = 20, n_tok = 5;
     const int n_pos = pos0 + n_tok;
@@ -167,32 +170,53 @@ TEST(CudaKernels, AttentionOverF16CacheMatchesNaive) {
     const std::vector<float> v = random_floats(static_cast<size_t>(n_pos * n_kv), 1.0f, 9);
     const std::vector<float> q = random_floats(static_cast<size_t>(n_tok * n_head * hd), 1.0f, 10);
     const auto dk = upload(k), dv = upload(v), dq = upload(q);
-    device_buffer<uint16_t> kc(static_cast<size_t>(n_ctx * n_kv)), vc(static_cast<size_t>(n_ctx * n_kv));
-    kv_store_f16(dk.data(), dv.data(), n_pos, n_kv, 0, kc.data(), vc.data(), nullptr);
-    device_buffer<float> scratch(static_cast<size_t>(n_tok * n_head * n_pos)), out(q.size());
-    const float scale = 1.0f / std::sqrt(float(hd));
-    attention_f16(dq.data(), kc.data(), vc.data(), n_tok, pos0, n_head, n_head_kv, hd, scale, scratch.data(), out.data(),
-                  nullptr);
-    const std::vector<float> o = download(out);
-    auto h = [](float f) { return formats::fp16_to_fp32(formats::fp32_to_fp16(f)); };
-    for (int t = 0; t < n_tok; ++t)
-        for (int head = 0; head < n_head; ++head) {
-            const int g = head / (n_head / n_head_kv), len = pos0 + t + 1;
-            std::vector<double> p(static_cast<size_t>(len));
-            double m = -1e30, sum = 0;
-            for (int s = 0; s < len; ++s) {
-                double d = 0;
-                for (int i = 0; i < hd; ++i) d += q[(t * n_head + head) * hd + i] * h(k[s * n_kv + g * hd + i]);
-                p[s] = d * scale;
-                m = std::max(m, p[s]);
-            }
-            for (double& x : p) sum += (x = std::exp(x - m));
-            for (int i = 0; i < hd; ++i) {
-                double ref = 0;
-                for (int s = 0; s < len; ++s) ref += p[s] / sum * h(v[s * n_kv + g * hd + i]);
-                ASSERT_NEAR(o[(t * n_head + head) * hd + i], ref, 1e-4) << "t " << t << " head " << head;
-            }
+    for (const kv_format f : {kv_format::f16, kv_format::q8_0}) {
+        const ggml_type type = f == kv_format::f16 ? ggml_type::F16 : ggml_type::Q8_0;
+        const size_t row = kv_row_bytes(f, n_kv);
+        ASSERT_EQ(row, formats::row_size(type, n_kv));
+        device_buffer<uint8_t> kc(row * n_ctx), vc(row * n_ctx);
+        // Positions [0, pos0) in one call, the rest in a second (a prompt, then its continuation).
+        kv_store(f, dk.data(), dv.data(), pos0, n_kv, 0, kc.data(), vc.data(), nullptr);
+        kv_store(f, dk.data() + pos0 * n_kv, dv.data() + pos0 * n_kv, n_tok, n_kv, pos0, kc.data(), vc.data(), nullptr);
+        const std::vector<uint8_t> k_rows = download(kc), v_rows = download(vc);
+        std::vector<float> kd(k.size()), vd(v.size());  // the stored values, dequantised by the reference
+        for (int s = 0; s < n_pos; ++s) {
+            std::vector<uint8_t> want(row);
+            formats::quantize_row(type, &k[s * n_kv], want.data(), n_kv);
+            ASSERT_TRUE(std::equal(want.begin(), want.end(), k_rows.begin() + s * row))
+                << "K row " << s << " type " << int(f);
+            formats::quantize_row(type, &v[s * n_kv], want.data(), n_kv);
+            ASSERT_TRUE(std::equal(want.begin(), want.end(), v_rows.begin() + s * row))
+                << "V row " << s << " type " << int(f);
+            formats::dequantize_row(type, k_rows.data() + s * row, &kd[s * n_kv], n_kv);
+            formats::dequantize_row(type, v_rows.data() + s * row, &vd[s * n_kv], n_kv);
         }
+        device_buffer<float> scratch(static_cast<size_t>(n_tok * n_head * n_pos)), out(q.size());
+        const float scale = 1.0f / std::sqrt(float(hd));
+        attention(f, dq.data(), kc.data(), vc.data(), n_tok, pos0, n_head, n_head_kv, hd, scale, scratch.data(),
+                  out.data(), nullptr);
+        const std::vector<float> o = download(out);
+        for (int t = 0; t < n_tok; ++t)
+            for (int head = 0; head < n_head; ++head) {
+                const int g = head / (n_head / n_head_kv), len = pos0 + t + 1;
+                std::vector<double> p(static_cast<size_t>(len));
+                double m = -1e30, sum = 0;
+                for (int s = 0; s < len; ++s) {
+                    double d = 0;
+                    for (int i = 0; i < hd; ++i) d += q[(t * n_head + head) * hd + i] * kd[s * n_kv + g * hd + i];
+                    p[s] = d * scale;
+                    m = std::max(m, p[s]);
+                }
+                for (double& x : p) sum += (x = std::exp(x - m));
+                for (int i = 0; i < hd; ++i) {
+                    double ref = 0;
+                    for (int s = 0; s < len; ++s) ref += p[s] / sum * vd[s * n_kv + g * hd + i];
+                    ASSERT_NEAR(o[(t * n_head + head) * hd + i], ref, 1e-4)
+                        << "t " << t << " head " << head << " type " << int(f);
+                }
+            }
+    }
+    EXPECT_THROW(kv_row_bytes(kv_format::q8_0, 48), std::invalid_argument);
 }
 
 TEST(CudaKernels, RoutingMatchesRouteToken) {

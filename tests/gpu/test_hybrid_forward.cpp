@@ -82,9 +82,9 @@ std::vector<uint64_t> minus(const std::vector<uint64_t>& a, const std::vector<ui
 
 // feed: the decode tokens (empty: greedy, the tokens chosen are appended to it).
 template <class Eval, class Routing>
-run_result generate(const hparams& hp, const std::vector<int32_t>& p, int n_gen, int n_batch, std::vector<int32_t>& feed,
-                    Eval&& eval, Routing&& routing) {
-    kv_cache kv(hp.n_layer, kCtx, hp.n_head_kv, hp.head_dim, kv_type::f16);
+run_result generate(const hparams& hp, const std::vector<int32_t>& p, int n_gen, int n_batch, kv_type kv_t,
+                    std::vector<int32_t>& feed, Eval&& eval, Routing&& routing) {
+    kv_cache kv(hp.n_layer, kCtx, hp.n_head_kv, hp.head_dim, kv_t);
     run_result r;
     const bool greedy = feed.empty();
     r.prompt_logits.resize(p.size() * static_cast<size_t>(hp.n_vocab));
@@ -188,9 +188,14 @@ TEST_P(HybridForward, MatchesCpuAtEveryResidency) {
     const std::vector<int32_t> p = prompt(hp.n_vocab, c.n_prompt);
     const int n_gen = 8, n_batch = 32;
     forward_pass cpu(*m->pool, hp, m->w, *m->rows);
-    std::vector<int32_t> tokens;  // the CPU's greedy tokens, fed to every hybrid run
-    const run_result want = generate(hp, p, n_gen, n_batch, tokens, [&](auto&&... a) { cpu.eval(a...); },
-                                     [&] { return cpu.routing().counts; });
+    // Per KV cache type: the CPU's greedy tokens (fed to every hybrid run) and its results.
+    std::vector<int32_t> tokens[2];
+    run_result want[2];
+    for (const kv_type t : {kv_type::f16, kv_type::int8}) {
+        const int i = static_cast<int>(t);
+        want[i] = generate(hp, p, n_gen, n_batch, t, tokens[i], [&](auto&&... a) { cpu.eval(a...); },
+                           [&] { return cpu.routing().counts; });
+    }
 
     // Slot size as the backend computes it: gate + up + down of one expert, 256-byte aligned.
     const auto& l0 = m->layers[0];
@@ -204,6 +209,7 @@ TEST_P(HybridForward, MatchesCpuAtEveryResidency) {
         adapt_options adapt;
         int expect_slots;
         bool timing = false;  // STRATA_DECODE_TIMING's event timing on every decode step
+        kv_type kv = kv_type::f16;
     };
     const double half = double(slot * (total / 2)) / double(1 << 30);
     const std::vector<variant> variants{
@@ -212,6 +218,7 @@ TEST_P(HybridForward, MatchesCpuAtEveryResidency) {
         {"none resident", 0.0, {}, 0},
         {"half, adaptive", half, {.every = 1, .swaps = 3, .async = false}, total / 2},
         {"half, adaptive async", half, {.every = 1, .swaps = 3, .async = true}, total / 2},
+        {"half resident, int8 KV cache", half, {}, total / 2, false, kv_type::int8},
     };
     for (const variant& v : variants) {
         hybrid_options o;
@@ -221,12 +228,15 @@ TEST_P(HybridForward, MatchesCpuAtEveryResidency) {
         o.n_batch = n_batch;
         o.gpu_sessions = 1;
         o.decode_timing = v.timing;
+        o.kv = v.kv;
+        const int ki = static_cast<int>(v.kv);
         std::string why;
         auto h = hybrid_forward::create(*m->pool, hp, m->w, m->layers, *m->rows, o, &why);
         ASSERT_TRUE(h) << why;
-        const run_result got = generate(hp, p, n_gen, n_batch, tokens, [&](auto&&... a) { h->eval(a...); },
-                                        [&] { return h->routing().counts; });
-        expect_same(got, want, static_cast<size_t>(hp.n_vocab), v.name);
+        const run_result got = generate(
+            hp, p, n_gen, n_batch, v.kv, tokens[ki], [&](auto&&... a) { h->eval(a...); },
+            [&] { return h->routing().counts; });
+        expect_same(got, want[ki], static_cast<size_t>(hp.n_vocab), v.name);
         const cache_stats s = h->expert_cache_stats();
         EXPECT_EQ(s.n_slots, v.expect_slots) << v.name;
         const uint64_t lookups = uint64_t(p.size() + n_gen) * hp.n_layer * hp.n_expert_used;
