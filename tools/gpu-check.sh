@@ -33,7 +33,7 @@ stage "configure"
 cmake -S . -B build-gpu-check -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHITECTURES=native "${tbb_flag[@]}" \
   >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; echo "configure FAILED (missing packages? add them to tools/gpu-deps.sh)"; exit 1; }
 stage "build"
-cmake --build build-gpu-check -j"$jobs" --target test_cuda_kernels test_hybrid_forward strata-bench strata-make-model \
+cmake --build build-gpu-check -j"$jobs" --target strata-gpu-tests strata-bench strata-make-model \
   >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; echo "build FAILED"; exit 1; }
 
 # 3. Tests with a device.
