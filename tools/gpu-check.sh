@@ -7,11 +7,18 @@
 # Prepare here first:  tools/gpu-deps.sh   (Debian's TBB packages into .gpu-deps/)
 # Then, with the device tool:  run  command="tools/gpu-check.sh"  carry=[".gpu-deps"]
 # Environment: GPU_CHECK_OUT (default $OUT or /tmp/gpu-check): logs and the table.
+# Rehearsal without a GPU (checks this script, not the GPU): GPU_CHECK_CUDA=EMU (the CPU emulator of
+# docs/GPU.md), GPU_CHECK_PRESET=tiny (the model; default bench), GPU_CHECK_BUILD (build directory;
+# default build-gpu-check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${GPU_CHECK_OUT:-${OUT:-/tmp/gpu-check}}
 mkdir -p "$out"
 jobs=$(nproc)
+cuda=${GPU_CHECK_CUDA:-ON}
+preset=${GPU_CHECK_PRESET:-bench}
+build=${GPU_CHECK_BUILD:-build-gpu-check}
+test_timeout=120; [ "$cuda" = EMU ] && test_timeout=900
 t_start=$(date +%s)
 stage() { echo "== [$(( $(date +%s) - t_start )) s] $*"; }
 
@@ -26,28 +33,28 @@ tbb_flag=(); [ -d "$tbb_dir" ] && tbb_flag=(-DTBB_DIR="$tbb_dir")
 export CMAKE_PREFIX_PATH="$deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PKG_CONFIG_PATH="$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-nvidia-smi --query-gpu=name,memory.total,memory.used,pci.bus_id --format=csv,noheader || true
+[ "$cuda" = EMU ] || nvidia-smi --query-gpu=name,memory.total,memory.used,pci.bus_id --format=csv,noheader || true
 
 # 2. Build (one architecture: the device's own).
 stage "configure"
-cmake -S . -B build-gpu-check -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHITECTURES=native "${tbb_flag[@]}" \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA="$cuda" -DSTRATA_CUDA_ARCHITECTURES=native "${tbb_flag[@]}" \
   >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; echo "configure FAILED (missing packages? add them to tools/gpu-deps.sh)"; exit 1; }
 stage "build"
-cmake --build build-gpu-check -j"$jobs" --target strata-gpu-tests strata-bench strata-make-model \
+cmake --build "$build" -j"$jobs" --target strata-gpu-tests strata-bench strata-make-model \
   >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; echo "build FAILED"; exit 1; }
 
 # 3. Tests with a device.
 stage "ctest -L gpu"
-(cd build-gpu-check && ctest -L gpu --output-on-failure --timeout 120) >"$out/ctest-gpu.log" 2>&1
+(cd "$build" && ctest -L gpu --output-on-failure --timeout "$test_timeout" -j"$jobs") >"$out/ctest-gpu.log" 2>&1
 tests_rc=$?
 grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest-gpu.log" | head -30
 
 # 4. Benchmark on the bench preset.
-model=/tmp/strata-bench.gguf
-stage "strata-make-model --preset bench"
-[ -f "$model" ] || build-gpu-check/tools/make_model/strata-make-model --preset bench -o "$model" >"$out/make-model.log" 2>&1 \
+model=/tmp/strata-$preset.gguf
+stage "strata-make-model --preset $preset"
+[ -f "$model" ] || "$build"/tools/make_model/strata-make-model --preset "$preset" -o "$model" >"$out/make-model.log" 2>&1 \
   || { tail -5 "$out/make-model.log"; echo "make-model FAILED"; exit 1; }
-bench=build-gpu-check/tools/bench/strata-bench
+bench="$build"/tools/bench/strata-bench
 stage "strata-bench model: CPU only, 100 / 50 / 20 % resident"
 "$bench" model -m "$model" -p 128 -n 48 -r 2 --gpu 0 --residency cpu,100,50,20 2>"$out/bench.log" | tee "$out/table.md"
 
