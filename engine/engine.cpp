@@ -90,6 +90,7 @@ model_info describe(const model::impl& m, const arenas::pool_plan& plan) {
     i.chat_format = m.chat ? std::string(m.chat->name()) : "";
     i.file_bytes = m.file.file_size();
     i.kv_bytes_per_session = engine::kv_cache::bytes_needed(hp.n_layer, m.options.n_ctx, hp.n_head_kv, hp.head_dim, m.kv);
+    i.kv_chunk_tokens = engine::kv_cache::chunk_tokens;
     i.pool_split = plan.split;
     i.pool_test_mode = plan.test_mode;
     i.pool_reason = plan.reason;
@@ -186,7 +187,7 @@ gpu_choice build_on_engine_thread(model::impl& r) {
 
 model_options checked(model_options o, int n_ctx_train) {
     if (o.n_ctx < 0) throw std::runtime_error(fmt::format("the context length must be positive, got {}", o.n_ctx));
-    if (o.n_ctx == 0) o.n_ctx = std::min(n_ctx_train > 0 ? n_ctx_train : 4096, 4096);
+    if (o.n_ctx == 0) o.n_ctx = n_ctx_train > 0 ? n_ctx_train : 4096;
     if (o.n_batch < 1) throw std::runtime_error(fmt::format("the batch size must be positive, got {}", o.n_batch));
     return o;
 }
@@ -286,10 +287,10 @@ std::shared_ptr<model> model::load(const model_options& options) {
     });
     r.info = describe(r, r.pool->plan());
     logger("engine")->info("Loaded {} ({}, {} layers, {} experts of which {} used, {:.1f} MiB); context {} tokens, "
-                           "KV cache {} ({:.1f} MiB per session); routed experts: {}.",
+                           "KV cache {} grown in chunks of {} tokens up to {:.1f} MiB per session; routed experts: {}.",
                            options.path, r.info.architecture, r.hp.n_layer, r.hp.n_expert, r.hp.n_expert_used,
                            double(r.info.file_bytes) / (1 << 20), r.info.n_ctx, r.info.kv_type,
-                           double(r.info.kv_bytes_per_session) / (1 << 20), r.info.placement);
+                           r.info.kv_chunk_tokens, double(r.info.kv_bytes_per_session) / (1 << 20), r.info.placement);
     return std::shared_ptr<model>(new model(std::move(m)));
 }
 

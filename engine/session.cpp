@@ -6,6 +6,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "engine_impl.hpp"
+#include "log.hpp"
 #include "tokenizer/sampler.hpp"
 #include "tokenizer/stop_strings.hpp"
 
@@ -43,6 +44,7 @@ struct session::impl {
     std::vector<float> logits;     // [n_vocab] after the last evaluated token
     std::atomic<bool> cancel{false};
     std::atomic<size_t> n_cached{0};  // cached.size(), readable from any thread
+    std::atomic<size_t> kv_bytes{0};  // kv.bytes(), readable from any thread
 
     explicit impl(std::shared_ptr<model> o)
         : owner(std::move(o)),
@@ -58,6 +60,7 @@ struct session::impl {
             m.forward->eval(tokens, static_cast<int>(cached.size()), kv, out, all, m.options.n_batch);
         cached.insert(cached.end(), tokens.begin(), tokens.end());
         n_cached.store(cached.size());
+        kv_bytes.store(kv.bytes());
         m.tokens_evaluated += tokens.size();
     }
 
@@ -103,7 +106,12 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
             return result;
         }
         const size_t n = std::min(rest.size(), static_cast<size_t>(m.options.n_batch));
-        eval(rest.first(n), logits.data());
+        try {
+            eval(rest.first(n), logits.data());
+        } catch (const engine::kv_cache_full& e) {
+            kv_bytes.store(kv.bytes());
+            throw request_error(fmt::format("the prompt's {} tokens do not fit: {}", prompt.size(), e.what()));
+        }
         rest = rest.subspan(n);
     }
     result.time.prompt_n = static_cast<int>(prompt.size() - common);
@@ -149,7 +157,16 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
             result.reason = stop_reason::length;
             break;
         }
-        if (i + 1 < o.max_tokens) eval(std::span(&s.id, 1), logits.data());
+        if (i + 1 < o.max_tokens) {
+            try {
+                eval(std::span(&s.id, 1), logits.data());
+            } catch (const engine::kv_cache_full& e) {
+                // Out of memory growing the cache: what was generated stands, the generation ends here.
+                logger("engine")->warn("The generation stops at {} tokens: {}.", result.tokens.size(), e.what());
+                result.reason = stop_reason::length;
+                break;
+            }
+        }
     }
     if (result.reason != stop_reason::stop_string) {
         text += decoder.flush();
@@ -198,5 +215,7 @@ std::vector<float> session::evaluate(std::span<const int32_t> prompt, bool all) 
 }
 
 size_t session::cached_tokens() const { return impl_->n_cached.load(); }
+
+size_t session::kv_bytes() const { return impl_->kv_bytes.load(); }
 
 }  // namespace strata

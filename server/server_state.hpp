@@ -42,6 +42,7 @@ struct server_state {
         expert_stats experts;
         uint64_t as_of_request = 0;
         size_t cached_tokens = 0;
+        size_t kv_bytes = 0;     // the session's KV cache, allocated so far
     };
     void take_snapshot(uint64_t request_id);
     std::optional<engine_snapshot> snapshot() const;

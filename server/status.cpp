@@ -130,7 +130,9 @@ json status_json(const server_state& state) {
     const auto snap = state.snapshot();
     s["model"] = model_section(state, i);
     s["context"] = {{"n_ctx", i.n_ctx}, {"n_ctx_train", i.n_ctx_train}, {"n_batch", i.n_batch}, {"kv_type", i.kv_type},
-                    {"kv_bytes_per_session", i.kv_bytes_per_session},
+                    {"kv_bytes_per_session", i.kv_bytes_per_session}, {"kv_bytes_max", i.kv_bytes_per_session},
+                    {"kv_bytes_allocated", snap ? json(snap->kv_bytes) : json(0)},
+                    {"kv_chunk_tokens", i.kv_chunk_tokens},
                     {"cached_tokens", snap ? json(snap->cached_tokens) : json(0)}};
     s["pool"] = pool_section(i);
     s["placement"] = placement_section(i);

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <numeric>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "formats/quant.hpp"
 #include "model/parallel.hpp"
 
@@ -49,7 +51,8 @@ forward_pass::forward_pass(arenas::expert_pool& pool, const hparams& hp, const m
       hp_(hp),
       w_(w),
       moe_layers_(moe_layers(w)),
-      moe_(pool, {hp.n_embd, hp.n_ff_exp, hp.n_expert, hp.n_expert_used}, moe_layers_, rows) {
+      moe_(pool, {hp.n_embd, hp.n_ff_exp, hp.n_expert, hp.n_expert_used}, moe_layers_, rows),
+      attn_(pool, hp) {
     routing_.counts.assign(static_cast<size_t>(hp.n_layer) * hp.n_expert, 0);
 }
 
@@ -67,6 +70,10 @@ void forward_pass::matmul(const weight_matrix& w, int n_tok, const float* in, fl
 void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv, float* logits, bool all_logits,
                         int n_batch) {
     const int n = static_cast<int>(tokens.size());
+    if (pos0 < 0 || int64_t{pos0} + n > kv.n_ctx())
+        throw kv_cache_full(fmt::format("positions {}..{} do not fit the context of {}", pos0, int64_t{pos0} + n - 1,
+                                        kv.n_ctx()));
+    kv.reserve(pos0 + n);
     for (int first = 0; first < n; first += n_batch) {
         const int n_tok = std::min(n_batch, n - first);
         const bool last = first + n_tok == n;
@@ -149,17 +156,7 @@ void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
         cpu::rope(k, hp_.n_head_kv, hd, hp_.n_rot, pos0 + t, hp_.rope_freq_base, hp_.arch.rope);
         kv.store(il, pos0 + t, k, v);
     }
-    // Work items: (token, kv head group); each reads the cache rows of its kv head once per query head.
-    const int group = hp_.n_head / hp_.n_head_kv;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    parallel_rows(pool_, int64_t{n_tok} * hp_.n_head_kv, 1, [&](int64_t i0, int64_t i1) {
-        std::vector<float> scratch(static_cast<size_t>(pos0 + n_tok));
-        for (int64_t i = i0; i < i1; ++i) {
-            const int t = static_cast<int>(i / hp_.n_head_kv), g = static_cast<int>(i % hp_.n_head_kv);
-            kv.attend(il, q_.data() + static_cast<size_t>(t) * n_q, hp_.n_head, g * group, (g + 1) * group, pos0 + t + 1,
-                      scale, att_.data() + static_cast<size_t>(t) * n_q, scratch.data());
-        }
-    });
+    attn_.run(kv, il, q_.data(), n_tok, pos0, att_.data());
 }
 
 void forward_pass::moe(int il, int n_tok) {

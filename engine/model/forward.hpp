@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "expert_pool.hpp"
+#include "model/attention.hpp"
 #include "model/hparams.hpp"
 #include "model/kv_cache.hpp"
 #include "moe_phases.hpp"
@@ -26,6 +27,7 @@ public:
     forward_pass(arenas::expert_pool& pool, const hparams& hp, const model_weights& w, const arenas::expert_rows& rows);
 
     // Runs tokens at positions [pos0, pos0 + n); every position below pos0 must already be in `kv`.
+    // Throws kv_cache_full, before evaluating anything, when the positions do not fit the cache.
     // logits: [n_vocab] for the last token, or [n][n_vocab] when all_logits. Splits the tokens into
     // batches of at most n_batch.
     void eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv, float* logits, bool all_logits = false,
@@ -46,6 +48,7 @@ private:
     const model_weights& w_;
     std::vector<arenas::moe_layer> moe_layers_;
     arenas::moe_runner moe_;
+    attention_runner attn_;
     routing_counts routing_;
 
     // Scratch, sized for the largest batch seen (shape comments per token).

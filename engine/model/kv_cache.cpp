@@ -1,15 +1,23 @@
 #include "model/kv_cache.hpp"
 
-#include <cmath>
-#include <cstring>
-#include <stdexcept>
+#include <algorithm>
+#include <new>
+
+#include <spdlog/fmt/fmt.h>
 
 #include "formats/quant.hpp"
 
 namespace strata::engine {
 
 using formats::ggml_type;
-namespace cpu = kernels::cpu;
+
+namespace {
+
+ggml_type element_type(kv_type t) { return t == kv_type::f16 ? ggml_type::F16 : ggml_type::Q8_0; }
+
+int chunks_for(int n_pos) { return (n_pos + kv_cache::chunk_tokens - 1) / kv_cache::chunk_tokens; }
+
+}  // namespace
 
 kv_type parse_kv_type(const std::string& name) {
     if (name == "f16") return kv_type::f16;
@@ -20,78 +28,86 @@ kv_type parse_kv_type(const std::string& name) {
 const char* kv_type_name(kv_type t) { return t == kv_type::f16 ? "f16" : "int8"; }
 
 kv_cache::kv_cache(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type type)
-    : n_layer_(n_layer), n_ctx_(n_ctx), n_head_kv_(n_head_kv), head_dim_(head_dim), type_(type) {
+    : n_layer_(n_layer),
+      n_ctx_(n_ctx),
+      n_head_kv_(n_head_kv),
+      head_dim_(head_dim),
+      type_(type),
+      head_row_bytes_(formats::row_size(element_type(type), head_dim)),
+      chunks_(static_cast<size_t>(n_layer)) {
     if (type == kv_type::int8 && head_dim % formats::QK8_0 != 0)
         throw std::invalid_argument("an int8 KV cache needs a head size that is a multiple of 32, this model's is " +
                                     std::to_string(head_dim));
-    const size_t per_layer = static_cast<size_t>(n_ctx) * k_row_bytes();
-    k_.assign(static_cast<size_t>(n_layer), std::vector<uint8_t>(per_layer));
-    v_.assign(static_cast<size_t>(n_layer), std::vector<uint8_t>(per_layer));
+    if (n_ctx < 1) throw std::invalid_argument(fmt::format("a KV cache needs a context of at least 1, got {}", n_ctx));
 }
 
-size_t kv_cache::k_row_bytes() const {
-    const int64_t n_kv = int64_t{n_head_kv_} * head_dim_;
-    return formats::row_size(type_ == kv_type::f16 ? ggml_type::F16 : ggml_type::Q8_0, n_kv);
-}
+int kv_cache::capacity() const { return std::min(n_ctx_, n_chunks_ * chunk_tokens); }
 
-size_t kv_cache::bytes() const { return bytes_needed(n_layer_, n_ctx_, n_head_kv_, head_dim_, type_); }
+size_t kv_cache::bytes() const { return static_cast<size_t>(n_layer_) * static_cast<size_t>(n_chunks_) * chunk_bytes(); }
 
 size_t kv_cache::bytes_needed(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type type) {
-    const int64_t n_kv = int64_t{n_head_kv} * head_dim;
-    const size_t row = formats::row_size(type == kv_type::f16 ? ggml_type::F16 : ggml_type::Q8_0, n_kv);
-    return 2 * static_cast<size_t>(n_layer) * static_cast<size_t>(n_ctx) * row;
+    return static_cast<size_t>(chunks_for(n_ctx)) * chunk_tokens * bytes_per_token(n_layer, n_head_kv, head_dim, type);
+}
+
+size_t kv_cache::bytes_per_token(int n_layer, int n_head_kv, int head_dim, kv_type type) {
+    return 2 * static_cast<size_t>(n_layer) * static_cast<size_t>(n_head_kv) *
+           formats::row_size(element_type(type), head_dim);
+}
+
+void kv_cache::reserve(int n_pos) {
+    if (n_pos > n_ctx_)
+        throw kv_cache_full(fmt::format("the context is full: {} positions asked for, the context holds {}", n_pos,
+                                        n_ctx_));
+    const int want = chunks_for(n_pos);
+    if (want <= n_chunks_) return;
+    try {
+        for (auto& layer : chunks_) {
+            layer.reserve(static_cast<size_t>(chunks_for(n_ctx_)));
+            while (static_cast<int>(layer.size()) < want) layer.emplace_back(new uint8_t[chunk_bytes()]);
+        }
+    } catch (const std::bad_alloc&) {
+        for (auto& layer : chunks_) layer.resize(static_cast<size_t>(n_chunks_));
+        throw kv_cache_full(fmt::format("out of memory growing the KV cache to {} positions ({:.1f} MiB more on top "
+                                        "of {:.1f} MiB; the context holds {})",
+                                        n_pos, double(size_t(want - n_chunks_) * n_layer_ * chunk_bytes()) / (1 << 20),
+                                        double(bytes()) / (1 << 20), n_ctx_));
+    }
+    n_chunks_ = want;
+}
+
+void kv_cache::shrink(int n_pos) {
+    const int keep = chunks_for(std::max(n_pos, 0));
+    if (keep >= n_chunks_) return;
+    for (auto& layer : chunks_) layer.resize(static_cast<size_t>(keep));
+    n_chunks_ = keep;
 }
 
 void kv_cache::store(int layer, int pos, const float* k, const float* v) {
-    const int64_t n_kv = int64_t{n_head_kv_} * head_dim_;
-    uint8_t* k_row = k_[static_cast<size_t>(layer)].data() + static_cast<size_t>(pos) * k_row_bytes();
-    if (type_ == kv_type::f16) {
-        formats::quantize_row(ggml_type::F16, k, k_row, n_kv);
-        auto* vt = reinterpret_cast<formats::fp16_t*>(v_[static_cast<size_t>(layer)].data());
-        for (int64_t i = 0; i < n_kv; ++i) vt[i * n_ctx_ + pos] = formats::fp32_to_fp16(v[i]);
-    } else {
-        formats::quantize_row(ggml_type::Q8_0, k, k_row, n_kv);
-        formats::quantize_row(ggml_type::Q8_0, v, v_[static_cast<size_t>(layer)].data() +
-                                                      static_cast<size_t>(pos) * k_row_bytes(), n_kv);
+    if (pos < 0 || pos >= capacity())
+        throw kv_cache_full(fmt::format("KV cache: position {} is outside the {} positions it has room for (context {})",
+                                        pos, capacity(), n_ctx_));
+    uint8_t* chunk = chunk_data(layer, pos / chunk_tokens);
+    const size_t slot = static_cast<size_t>(pos % chunk_tokens) * head_row_bytes_;
+    const size_t head_stride = static_cast<size_t>(chunk_tokens) * head_row_bytes_;
+    uint8_t* k_base = chunk + slot;
+    uint8_t* v_base = chunk + static_cast<size_t>(n_head_kv_) * head_stride + slot;
+    const ggml_type t = element_type(type_);
+    for (int g = 0; g < n_head_kv_; ++g) {
+        formats::quantize_row(t, k + static_cast<size_t>(g) * head_dim_, k_base + g * head_stride, head_dim_);
+        formats::quantize_row(t, v + static_cast<size_t>(g) * head_dim_, v_base + g * head_stride, head_dim_);
     }
 }
 
-void kv_cache::attend(int layer, const float* q, int n_head, int head_begin, int head_end, int n_pos, float scale,
-                      float* out, float* scratch) const {
-    const int group = n_head / n_head_kv_;
-    const size_t row = k_row_bytes();
-    const size_t head_bytes = row / static_cast<size_t>(n_head_kv_);
-    const uint8_t* k_base = k_[static_cast<size_t>(layer)].data();
-    const uint8_t* v_base = v_[static_cast<size_t>(layer)].data();
-    const ggml_type k_type = type_ == kv_type::f16 ? ggml_type::F16 : ggml_type::Q8_0;
-    std::vector<uint8_t> q_act(cpu::activation_row_size(k_type, head_dim_));
-    for (int h = head_begin; h < head_end; ++h) {
-        const int g = h / group;
-        const float* qh = q + static_cast<size_t>(h) * head_dim_;
-        float* oh = out + static_cast<size_t>(h) * head_dim_;
-        // scores[t] = K[t, g, :] . q_h: a matvec over the cache's rows for kv head g.
-        cpu::quantize_activation(k_type, qh, q_act.data(), head_dim_);
-        const cpu::matrix k_rows{k_type, k_base + static_cast<size_t>(g) * head_bytes, head_dim_, row};
-        cpu::matvec(k_rows, 0, n_pos, q_act.data(), scratch);
-        for (int t = 0; t < n_pos; ++t) scratch[t] *= scale;
-        cpu::softmax(scratch, n_pos);
-        if (type_ == kv_type::f16) {
-            // out[d] = V^T[g * head_dim + d, 0:n_pos] . p
-            const cpu::matrix vt{ggml_type::F16, v_base + static_cast<size_t>(g) * head_dim_ * n_ctx_ * 2, n_pos,
-                                 static_cast<size_t>(n_ctx_) * 2};
-            cpu::matvec(vt, 0, head_dim_, scratch, oh);
-        } else {
-            std::memset(oh, 0, sizeof(float) * static_cast<size_t>(head_dim_));
-            for (int t = 0; t < n_pos; ++t) {
-                const auto* blocks = reinterpret_cast<const formats::block_q8_0*>(
-                    v_base + static_cast<size_t>(t) * row + static_cast<size_t>(g) * head_bytes);
-                for (int b = 0; b < head_dim_ / formats::QK8_0; ++b) {
-                    const float w = scratch[t] * formats::fp16_to_fp32(blocks[b].d);
-                    for (int j = 0; j < formats::QK8_0; ++j) oh[b * formats::QK8_0 + j] += w * blocks[b].qs[j];
-                }
-            }
-        }
-    }
+kernels::cpu::kv_tile kv_cache::tile(int layer, int g, int chunk, int n_pos) const {
+    const uint8_t* base = chunk_data(layer, chunk);
+    const size_t head_stride = static_cast<size_t>(chunk_tokens) * head_row_bytes_;
+    const int64_t pos0 = int64_t{chunk} * chunk_tokens;
+    return {element_type(type_),
+            base + static_cast<size_t>(g) * head_stride,
+            base + static_cast<size_t>(n_head_kv_ + g) * head_stride,
+            head_row_bytes_,
+            pos0,
+            static_cast<int>(std::min<int64_t>(chunk_tokens, n_pos - pos0))};
 }
 
 }  // namespace strata::engine

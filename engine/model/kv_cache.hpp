@@ -1,17 +1,19 @@
-// Per-layer key/value cache for one sequence, in f16 or int8 (Q8_0 blocks along the head dimension).
+// Per-layer key/value cache for one sequence, in f16 or int8 (Q8_0 blocks along the head dimension),
+// grown in chunks of kv_cache::chunk_tokens positions as the sequence fills, up to n_ctx.
 //
-// Layouts (n_kv = n_head_kv * head_dim):
-//   K, both types:  [n_ctx][n_kv]    one row per position; f16 values or Q8_0 blocks of 32
-//   V, f16:         [n_head_kv * head_dim][n_ctx]   transposed, so attention's weighted sum over
-//                   positions is a matvec over rows of V^T
-//   V, int8:        [n_ctx][n_kv]    Q8_0 blocks per position (blocks cannot grow along positions)
+// One chunk of one layer (positions [c * chunk_tokens, (c + 1) * chunk_tokens)) is one allocation:
+//   K: [n_head_kv][chunk_tokens][head_row]    head_row: head_dim halves, or head_dim / 32 Q8_0 blocks
+//   V: [n_head_kv][chunk_tokens][head_row]
+// so the keys (and the values) of one kv head in one chunk are one attention tile.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "cpu/kernels.hpp"
+#include "cpu/attention.hpp"
 
 namespace strata::engine {
 
@@ -20,30 +22,54 @@ enum class kv_type { f16, int8 };
 kv_type parse_kv_type(const std::string& name);  // "f16" | "int8"; throws listing both
 const char* kv_type_name(kv_type t);
 
+// The cache cannot hold a position: past its context, or out of memory while growing. The message
+// names the numbers; what the cache held stays intact.
+struct kv_cache_full : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
 class kv_cache {
 public:
+    static constexpr int chunk_tokens = kernels::cpu::attn_tile_max;
+
     kv_cache(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type type);
 
     int n_ctx() const { return n_ctx_; }
+    int n_layer() const { return n_layer_; }
     kv_type type() const { return type_; }
-    size_t bytes() const;
+    int n_chunks() const { return n_chunks_; }
+    int capacity() const;                       // positions with memory (a whole number of chunks, <= n_ctx)
+    size_t bytes() const;                       // allocated now
+    size_t max_bytes() const { return bytes_needed(n_layer_, n_ctx_, n_head_kv_, head_dim_, type_); }
+    size_t chunk_bytes() const { return 2 * static_cast<size_t>(n_head_kv_) * chunk_tokens * head_row_bytes_; }
+    // Bytes of a cache holding n_ctx positions (whole chunks).
     static size_t bytes_needed(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type type);
+    // Bytes one position takes over every layer (keys and values), as attention reads them.
+    static size_t bytes_per_token(int n_layer, int n_head_kv, int head_dim, kv_type type);
 
-    // Writes position pos of a layer: k, v: [n_kv] f32.
+    // Makes room for positions [0, n_pos). Throws kv_cache_full past n_ctx or when memory runs out.
+    void reserve(int n_pos);
+    // Frees the chunks past those that hold positions [0, n_pos).
+    void shrink(int n_pos);
+
+    // Writes position pos (< capacity()) of a layer: k, v: [n_head_kv * head_dim] f32.
     void store(int layer, int pos, const float* k, const float* v);
 
-    // Attention of one query over positions [0, n_pos) for the query heads [head_begin, head_end):
-    // q: [n_head][head_dim] (RoPE applied), out: [n_head][head_dim], scratch: >= n_pos floats.
-    // Heads are grouped over the kv heads (head h reads kv head h / (n_head / n_head_kv)).
-    void attend(int layer, const float* q, int n_head, int head_begin, int head_end, int n_pos, float scale,
-                float* out, float* scratch) const;
+    // Positions [chunk * chunk_tokens, min(n_pos, (chunk + 1) * chunk_tokens)) of kv head g.
+    kernels::cpu::kv_tile tile(int layer, int g, int chunk, int n_pos) const;
+
+    // The raw chunk (chunk_bytes()), for parking and restoring conversations.
+    uint8_t* chunk_data(int layer, int chunk) { return chunks_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)].get(); }
+    const uint8_t* chunk_data(int layer, int chunk) const {
+        return chunks_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)].get();
+    }
 
 private:
-    size_t k_row_bytes() const;
-
     int n_layer_, n_ctx_, n_head_kv_, head_dim_;
     kv_type type_;
-    std::vector<std::vector<uint8_t>> k_, v_;  // per layer
+    size_t head_row_bytes_;   // one position of one kv head
+    int n_chunks_ = 0;
+    std::vector<std::vector<std::unique_ptr<uint8_t[]>>> chunks_;  // [n_layer][n_chunks]
 };
 
 }  // namespace strata::engine

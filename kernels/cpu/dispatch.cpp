@@ -99,7 +99,7 @@ isa choose_isa(const char* forced) {
                              supported_list() + ").");
 }
 
-static const isa_table& active_table() {
+const isa_table& active_table() {
     static const isa_table* const table = [] {
         const char* forced = std::getenv("STRATA_FORCE_ISA");
         const isa chosen = choose_isa(forced);

@@ -99,6 +99,7 @@ void fill_scalar(isa_table& t) {
     t.quantize_q8_K = quantize_q8_K_scalar;
     t.rms_norm = rms_norm_scalar;
     t.silu_mul = silu_mul_scalar;
+    t.attn_tile = attn_tile_scalar;
     t.softmax = softmax_scalar;
 }
 

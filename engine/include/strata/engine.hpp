@@ -21,7 +21,8 @@ namespace strata {
 
 struct model_options {
     std::string path;
-    int n_ctx = 0;                    // context length; 0: the model's training context, at most 4096
+    int n_ctx = 0;                    // context length; 0: the model's training context (each session's KV
+                                      // cache grows in chunks as its context fills, up to this)
     int n_batch = 512;                // prompt tokens per forward batch
     std::string kv_type = "f16";      // "f16" | "int8"
     std::string numa_pool;            // "auto" | "off" | "on" | "test" | "test:N"; empty: STRATA_NUMA_POOL
@@ -134,7 +135,8 @@ struct model_info {
     std::string kv_type;
     std::string chat_format;         // the chat template in use
     uint64_t file_bytes = 0;
-    uint64_t kv_bytes_per_session = 0;
+    uint64_t kv_bytes_per_session = 0;   // a full context's KV cache (allocated as the context fills)
+    int kv_chunk_tokens = 0;             // positions per KV cache allocation
     // The CPU expert pool.
     bool pool_split = false;
     bool pool_test_mode = false;
@@ -226,6 +228,9 @@ public:
 
     // Tokens in this session's KV cache (grows during a prompt's evaluation). Safe from any thread.
     size_t cached_tokens() const;
+    // Bytes this session's KV cache has allocated so far (model_info::kv_bytes_per_session at most).
+    // Safe from any thread.
+    size_t kv_bytes() const;
 
     struct impl;
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "cpu/attention.hpp"
 #include "cpu/kernels.hpp"
 
 namespace strata::kernels::cpu::detail {
@@ -23,6 +24,9 @@ inline constexpr size_t n_type_ids = 40;
 using dot_fn = void (*)(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 // Quantizes n floats (a whole number of blocks) into an activation format.
 using quantize_fn = void (*)(const float* x, void* dst, int64_t n);
+// attn_tile of cpu/attention.hpp, per ISA.
+using attn_tile_fn = void (*)(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
+                              float scale, const attn_state& st);
 
 struct isa_table {
     isa id = isa::scalar;
@@ -34,11 +38,15 @@ struct isa_table {
     void (*rms_norm)(const float* x, const float* weight, float eps, int64_t n, float* out) = nullptr;
     void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
     void (*softmax)(float* x, int64_t n) = nullptr;
+    attn_tile_fn attn_tile = nullptr;
 };
 
 // The table of one ISA (built once, immutable afterwards). Throws std::runtime_error naming the
 // ISAs this CPU has when it lacks `which`.
 const isa_table& table_for(isa which);
+
+// The table of the ISA chosen for this process (STRATA_FORCE_ISA or CPUID; logged once).
+const isa_table& active_table();
 
 // Parses a STRATA_FORCE_ISA value and checks the CPU has it; nullptr/empty means "best available".
 // Throws std::runtime_error listing the valid names (and the ones this CPU supports).
@@ -104,5 +112,12 @@ void quantize_q8_K_avx2(const float* x, void* dst, int64_t n);
 void rms_norm_avx2(const float* x, const float* weight, float eps, int64_t n, float* out);
 void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* out);
 void softmax_avx2(float* x, int64_t n);
+
+// Attention: every ISA's attn_tile computes a row's tile state from empty, then folds it in with this
+// one merge (compiled once), which is what makes tile-by-tile and merged-later results bitwise equal.
+void attn_merge_row(int64_t head_dim, float* max_a, float* sum_a, float* acc_a, float max_b, float sum_b,
+                    const float* acc_b);
+void attn_tile_scalar(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
+                      float scale, const attn_state& st);
 
 }  // namespace strata::kernels::cpu::detail

@@ -1,0 +1,127 @@
+#include "model/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "model/parallel.hpp"
+
+namespace strata::engine {
+
+namespace cpu = kernels::cpu;
+
+namespace {
+
+constexpr int kQueryTile = 16;     // tokens per prompt work item
+constexpr int kDecodeTokens = 8;   // batches up to this many tokens split the cache into chunks instead
+
+template <class T>
+T* grown(std::vector<T>& v, size_t n) {
+    if (v.size() < n) v.resize(std::max(n, v.size() * 2));
+    return v.data();
+}
+
+// The state of `rows` rows laid out as [rows][head_dim] acc, then [rows] max, then [rows] sum.
+cpu::attn_state state_at(float* base, int rows, int64_t head_dim) {
+    float* acc = base;
+    float* max = acc + static_cast<size_t>(rows) * head_dim;
+    return {max, max + rows, acc};
+}
+
+cpu::attn_state rows_of(const cpu::attn_state& st, int first, int64_t head_dim) {
+    return {st.max + first, st.sum + first, st.acc + static_cast<size_t>(first) * head_dim};
+}
+
+}  // namespace
+
+attention_runner::attention_runner(arenas::expert_pool& pool, const hparams& hp)
+    : pool_(pool),
+      hp_(hp),
+      group_(hp.n_head / hp.n_head_kv),
+      scale_(1.0f / std::sqrt(static_cast<float>(hp.head_dim))) {}
+
+void attention_runner::run(const kv_cache& kv, int layer, const float* q, int n_tok, int pos0, float* out) {
+    if (n_tok <= kDecodeTokens)
+        run_chunks(kv, layer, q, n_tok, pos0, out);
+    else
+        run_query_tiles(kv, layer, q, n_tok, pos0, out);
+}
+
+void attention_runner::run_query_tiles(const kv_cache& kv, int layer, const float* q, int n_tok, int pos0, float* out) {
+    const int64_t hd = hp_.head_dim;
+    const int n_q = hp_.n_q(), n_head_kv = hp_.n_head_kv;
+    const int n_tiles = (n_tok + kQueryTile - 1) / kQueryTile;
+    const int max_rows = kQueryTile * group_;
+    const int64_t n_items = int64_t{n_tiles} * n_head_kv;
+    float* q_rows = grown(q_rows_, static_cast<size_t>(n_items * max_rows * hd));
+    float* states = grown(state_, static_cast<size_t>(n_items * max_rows * (hd + 2)));
+    int64_t* lasts = grown(last_, static_cast<size_t>(n_items * max_rows));
+    parallel_rows(pool_, n_items, 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t item = i0; item < i1; ++item) {
+            // The last query tiles see the most positions: hand them out first.
+            const int tile = n_tiles - 1 - static_cast<int>(item / n_head_kv);
+            const int g = static_cast<int>(item % n_head_kv);
+            const int t0 = tile * kQueryTile, t1 = std::min(n_tok, t0 + kQueryTile);
+            const int rows = (t1 - t0) * group_;
+            float* qr = q_rows + item * max_rows * hd;
+            int64_t* last = lasts + item * max_rows;
+            for (int t = t0; t < t1; ++t) {
+                const float* src = q + static_cast<size_t>(t) * n_q + static_cast<size_t>(g) * group_ * hd;
+                std::memcpy(qr + static_cast<size_t>(t - t0) * group_ * hd, src, sizeof(float) * group_ * hd);
+                std::fill_n(last + (t - t0) * group_, group_, int64_t{pos0} + t);
+            }
+            const cpu::attn_state st = state_at(states + item * max_rows * (hd + 2), rows, hd);
+            cpu::attn_clear(st, hd, rows);
+            const int n_pos = pos0 + t1;
+            for (int c = 0; c * kv_cache::chunk_tokens < n_pos; ++c)
+                cpu::attn_tile(kv.tile(layer, g, c, n_pos), hd, qr, rows, last, scale_, st);
+            for (int t = t0; t < t1; ++t)
+                cpu::attn_finish(rows_of(st, (t - t0) * group_, hd), hd, group_,
+                                 out + static_cast<size_t>(t) * n_q + static_cast<size_t>(g) * group_ * hd, hd);
+        }
+    });
+}
+
+void attention_runner::run_chunks(const kv_cache& kv, int layer, const float* q, int n_tok, int pos0, float* out) {
+    const int64_t hd = hp_.head_dim;
+    const int n_q = hp_.n_q(), n_head_kv = hp_.n_head_kv;
+    const int rows = n_tok * group_;
+    const int n_pos = pos0 + n_tok;
+    const int n_chunks = (n_pos + kv_cache::chunk_tokens - 1) / kv_cache::chunk_tokens;
+    const int64_t n_items = int64_t{n_chunks} * n_head_kv;
+    const size_t state_floats = static_cast<size_t>(rows) * (hd + 2);
+    float* q_rows = grown(q_rows_, static_cast<size_t>(n_head_kv) * rows * hd);
+    float* states = grown(state_, static_cast<size_t>(n_items) * state_floats);
+    int64_t* last = grown(last_, static_cast<size_t>(rows));
+    // Rows of kv head g: (token t, query head g * group + j), contiguous per head.
+    for (int g = 0; g < n_head_kv; ++g)
+        for (int t = 0; t < n_tok; ++t)
+            std::memcpy(q_rows + (static_cast<size_t>(g) * rows + static_cast<size_t>(t) * group_) * hd,
+                        q + static_cast<size_t>(t) * n_q + static_cast<size_t>(g) * group_ * hd,
+                        sizeof(float) * group_ * hd);
+    for (int t = 0; t < n_tok; ++t) std::fill_n(last + t * group_, group_, int64_t{pos0} + t);
+
+    // Item (g, c): chunk c's state for kv head g, at states[(g * n_chunks + c) * state_floats].
+    parallel_rows(pool_, n_items, 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t item = i0; item < i1; ++item) {
+            const int g = static_cast<int>(item / n_chunks), c = static_cast<int>(item % n_chunks);
+            const cpu::attn_state st = state_at(states + item * state_floats, rows, hd);
+            cpu::attn_clear(st, hd, rows);
+            cpu::attn_tile(kv.tile(layer, g, c, n_pos), hd, q_rows + static_cast<size_t>(g) * rows * hd, rows, last,
+                           scale_, st);
+        }
+    });
+    // Fold the chunks of each kv head in order into its chunk-0 state, then normalise.
+    parallel_rows(pool_, n_head_kv, 1, [&](int64_t g0, int64_t g1) {
+        for (int64_t g = g0; g < g1; ++g) {
+            const cpu::attn_state acc = state_at(states + g * n_chunks * state_floats, rows, hd);
+            for (int c = 1; c < n_chunks; ++c)
+                cpu::attn_merge(hd, rows, acc, state_at(states + (g * n_chunks + c) * state_floats, rows, hd));
+            for (int t = 0; t < n_tok; ++t)
+                cpu::attn_finish(rows_of(acc, t * group_, hd), hd, group_,
+                                 out + static_cast<size_t>(t) * n_q + static_cast<size_t>(g) * group_ * hd, hd);
+        }
+    });
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,56 @@
+// Tiled attention (flash-attention style, online softmax) over a KV cache stored in tiles of
+// consecutive positions. The engine calls attn_tile once per (query rows, tile) and folds tiles in
+// position order with attn_merge, so a query's result depends only on its own row and the tiles,
+// never on how many rows were processed together, which threads ran them, or how tiles were split
+// between work items: prompts (many rows per tile) and decode (one tile per work item, merged
+// afterwards) give bitwise identical outputs on one ISA.
+//
+// Threading: like kernels.hpp, single-threaded and safe to call concurrently on disjoint states.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu/kernels.hpp"
+
+namespace strata::kernels::cpu {
+
+// Positions per tile at most (the KV cache's chunk size).
+inline constexpr int attn_tile_max = 256;
+
+// One kv head's keys and values for positions [pos0, pos0 + n):
+// k, v: [n][row_bytes], each row head_dim elements of `type` (F16, or Q8_0 blocks of 32).
+struct kv_tile {
+    ggml_type type;
+    const void* k;
+    const void* v;
+    size_t row_bytes;
+    int64_t pos0;
+    int n;               // 1..attn_tile_max
+};
+
+// The online-softmax state of n_rows query rows over the positions folded in so far:
+// max[r] the largest score, sum[r] = sum exp(s - max[r]), acc[r][head_dim] = sum exp(s - max[r]) * v.
+// Empty (no position yet): max = -inf, sum = 0, acc = 0.
+struct attn_state {
+    float* max;          // [n_rows]
+    float* sum;          // [n_rows]
+    float* acc;          // [n_rows][head_dim]
+};
+
+// Sets n_rows rows of `st` to empty.
+void attn_clear(const attn_state& st, int64_t head_dim, int n_rows);
+
+// Folds one tile into `st`: row r of q ([n_rows][head_dim] f32, RoPE applied) attends to the tile's
+// positions t <= last_pos[r] with scores scale * (q_r . k_t). Equivalent, bitwise, to computing the
+// tile's own state from empty and then attn_merge-ing it into `st`.
+void attn_tile(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos, float scale,
+               const attn_state& st);
+
+// Folds state b into state a (n_rows rows each), in place in a.
+void attn_merge(int64_t head_dim, int n_rows, const attn_state& a, const attn_state& b);
+
+// out[r][:] = acc[r] / sum[r]  (rows with an empty state give zeros). out: [n_rows][out_stride].
+void attn_finish(const attn_state& st, int64_t head_dim, int n_rows, float* out, int64_t out_stride);
+
+}  // namespace strata::kernels::cpu

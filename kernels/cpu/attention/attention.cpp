@@ -1,0 +1,112 @@
+// Tiled attention: the ISA-independent parts (clear, merge, finish, dispatch) and the scalar tile.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "cpu/detail/kernel_table.hpp"
+#include "formats/blocks.hpp"
+#include "formats/quant.hpp"
+
+namespace strata::kernels::cpu {
+namespace detail {
+
+namespace {
+
+constexpr float kEmpty = -std::numeric_limits<float>::infinity();
+constexpr int64_t kMaxHeadDim = 1024;  // per-row stack scratch of a tile
+
+// Element j of row `row` of a kv tile (F16 or Q8_0), as f32.
+float kv_value(ggml_type type, const uint8_t* row, int64_t j) {
+    if (type == ggml_type::F16) return formats::fp16_to_fp32(reinterpret_cast<const formats::fp16_t*>(row)[j]);
+    const auto* b = reinterpret_cast<const formats::block_q8_0*>(row) + j / formats::QK8_0;
+    return formats::fp16_to_fp32(b->d) * static_cast<float>(b->qs[j % formats::QK8_0]);
+}
+
+}  // namespace
+
+void attn_merge_row(int64_t head_dim, float* max_a, float* sum_a, float* acc_a, float max_b, float sum_b,
+                    const float* acc_b) {
+    if (sum_b == 0) return;
+    if (*sum_a == 0) {
+        *max_a = max_b;
+        *sum_a = sum_b;
+        std::memcpy(acc_a, acc_b, sizeof(float) * static_cast<size_t>(head_dim));
+        return;
+    }
+    const float m = std::max(*max_a, max_b);
+    const float ea = std::exp(*max_a - m), eb = std::exp(max_b - m);
+    *max_a = m;
+    *sum_a = *sum_a * ea + sum_b * eb;
+    for (int64_t d = 0; d < head_dim; ++d) acc_a[d] = acc_a[d] * ea + acc_b[d] * eb;
+}
+
+// NOTE: the reference: every score a plain dot in dimension order, the row's tile state from the
+// max score, then the shared merge.
+void attn_tile_scalar(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
+                      float scale, const attn_state& st) {
+    const auto* k = static_cast<const uint8_t*>(kv.k);
+    const auto* v = static_cast<const uint8_t*>(kv.v);
+    float score[attn_tile_max];
+    float acc[kMaxHeadDim];
+    for (int r = 0; r < n_rows; ++r) {
+        const int64_t n_vis = std::min<int64_t>(kv.n, last_pos[r] - kv.pos0 + 1);
+        if (n_vis <= 0) continue;
+        const float* qr = q + r * head_dim;
+        float max = kEmpty;
+        for (int64_t t = 0; t < n_vis; ++t) {
+            const uint8_t* kt = k + t * kv.row_bytes;
+            float dot = 0;
+            for (int64_t j = 0; j < head_dim; ++j) dot += qr[j] * kv_value(kv.type, kt, j);
+            score[t] = dot * scale;
+            max = std::max(max, score[t]);
+        }
+        float sum = 0;
+        std::fill(acc, acc + head_dim, 0.0f);
+        for (int64_t t = 0; t < n_vis; ++t) {
+            const float p = std::exp(score[t] - max);
+            sum += p;
+            const uint8_t* vt = v + t * kv.row_bytes;
+            for (int64_t j = 0; j < head_dim; ++j) acc[j] += p * kv_value(kv.type, vt, j);
+        }
+        attn_merge_row(head_dim, st.max + r, st.sum + r, st.acc + r * head_dim, max, sum, acc);
+    }
+}
+
+}  // namespace detail
+
+void attn_clear(const attn_state& st, int64_t head_dim, int n_rows) {
+    std::fill(st.max, st.max + n_rows, -std::numeric_limits<float>::infinity());
+    std::fill(st.sum, st.sum + n_rows, 0.0f);
+    std::fill(st.acc, st.acc + n_rows * head_dim, 0.0f);
+}
+
+void attn_tile(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos, float scale,
+               const attn_state& st) {
+    if (kv.n < 1 || kv.n > attn_tile_max || head_dim > detail::kMaxHeadDim ||
+        (kv.type != ggml_type::F16 && kv.type != ggml_type::Q8_0))
+        throw std::invalid_argument("CPU attention: a tile of " + std::to_string(kv.n) + " positions (1.." +
+                                    std::to_string(attn_tile_max) + "), head size " + std::to_string(head_dim) +
+                                    " (at most " + std::to_string(detail::kMaxHeadDim) + ") of type " +
+                                    std::string(formats::info(kv.type).name) + " (F16 or Q8_0)");
+    detail::active_table().attn_tile(kv, head_dim, q, n_rows, last_pos, scale, st);
+}
+
+void attn_merge(int64_t head_dim, int n_rows, const attn_state& a, const attn_state& b) {
+    for (int r = 0; r < n_rows; ++r)
+        detail::attn_merge_row(head_dim, a.max + r, a.sum + r, a.acc + r * head_dim, b.max[r], b.sum[r],
+                               b.acc + r * head_dim);
+}
+
+void attn_finish(const attn_state& st, int64_t head_dim, int n_rows, float* out, int64_t out_stride) {
+    for (int r = 0; r < n_rows; ++r) {
+        float* o = out + r * out_stride;
+        const float* acc = st.acc + r * head_dim;
+        const float inv = st.sum[r] > 0 ? 1.0f / st.sum[r] : 0.0f;
+        for (int64_t d = 0; d < head_dim; ++d) o[d] = acc[d] * inv;
+    }
+}
+
+}  // namespace strata::kernels::cpu
