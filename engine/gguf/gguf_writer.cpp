@@ -1,5 +1,8 @@
 #include "gguf/gguf_writer.hpp"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -145,7 +148,9 @@ void writer::write(std::ostream& out) const {
 }
 
 void writer::write_file(const std::string& path) const {
-    const std::string tmp = path + ".tmp";
+    // A name of this process's own, so concurrent writers of one path never share a temporary file.
+    static std::atomic<unsigned> counter{0};
+    const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), counter++);
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) throw gguf_error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));

@@ -46,13 +46,16 @@ std::unique_ptr<arenas::expert_pool> make_pool(const std::string& mode, int work
     return arenas::expert_pool::create(arenas::load_machine_topology(), arenas::read_pool_requests(env, flags));
 }
 
-// Logits of every position, evaluated in batches of n_batch.
+// Logits of every position: the first n_head tokens in batches of 512, the rest in batches of n_batch.
 std::vector<float> run(loaded& m, arenas::expert_pool& pool, const std::vector<int32_t>& tokens, kv_type kv,
-                       int n_batch) {
+                       int n_batch, size_t n_head = 0) {
     forward_pass fwd(pool, m.hp, m.w, *m.rows);
-    kv_cache cache(m.hp.n_layer, 64, m.hp.n_head_kv, m.hp.head_dim, kv);
+    kv_cache cache(m.hp.n_layer, std::max<int>(64, static_cast<int>(tokens.size())), m.hp.n_head_kv, m.hp.head_dim, kv);
     std::vector<float> logits(tokens.size() * static_cast<size_t>(m.hp.n_vocab), NAN);
-    fwd.eval(tokens, 0, cache, logits.data(), true, n_batch);
+    const std::span<const int32_t> all(tokens);
+    if (n_head > 0) fwd.eval(all.first(n_head), 0, cache, logits.data(), true, 512);
+    fwd.eval(all.subspan(n_head), static_cast<int>(n_head), cache, logits.data() + n_head * m.hp.n_vocab, true,
+             n_batch);
     return logits;
 }
 
@@ -167,6 +170,51 @@ TEST(Forward, BitwiseAcrossPoolModesWorkersAndBatches) {
                 ++compared;
             }
     std::printf("  %d configurations bitwise identical\n", compared);
+}
+
+// Past several KV chunks (256 positions each): prompt batches fold the chunks per query tile, single
+// tokens split them over work items and merge afterwards; both must give the same bits.
+TEST(Forward, BitwiseAtLongContextAcrossBatchesAndPools) {
+    make_model::model_spec spec = make_model::preset("tiny");
+    auto m = load(spec);
+    const auto tokens = some_tokens(m->hp.n_vocab, 2100);
+    for (kv_type kv : {kv_type::f16, kv_type::int8}) {
+        auto base_pool = make_pool("off", 1);
+        const std::vector<float> base = run(*m, *base_pool, tokens, kv, 512);
+        struct config {
+            const char* mode;
+            int workers, n_batch;
+            size_t n_head;  // tokens evaluated in batches of 512 first
+        };
+        // Single tokens from position 1900 on cross the chunk boundary at 2048.
+        for (const config c : {config{"test:2", 2, 1, 1900}, config{"test:3", 3, 7, 1500}, config{"off", 2, 300, 0}}) {
+            auto pool = make_pool(c.mode, c.workers);
+            const std::vector<float> got = run(*m, *pool, tokens, kv, c.n_batch, c.n_head);
+            ASSERT_EQ(std::memcmp(got.data(), base.data(), base.size() * sizeof(float)), 0)
+                << kv_type_name(kv) << " " << c.mode << " workers " << c.workers << " batch " << c.n_batch;
+        }
+        const float* last = base.data() + (tokens.size() - 1) * static_cast<size_t>(m->hp.n_vocab);
+        EXPECT_TRUE(std::all_of(last, last + m->hp.n_vocab, [](float x) { return std::isfinite(x); }));
+    }
+}
+
+TEST(Forward, PositionsPastTheContextAreRefusedBeforeAnyWrite) {
+    auto m = load(make_model::preset("tiny"));
+    auto pool = make_pool("off", 1);
+    forward_pass fwd(*pool, m->hp, m->w, *m->rows);
+    kv_cache cache(m->hp.n_layer, 40, m->hp.n_head_kv, m->hp.head_dim, kv_type::f16);
+    const auto tokens = some_tokens(m->hp.n_vocab, 41);
+    std::vector<float> logits(static_cast<size_t>(m->hp.n_vocab));
+    try {
+        fwd.eval(tokens, 0, cache, logits.data());
+        FAIL() << "41 tokens were accepted by a context of 40";
+    } catch (const kv_cache_full& e) {
+        EXPECT_NE(std::string(e.what()).find("positions 0..40 do not fit the context of 40"), std::string::npos)
+            << e.what();
+    }
+    EXPECT_EQ(cache.bytes(), 0u) << "nothing may be allocated or written for a refused batch";
+    fwd.eval(std::span(tokens).first(40), 0, cache, logits.data());
+    EXPECT_THROW(fwd.eval(std::span(tokens).subspan(40, 1), 40, cache, logits.data()), kv_cache_full);
 }
 
 TEST(Forward, Int8KvIsCloseToF16) {

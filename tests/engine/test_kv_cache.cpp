@@ -1,0 +1,80 @@
+// The KV cache grows in chunks as positions are reserved, refuses what does not fit with the numbers,
+// and hands attention tiles of one kv head per chunk.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "formats/quant.hpp"
+#include "model/kv_cache.hpp"
+
+namespace strata::engine {
+namespace {
+
+constexpr int kLayers = 2, kHeads = 2, kHeadDim = 64;
+
+TEST(KvCache, GrowsInChunksUpToTheContext) {
+    kv_cache kv(kLayers, 1000, kHeads, kHeadDim, kv_type::f16);
+    EXPECT_EQ(kv.bytes(), 0u);
+    EXPECT_EQ(kv.capacity(), 0);
+    const size_t per_chunk = 2u * kHeads * kv_cache::chunk_tokens * kHeadDim * 2;  // K and V, f16
+    EXPECT_EQ(kv.chunk_bytes(), per_chunk);
+    kv.reserve(1);
+    EXPECT_EQ(kv.capacity(), kv_cache::chunk_tokens);
+    EXPECT_EQ(kv.bytes(), kLayers * per_chunk);
+    kv.reserve(kv_cache::chunk_tokens + 1);
+    EXPECT_EQ(kv.n_chunks(), 2);
+    kv.reserve(1000);
+    EXPECT_EQ(kv.capacity(), 1000);  // four chunks, clipped to the context
+    EXPECT_EQ(kv.bytes(), kv.max_bytes());
+    EXPECT_EQ(kv.max_bytes(), kv_cache::bytes_needed(kLayers, 1000, kHeads, kHeadDim, kv_type::f16));
+    kv.shrink(300);
+    EXPECT_EQ(kv.n_chunks(), 2);
+    kv.shrink(0);
+    EXPECT_EQ(kv.bytes(), 0u);
+}
+
+TEST(KvCache, RefusesPastTheContextWithTheNumbers) {
+    kv_cache kv(kLayers, 300, kHeads, kHeadDim, kv_type::int8);
+    try {
+        kv.reserve(301);
+        FAIL();
+    } catch (const kv_cache_full& e) {
+        EXPECT_NE(std::string(e.what()).find("301 positions asked for, the context holds 300"), std::string::npos)
+            << e.what();
+    }
+    EXPECT_EQ(kv.bytes(), 0u);
+    std::vector<float> k(kHeads * kHeadDim, 1.0f), v(kHeads * kHeadDim, 2.0f);
+    EXPECT_THROW(kv.store(0, 0, k.data(), v.data()), kv_cache_full) << "store before reserve";
+    kv.reserve(300);
+    kv.store(1, 299, k.data(), v.data());
+    EXPECT_THROW(kv.store(1, 300, k.data(), v.data()), kv_cache_full);
+    EXPECT_THROW(kv.store(1, -1, k.data(), v.data()), kv_cache_full);
+}
+
+TEST(KvCache, TilesHoldEachHeadsRowsOfAChunk) {
+    kv_cache kv(1, 600, kHeads, kHeadDim, kv_type::f16);
+    kv.reserve(600);
+    std::vector<float> k(kHeads * kHeadDim), v(kHeads * kHeadDim);
+    for (int pos = 0; pos < 600; ++pos) {
+        for (int i = 0; i < kHeads * kHeadDim; ++i) {
+            k[static_cast<size_t>(i)] = static_cast<float>(pos) + static_cast<float>(i / kHeadDim) * 0.5f;
+            v[static_cast<size_t>(i)] = -static_cast<float>(pos);
+        }
+        kv.store(0, pos, k.data(), v.data());
+    }
+    const kernels::cpu::kv_tile t = kv.tile(0, 1, 2, 600);  // head 1, positions 512..599
+    EXPECT_EQ(t.pos0, 512);
+    EXPECT_EQ(t.n, 88);
+    EXPECT_EQ(t.type, formats::ggml_type::F16);
+    const auto* k_rows = static_cast<const formats::fp16_t*>(t.k);
+    const auto* v_rows = static_cast<const formats::fp16_t*>(t.v);
+    const size_t row = t.row_bytes / sizeof(formats::fp16_t);
+    EXPECT_EQ(formats::fp16_to_fp32(k_rows[0]), 512.5f);
+    EXPECT_EQ(formats::fp16_to_fp32(k_rows[10 * row + 63]), 522.5f);
+    EXPECT_EQ(formats::fp16_to_fp32(v_rows[87 * row]), -599.0f);
+    EXPECT_EQ(kv.tile(0, 0, 0, 600).n, kv_cache::chunk_tokens);
+}
+
+}  // namespace
+}  // namespace strata::engine
