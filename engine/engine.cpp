@@ -185,9 +185,20 @@ gpu_choice build_on_engine_thread(model::impl& r) {
     return gpu;
 }
 
+// The GPU hybrid reserves its VRAM KV cache whole: --ctx 0 gives it at most this many positions.
+constexpr int kGpuDefaultCtx = 32768;
+
 model_options checked(model_options o, int n_ctx_train) {
     if (o.n_ctx < 0) throw std::runtime_error(fmt::format("the context length must be positive, got {}", o.n_ctx));
-    if (o.n_ctx == 0) o.n_ctx = n_ctx_train > 0 ? n_ctx_train : 4096;
+    if (o.n_ctx == 0) {
+        o.n_ctx = n_ctx_train > 0 ? n_ctx_train : 4096;
+        if (o.gpu >= 0 && o.n_ctx > kGpuDefaultCtx) {
+            logger("engine")->info("--gpu: the context is {} tokens, not the file's {}, because the GPU's KV cache is "
+                                   "reserved whole; pass --ctx to choose.",
+                                   kGpuDefaultCtx, o.n_ctx);
+            o.n_ctx = kGpuDefaultCtx;
+        }
+    }
     if (o.n_batch < 1) throw std::runtime_error(fmt::format("the batch size must be positive, got {}", o.n_batch));
     return o;
 }
