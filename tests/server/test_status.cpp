@@ -132,6 +132,10 @@ TEST(ServerStatus, StatusHasTheDocumentedFields) {
     for (const char* k : {"n_ctx_train", "n_batch", "kv_type", "kv_bytes_per_session", "cached_tokens"})
         EXPECT_TRUE(j["context"].contains(k)) << k;
     EXPECT_GT(j["context"]["cached_tokens"].get<int>(), 0);
+    // A short request grew the KV cache by one chunk, not to the whole context.
+    const size_t chunk = j["context"]["kv_chunk_tokens"].get<size_t>();
+    EXPECT_EQ(j["context"]["kv_bytes_max"].get<size_t>(), info.kv_bytes_per_session);
+    EXPECT_EQ(j["context"]["kv_bytes_allocated"].get<size_t>(), info.kv_bytes_per_session * chunk / test_ctx);
     EXPECT_TRUE(j["pool"]["split"].is_boolean());
     EXPECT_TRUE(j["pool"]["reason"].is_string());
     EXPECT_GE(j["pool"]["threads"].get<int>(), 1);
