@@ -122,6 +122,7 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
     tok::stream_decoder decoder(m.tokenizer);
     std::string text;        // everything decoded so far
     size_t emitted = 0;      // bytes of `text` already handed to the callback
+    tok::stop_matcher stops(o.stop);
     const int want_top = o.top_logprobs > 0 ? o.top_logprobs : (o.logprobs ? 0 : -1);
     result.reason = stop_reason::length;
     for (int i = 0; i < o.max_tokens; ++i) {
@@ -139,7 +140,7 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
             g.top.push_back({t.id, std::string(m.tokenizer.token_to_piece(t.id, true)), t.logprob});
         result.tokens.push_back(g);
         text += decoder.push(s.id);
-        const tok::stop_scan scan = tok::scan_stop_strings(text, o.stop);
+        const tok::stop_scan scan = stops.scan(text);
         const size_t safe = scan.safe_length;
         const std::string_view piece = safe > emitted ? std::string_view(text).substr(emitted, safe - emitted) : "";
         emitted = std::max(emitted, safe);

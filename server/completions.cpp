@@ -1,5 +1,6 @@
 #include "completions.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 
@@ -7,6 +8,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "api_error.hpp"
+#include "cancel_watch.hpp"
 #include "connection.hpp"
 #include "openai_response.hpp"
 
@@ -51,7 +53,7 @@ struct job {
     std::optional<clock_type::time_point> deadline;
     request_queue::ticket ticket;
     in_flight_guard busy;
-    cut cut_by = cut::none;
+    std::atomic<cut> cut_by{cut::none};  // set once, by the engine thread or the cancel watch
     double queue_s = 0;
 
     job(server_state& s, uint64_t id, std::shared_ptr<model> model_, completion_request r, response_meta mt, int fd)
@@ -62,13 +64,34 @@ struct job {
                                      std::chrono::duration<double>(s.options.request_timeout_s));
     }
 
-    // Checked while waiting and before every token: true to go on.
+    // Records why the request stops; the first reason stays.
+    void cut_for(cut why) {
+        cut none = cut::none;
+        cut_by.compare_exchange_strong(none, why);
+    }
+
+    // Checked while waiting, before every token and by the cancel watch during the prompt: true to go on.
     bool keep_going() {
-        if (cut_by != cut::none) return false;
-        if (state.shutting_down.load()) cut_by = cut::shutdown;
-        else if (deadline && clock_type::now() >= *deadline) cut_by = cut::timeout;
-        else if (peer_closed(client_fd)) cut_by = cut::client_gone;
-        return cut_by == cut::none;
+        if (cut_by.load() != cut::none) return false;
+        if (state.shutting_down.load()) cut_for(cut::shutdown);
+        else if (deadline && clock_type::now() >= *deadline) cut_for(cut::timeout);
+        else if (peer_closed(client_fd)) cut_for(cut::client_gone);
+        return cut_by.load() == cut::none;
+    }
+
+    // True when the generation was cut before its first token: only part of the prompt was evaluated.
+    bool cut_in_prompt(const generation_result& r) const {
+        return r.reason == stop_reason::cancelled && r.tokens.empty() && cut_by.load() != cut::none;
+    }
+
+    // A timeout during the prompt has no answer to give, not even a partial one.
+    api_error prompt_timeout_error(const generation_result& r) const {
+        return api_error(503, fmt::format("the prompt of {} tokens was still being evaluated ({} done) after {:.1f} s, "
+                                          "past the {:g} s request timeout (--timeout)",
+                                          request.prompt.size(), r.time.cache_n + r.time.prompt_n,
+                                          std::chrono::duration<double>(clock_type::now() - arrival).count(),
+                                          state.options.request_timeout_s),
+                         "unavailable_error", "", "timeout");
     }
 
     bool wait_for_engine() {
@@ -92,7 +115,7 @@ struct job {
             case stop_reason::length: return "length";
             case stop_reason::cancelled: break;
         }
-        return cut_by == cut::timeout ? "length" : "cancelled";
+        return cut_by.load() == cut::timeout ? "length" : "cancelled";
     }
 
     std::string stopped_by(const generation_result& r) const {
@@ -103,14 +126,16 @@ struct job {
                 return r.time.predicted_n >= request.generation.max_tokens ? "max_tokens" : "context";
             case stop_reason::cancelled: break;
         }
-        return std::string(cut_by == cut::none ? "cancelled" : cut_name(cut_by));
+        return std::string(cut_by.load() == cut::none ? "cancelled" : cut_name(cut_by.load()));
     }
 
-    // Runs the generation; the caller holds the engine. request_error (a prompt the engine refuses)
-    // becomes a 400.
+    // Runs the generation; the caller holds the engine. The watch cancels it between prompt batches or
+    // tokens once the request should stop. request_error (a prompt the engine refuses) becomes a 400.
     generation_result generate(const token_callback& cb) {
+        session& engine = state.engine_session();
+        const cancel_watch watch([this] { return !keep_going(); }, [&engine] { engine.cancel(); });
         try {
-            return state.engine_session().generate(request.prompt, request.generation, cb);
+            return engine.generate(request.prompt, request.generation, cb);
         } catch (const request_error& e) {
             throw api_error(400, e.what(), "invalid_request_error",
                             request.kind == endpoint::chat ? "messages" : "prompt", "invalid_value");
@@ -131,15 +156,19 @@ struct job {
         state.counters.count_generation(g);
         state.take_snapshot(g.id);
         const uint64_t lookups = r.time.expert_lookups, hits = r.time.vram_hits;
+        const std::string in_prompt =
+            cut_in_prompt(r) ? fmt::format(" during the prompt, with {} of its {} tokens evaluated or reused",
+                                           r.time.cache_n + r.time.prompt_n, g.prompt_tokens)
+                             : std::string();
         const std::string vram = lookups ? fmt::format("; routed experts: {:.1f} % from VRAM ({} of {})",
                                                        100.0 * double(hits) / double(lookups), hits, lookups)
                                          : std::string();
         state.log->info("Request {} ({}) finished: prompt {} tokens ({} reused, {} evaluated in {:.1f} ms, {:.1f} "
-                        "tokens/s); decode {} tokens in {:.1f} ms ({:.1f} tokens/s){}; stopped by {}; waited {:.3f} s "
+                        "tokens/s); decode {} tokens in {:.1f} ms ({:.1f} tokens/s){}; stopped by {}{}; waited {:.3f} s "
                         "for the engine, {:.3f} s in all.",
                         g.id, g.endpoint, g.prompt_tokens, r.time.cache_n, r.time.prompt_n, r.time.prompt_ms,
                         r.time.prompt_per_second(), r.time.predicted_n, r.time.predicted_ms,
-                        r.time.predicted_per_second(), vram, g.stopped_by, g.queue_s, g.total_s);
+                        r.time.predicted_per_second(), vram, g.stopped_by, in_prompt, g.queue_s, g.total_s);
     }
 };
 
@@ -168,6 +197,7 @@ void answer_whole(job& j, httplib::Response& res) {
         res.status = client_closed_request;
         return;
     }
+    if (j.cut_by == cut::timeout && j.cut_in_prompt(r)) throw j.prompt_timeout_error(r);
     if (j.cut_by == cut::shutdown)
         throw api_error(503, "the server is shutting down; the generation was cancelled", "unavailable_error", "",
                         "shutting_down");
@@ -186,7 +216,7 @@ void answer_whole(job& j, httplib::Response& res) {
 bool stream_events(job& j, httplib::DataSink& sink) {
     const auto write = [&](const std::string& event) {
         if (j.cut_by == cut::client_gone) return false;
-        if (!sink.write(event.data(), event.size())) j.cut_by = cut::client_gone;
+        if (!sink.write(event.data(), event.size())) j.cut_for(cut::client_gone);
         return j.cut_by != cut::client_gone;
     };
     const auto finish = [&](const std::string& last) {
@@ -222,6 +252,7 @@ bool stream_events(job& j, httplib::DataSink& sink) {
     }
     j.record(r);
     if (j.cut_by == cut::client_gone) return false;
+    if (j.cut_by == cut::timeout && j.cut_in_prompt(r)) return finish(sse_event(error_body(j.prompt_timeout_error(r))));
     if (j.cut_by == cut::shutdown)
         return finish(sse_event(error_body(api_error(503, "the server is shutting down; the generation was cancelled",
                                                      "unavailable_error", "", "shutting_down"))));

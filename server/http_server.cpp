@@ -71,7 +71,7 @@ void http_server::begin_shutdown() {
     if (impl_->state.shutting_down.exchange(true)) return;
     const request_queue::snapshot q = impl_->state.queue.state();
     impl_->state.log->info("Shutting down: new requests get 503; {} waiting request(s) get 503{}.", q.waiting.size(),
-                           q.running ? fmt::format(", request {} stops at its next token", *q.running) : "");
+                           q.running ? fmt::format(", request {} stops at its next prompt batch or token", *q.running) : "");
 }
 
 void http_server::stop() { impl_->http.stop(); }

@@ -1,7 +1,7 @@
 // strata-server -m MODEL.gguf [--host H] [--port P] [--api-key KEY] [engine and sampling flags]:
 // listens at once (503 "Loading model" until the model is ready), then serves the OpenAI-compatible
-// API. SIGINT/SIGTERM: new requests get 503, the running generation stops at its next token, and the
-// process exits 0 once the open requests have been answered.
+// API. SIGINT/SIGTERM: new requests get 503, the running generation stops at its next prompt batch or
+// token, and the process exits 0 once the open requests have been answered.
 #include <pthread.h>
 #include <signal.h>
 

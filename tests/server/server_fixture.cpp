@@ -21,13 +21,13 @@ namespace {
 
 struct temp_model {
     std::filesystem::path dir, file;
-    temp_model() {
+    temp_model(const std::string& preset, int n_ctx) {
         std::string pattern = (std::filesystem::temp_directory_path() / "strata-server-test-XXXXXX").string();
         if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
         dir = pattern;
-        file = dir / "tiny.gguf";
-        make_model::model_spec spec = make_model::preset("tiny");
-        spec.n_ctx = 4 * test_ctx;  // room for the context the tests ask for
+        file = dir / (preset + ".gguf");
+        make_model::model_spec spec = make_model::preset(preset);
+        spec.n_ctx = n_ctx;
         make_model::build_model(spec).write_file(file.string());
     }
     ~temp_model() {
@@ -50,7 +50,7 @@ reply to_reply(const httplib::Result& r) {
 }  // namespace
 
 const std::string& tiny_model_path() {
-    static temp_model model;
+    static temp_model model("tiny", 4 * test_ctx);  // room for the context the tests ask for
     static const std::string path = model.file.string();
     return path;
 }
@@ -63,6 +63,23 @@ std::shared_ptr<model> tiny_model() {
         model_options o;
         o.path = tiny_model_path();
         o.n_ctx = test_ctx;
+        o.numa_pool = "off";
+        loaded = model::load(o);
+    }
+    return loaded;
+}
+
+std::shared_ptr<model> long_prompt_model() {
+    static std::mutex mutex;
+    static std::unique_ptr<temp_model> file;
+    static std::shared_ptr<model> loaded;
+    std::lock_guard lock(mutex);
+    if (!loaded) {
+        file = std::make_unique<temp_model>("demo", long_ctx);
+        model_options o;
+        o.path = file->file.string();
+        o.n_ctx = long_ctx;
+        o.n_batch = long_batch;
         o.numa_pool = "off";
         loaded = model::load(o);
     }
@@ -91,13 +108,16 @@ std::vector<json> sse_reply::chunks() const {
     return out;
 }
 
-test_server::test_server(server_options o, bool with_model) {
+test_server::test_server(server_options o, bool with_model)
+    : test_server(std::move(o), with_model ? tiny_model() : nullptr) {}
+
+test_server::test_server(server_options o, std::shared_ptr<model> m) {
     o.host = "127.0.0.1";
     o.port = 0;
     server_ = std::make_unique<http_server>(std::move(o));
     port_ = server_->bind();
     thread_ = std::thread([this] { server_->run(); });
-    if (with_model) server_->set_model(tiny_model());
+    if (m) server_->set_model(std::move(m));
 }
 
 test_server::~test_server() { shut_down(); }

@@ -25,6 +25,12 @@ const std::string& tiny_model_path();
 // Loaded once per process with --ctx test_ctx and the pool split off.
 std::shared_ptr<model> tiny_model();
 
+// For long prompts: the demo preset (slower per token than tiny), loaded once per process with
+// --ctx long_ctx and --batch long_batch, so a prompt of a few thousand tokens takes seconds and many batches.
+inline constexpr int long_ctx = 4096;
+inline constexpr int long_batch = 16;
+std::shared_ptr<model> long_prompt_model();
+
 struct reply {
     int status = 0;                            // 0: no HTTP answer (connection failed or cut)
     std::string body;
@@ -43,6 +49,7 @@ struct sse_reply {
 class test_server {
 public:
     explicit test_server(server_options o = {}, bool with_model = true);
+    test_server(server_options o, std::shared_ptr<model> m);
     ~test_server();
     test_server(const test_server&) = delete;
     test_server& operator=(const test_server&) = delete;

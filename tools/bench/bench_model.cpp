@@ -1,11 +1,14 @@
 // strata-bench model -m FILE: prompt and decode tokens/s over repeats (median and range) for arms of
-// --numa-pool, --pool-workers and --kv, with the weight bytes a decode token reads and the bandwidth
-// that implies, next to the read bandwidth measured in the same run. With --gpu N, every such arm also
-// runs hybrid at each --residency (percent of the routed experts resident in VRAM), against the
-// CPU-only run of the same arm, with the VRAM hit rate.
+// --numa-pool, --pool-workers and --kv, at each --depth (tokens of context evaluated first, untimed, as
+// llama-bench's -d), with the weight and KV cache bytes a decode token reads and the bandwidth that
+// implies, next to the read bandwidth measured in the same run. With --gpu N, every such arm also runs
+// hybrid at each --residency (percent of the routed experts resident in VRAM), against the CPU-only run
+// of the same arm, with the VRAM hit rate.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,6 +42,15 @@ double bytes_per_token(const gguf::reader& f, const model_info& info) {
     if (!f.find_tensor("output.weight"))  // tied head reads the whole embedding matrix
         bytes += double(f.find_tensor("token_embd.weight")->n_bytes);
     return bytes;
+}
+
+// Bytes of keys and values one decode token reads per position of context: K and V of every layer.
+double kv_bytes_per_position(const model_info& info) {
+    double per_element = 0;
+    if (info.kv_type == "f16") per_element = 2;
+    else if (info.kv_type == "int8") per_element = 34.0 / 32;  // Q8_0: 32 int8 values and one f16 scale
+    else throw std::invalid_argument("no KV bytes per element for --kv '" + info.kv_type + "' (valid: f16, int8)");
+    return 2.0 * info.n_layer * info.n_head_kv * info.head_dim * per_element;
 }
 
 // Bytes of every routed expert tensor: what 100 % residency puts in VRAM.
@@ -95,15 +107,27 @@ std::string expert_cache_for(int residency, double expert_bytes) {
     return fmt::format("{:.4f}", expert_bytes * residency / 100.0 / double(1 << 30));
 }
 
+int pool_threads(const model_info& info) {
+    int threads = 0;
+    for (const auto& s : info.pool_slices) threads += s.threads;
+    return threads;
+}
+
 struct measured {
+    int depth = 0;
     int threads = 0;
     figure prompt, decode;
     std::optional<double> hit_rate;  // hybrid only
 };
 
-measured measure(const std::shared_ptr<model>& m, int n_prompt, int n_gen, int reps, const std::string& what) {
-    measured out;
-    for (const auto& s : m->info().pool_slices) out.threads += s.threads;
+// Figures at each depth (ascending) on one session: the context at depth D is the first D tokens of
+// one random sequence, evaluated untimed (only the tokens past the previous depth, thanks to prefix
+// reuse). Each repeat then times -p new tokens after those D (prompt tok/s) and -n tokens decoded after
+// them (decode tok/s; the first comes from the prompt's logits, the other n - 1 each take a forward
+// pass at depth D + 1 .. D + n - 1).
+std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int n_gen, int reps,
+                              const std::vector<int>& depths, const std::string& what) {
+    const int threads = pool_threads(m->info());
     std::mt19937 rng(7);
     std::uniform_int_distribution<int32_t> tok(0, m->info().n_vocab - 1);
     generation_options go;
@@ -111,21 +135,62 @@ measured measure(const std::shared_ptr<model>& m, int n_prompt, int n_gen, int r
     go.ignore_eos = true;
     go.max_tokens = 2;
     session(m).generate(std::vector<int32_t>(8, tok(rng)), go);  // warm-up: first-use costs stay out of the figures
-    std::vector<double> pp, tg;
-    for (int r = 0; r < reps; ++r) {
-        std::fprintf(stderr, "\r%s: repeat %d/%d ", what.c_str(), r + 1, reps);
-        std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
-        for (auto& t : prompt) t = tok(rng);
+    std::vector<int32_t> context(static_cast<size_t>(depths.back()));
+    for (auto& t : context) t = tok(rng);
+    session s(m);
+    std::vector<measured> out;
+    for (const int depth : depths) {
+        const std::span<const int32_t> before(context.data(), static_cast<size_t>(depth));
         go.max_tokens = 1;
-        pp.push_back(session(m).generate(prompt, go).time.prompt_per_second());
-        go.max_tokens = n_gen;
-        const auto dr = session(m).generate(std::vector<int32_t>{tok(rng)}, go);
-        // The first token comes from the prompt's logits; the other n_gen - 1 each took one forward pass.
-        tg.push_back((dr.time.predicted_n - 1) * 1000.0 / dr.time.predicted_ms);
+        if (depth > 0) {
+            std::fprintf(stderr, "\r%s: evaluating %d tokens of context ", what.c_str(), depth);
+            s.generate(before, go);
+        }
+        const expert_stats stats0 = m->info().gpu_hybrid ? m->statistics() : expert_stats{};
+        std::vector<double> pp, tg;
+        for (int r = 0; r < reps; ++r) {
+            std::fprintf(stderr, "\r%s: depth %d, repeat %d/%d ", what.c_str(), depth, r + 1, reps);
+            std::vector<int32_t> prompt(before.begin(), before.end());
+            for (int i = 0; i < n_prompt; ++i) prompt.push_back(tok(rng));
+            go.max_tokens = 1;
+            const generation_result pr = s.generate(prompt, go);
+            if (pr.time.cache_n < depth)
+                throw std::logic_error(fmt::format("depth {}: the session reused {} tokens of context", depth,
+                                                   pr.time.cache_n));
+            pp.push_back(pr.time.prompt_per_second());
+            prompt.resize(before.size());
+            prompt.push_back(tok(rng));
+            go.max_tokens = n_gen;
+            const generation_result dr = s.generate(prompt, go);
+            tg.push_back((dr.time.predicted_n - 1) * 1000.0 / dr.time.predicted_ms);
+        }
+        measured d{depth, threads, summarize(pp), summarize(tg), std::nullopt};
+        if (m->info().gpu_hybrid) {
+            const expert_stats stats1 = m->statistics();
+            const uint64_t lookups = stats1.expert_lookups - stats0.expert_lookups;
+            d.hit_rate = lookups ? double(stats1.vram_hits - stats0.vram_hits) / double(lookups) : 0.0;
+        }
+        out.push_back(d);
     }
-    out.prompt = summarize(pp);
-    out.decode = summarize(tg);
-    if (m->info().gpu_hybrid) out.hit_rate = m->statistics().hit_rate();
+    return out;
+}
+
+// "0,4096,16384" -> {0, 4096, 16384}, ascending without repeats.
+std::vector<int> parse_depths(const std::string& list) {
+    std::vector<int> out;
+    for (const auto& item : split_list(list)) {
+        std::size_t used = 0;
+        int d = -1;
+        try {
+            d = std::stoi(item, &used);
+        } catch (const std::exception&) {
+        }
+        if (used != item.size() || d < 0) throw std::invalid_argument("--depth '" + item + "' must be a token count >= 0");
+        out.push_back(d);
+    }
+    if (out.empty()) out.push_back(0);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
 }
 
@@ -135,7 +200,9 @@ int run(int argc, char** argv) {
         ("m,model", "GGUF model file", cxxopts::value<std::string>())
         ("p,n-prompt", "prompt tokens", cxxopts::value<int>()->default_value("512"))
         ("n,n-gen", "decode tokens", cxxopts::value<int>()->default_value("64"))
-        ("r,repetitions", "repeats per arm", cxxopts::value<int>()->default_value("3"))
+        ("r,repetitions", "repeats per arm and depth", cxxopts::value<int>()->default_value("3"))
+        ("d,depth", "comma list of context depths: tokens evaluated (untimed) before the timed prompt and decode",
+         cxxopts::value<std::string>()->default_value("0"))
         ("numa-pool", "comma list of --numa-pool values (auto, off, on, test, test:N)",
          cxxopts::value<std::string>()->default_value(""))
         ("pool-workers", "comma list of worker counts", cxxopts::value<std::string>()->default_value(""))
@@ -161,6 +228,7 @@ int run(int argc, char** argv) {
     std::string residency_list = a["residency"].as<std::string>();
     if (residency_list.empty() && gpu >= 0) residency_list = "cpu,100,50,20";
     const bool hybrid = gpu >= 0;
+    const std::vector<int> depths = parse_depths(a["depth"].as<std::string>());
 
     std::vector<arm> arms;
     std::vector<std::string> pools = split_list(a["numa-pool"].as<std::string>());
@@ -177,16 +245,19 @@ int run(int argc, char** argv) {
     const gguf::reader file = gguf::reader::open(path);
     const double expert_bytes = routed_expert_bytes(file);
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    std::string table = hybrid ? "| arm | residency | expert cache GiB | threads | prompt tok/s | decode tok/s | decode vs CPU "
-                                 "| VRAM hit rate | GB/s read by decode | read bandwidth GB/s | ratio |\n"
-                                 "|---|---|---|---|---|---|---|---|---|---|---|\n"
-                               : "| arm | threads | prompt tok/s | decode tok/s | GB/s read by decode | read bandwidth GB/s "
-                                 "| ratio |\n|---|---|---|---|---|---|---|\n";
-    std::map<std::string, double> cpu_decode;  // arm label -> CPU-only decode tok/s (the baseline)
+    std::string table = hybrid ? "| arm | depth | residency | expert cache GiB | threads | prompt tok/s | decode tok/s "
+                                 "| decode vs CPU | VRAM hit rate | MiB read per decode token (weights + KV) "
+                                 "| GB/s read by decode | read bandwidth GB/s | ratio |\n"
+                                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+                               : "| arm | depth | threads | prompt tok/s | decode tok/s | MiB read per decode token "
+                                 "(weights + KV) | GB/s read by decode | read bandwidth GB/s | ratio |\n"
+                                 "|---|---|---|---|---|---|---|---|---|\n";
+    std::map<std::pair<std::string, int>, double> cpu_decode;  // (arm label, depth) -> CPU-only decode tok/s
     std::optional<std::string> cpu_only_reason;
     std::vector<std::string> skipped;          // arms not run because the engine ran CPU-only
     std::vector<std::string> notes;            // lines after the table (JSON: {"note": ...} entries)
     double cpu_bytes_per_token = 0;
+    std::string kv_per_position;               // the header's KV cache bytes per token of context, per --kv
     for (size_t ai = 0; ai < arms.size(); ++ai) {
         const arm& arm = arms[ai];
         const std::string what = fmt::format("arm {}/{} ({}, {})", ai + 1, arms.size(), arm.label(), arm.residency_label());
@@ -200,7 +271,7 @@ int run(int argc, char** argv) {
         mo.pool_workers = arm.workers;
         mo.kv_type = arm.kv;
         mo.n_batch = a["batch"].as<int>();
-        mo.n_ctx = std::max(n_prompt + 8, n_gen + 8);
+        mo.n_ctx = depths.back() + std::max(n_prompt, n_gen) + 8;  // set, not the file's: the depth needs it
         if (arm.residency) {
             mo.gpu = gpu;
             mo.expert_cache = expert_cache_for(*arm.residency, expert_bytes);
@@ -218,41 +289,56 @@ int run(int argc, char** argv) {
             skipped.push_back(arm.residency_label());
             continue;
         }
-        const measured r = measure(m, n_prompt, n_gen, reps, what);
-        const figure &p = r.prompt, &g = r.decode;
-        nlohmann::ordered_json row = {{"arm", arm.label()}, {"threads", r.threads}, {"prompt_tokens", n_prompt},
-                                      {"decode_tokens", n_gen},
-                                      {"prompt_tps", {{"median", p.median}, {"min", p.lo}, {"max", p.hi}}},
-                                      {"decode_tps", {{"median", g.median}, {"min", g.lo}, {"max", g.hi}}}};
-        const std::string tps = fmt::format("{:.1f} [{:.1f}-{:.1f}] | {:.2f} [{:.2f}-{:.2f}]", p.median, p.lo, p.hi,
-                                            g.median, g.lo, g.hi);
-        if (!arm.residency) cpu_decode[arm.label()] = g.median;
-        std::string bandwidth = "- | - | -";
-        if (!arm.residency) {  // bytes from RAM per token mean something only when every weight is read there
-            const double bw = read_bandwidth_gbs(std::max(r.threads, 1));
-            const double bpt = bytes_per_token(file, m->info());
-            cpu_bytes_per_token = bpt;
-            const double implied = bpt * g.median / 1e9;
-            bandwidth = fmt::format("{:.2f} | {:.2f} | {:.0f} %", implied, bw, 100.0 * implied / bw);
-            row.update({{"bytes_per_token", bpt}, {"decode_gbs", implied}, {"read_bandwidth_gbs", bw},
-                        {"bandwidth_ratio", implied / bw}});
-        }
-        if (!hybrid) {
-            table += fmt::format("| {} | {} | {} | {} |\n", arm.label(), r.threads, tps, bandwidth);
+        if (depths.back() + std::max(n_prompt, n_gen) > m->info().n_ctx_train && m->info().n_ctx_train > 0)
+            notes.push_back(fmt::format("{}: depth {} and {} tokens pass the file's training context of {} tokens.",
+                                        what, depths.back(), std::max(n_prompt, n_gen), m->info().n_ctx_train));
+        // Read bandwidth on the arm's threads, once per arm: bytes from RAM per token mean something only
+        // when every weight is read there (CPU-only arms).
+        const std::string kv_line = fmt::format("{:.2f} KiB ({})", kv_bytes_per_position(m->info()) / 1024, arm.kv);
+        if (kv_per_position.find(kv_line) == std::string::npos)
+            kv_per_position += (kv_per_position.empty() ? "" : ", ") + kv_line;
+        const double bw = arm.residency ? 0 : read_bandwidth_gbs(std::max(pool_threads(m->info()), 1));
+        for (const measured& r : measure(m, n_prompt, n_gen, reps, depths, what)) {
+            const figure &p = r.prompt, &g = r.decode;
+            nlohmann::ordered_json row = {{"arm", arm.label()}, {"depth", r.depth}, {"threads", r.threads},
+                                          {"prompt_tokens", n_prompt}, {"decode_tokens", n_gen},
+                                          {"prompt_tps", {{"median", p.median}, {"min", p.lo}, {"max", p.hi}}},
+                                          {"decode_tps", {{"median", g.median}, {"min", g.lo}, {"max", g.hi}}}};
+            const std::string tps = fmt::format("{:.1f} [{:.1f}-{:.1f}] | {:.2f} [{:.2f}-{:.2f}]", p.median, p.lo,
+                                                p.hi, g.median, g.lo, g.hi);
+            if (!arm.residency) cpu_decode[{arm.label(), r.depth}] = g.median;
+            // KV read by the timed decode passes, at positions depth + 1 .. depth + n - 1: their mean context.
+            const double kv_bpt = kv_bytes_per_position(m->info()) * (r.depth + 1 + n_gen / 2.0);
+            std::string bandwidth = "- | - | - | -";
+            if (!arm.residency) {
+                const double bpt = bytes_per_token(file, m->info());
+                cpu_bytes_per_token = bpt;
+                const double implied = (bpt + kv_bpt) * g.median / 1e9;
+                bandwidth = fmt::format("{:.1f} + {:.1f} | {:.2f} | {:.2f} | {:.0f} %", bpt / (1 << 20),
+                                        kv_bpt / (1 << 20), implied, bw, 100.0 * implied / bw);
+                row.update({{"bytes_per_token", bpt}, {"kv_bytes_per_token", kv_bpt}, {"decode_gbs", implied},
+                            {"read_bandwidth_gbs", bw}, {"bandwidth_ratio", implied / bw}});
+            }
+            if (!hybrid) {
+                table += fmt::format("| {} | {} | {} | {} | {} |\n", arm.label(), r.depth, r.threads, tps, bandwidth);
+                out.push_back(row);
+                continue;
+            }
+            const auto base = cpu_decode.find({arm.label(), r.depth});
+            const double baseline = base != cpu_decode.end() ? base->second : 0;
+            const std::string cache = arm.residency ? mo.expert_cache : "-";
+            table += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", arm.label(), r.depth,
+                                 arm.residency_label(), cache, r.threads, tps,
+                                 !arm.residency ? "baseline"
+                                 : baseline > 0 ? fmt::format("{:.2f}x", g.median / baseline)
+                                                : "-",
+                                 r.hit_rate ? fmt::format("{:.1f} %", 100.0 * *r.hit_rate) : "-", bandwidth);
+            row.update({{"residency", arm.residency ? nlohmann::ordered_json(*arm.residency) : nlohmann::ordered_json("cpu")},
+                        {"expert_cache", cache},
+                        {"decode_vs_cpu", baseline > 0 ? g.median / baseline : 0.0},
+                        {"vram_hit_rate", r.hit_rate ? nlohmann::ordered_json(*r.hit_rate) : nlohmann::ordered_json()}});
             out.push_back(row);
-            continue;
         }
-        const double baseline = cpu_decode.count(arm.label()) ? cpu_decode[arm.label()] : 0;
-        const std::string cache = arm.residency ? mo.expert_cache : "-";
-        table += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", arm.label(), arm.residency_label(), cache,
-                             r.threads, tps,
-                             !arm.residency ? "baseline" : baseline > 0 ? fmt::format("{:.2f}x", g.median / baseline) : "-",
-                             r.hit_rate ? fmt::format("{:.1f} %", 100.0 * *r.hit_rate) : "-", bandwidth);
-        row.update({{"residency", arm.residency ? nlohmann::ordered_json(*arm.residency) : nlohmann::ordered_json("cpu")},
-                    {"expert_cache", cache},
-                    {"decode_vs_cpu", baseline > 0 ? g.median / baseline : 0.0},
-                    {"vram_hit_rate", r.hit_rate ? nlohmann::ordered_json(*r.hit_rate) : nlohmann::ordered_json()}});
-        out.push_back(row);
     }
     std::fprintf(stderr, "\n");
     if (!skipped.empty()) {
@@ -266,7 +352,8 @@ int run(int argc, char** argv) {
         std::printf("%s\n", out.dump(2).c_str());
         return 0;
     }
-    std::printf("model %s: %.1f MiB of weights read per decode token", path.c_str(), cpu_bytes_per_token / (1 << 20));
+    std::printf("model %s: %.1f MiB of weights read per decode token; KV cache read per token of context: %s",
+                path.c_str(), cpu_bytes_per_token / (1 << 20), kv_per_position.c_str());
     if (hybrid) std::printf("; routed experts %.1f MiB (residency = that share in VRAM)", expert_bytes / (1 << 20));
     std::printf("\n\n%s", table.c_str());
     for (const auto& n : notes) std::printf("%s\n", n.c_str());

@@ -218,7 +218,8 @@ public:
     generation_result generate(std::span<const int32_t> prompt, const generation_options& options,
                                const token_callback& on_token = {});
 
-    // Stops the generation in progress at its next token (reason `cancelled`); a no-op when idle.
+    // Stops the generation in progress at its next prompt batch or token (reason `cancelled`); a no-op
+    // when idle (generate() clears it on entry).
     // Safe from any thread.
     void cancel();
 
