@@ -246,12 +246,15 @@ void save_profile(const model::impl& r) {
 model::impl::impl(const model_options& o)
     : options(o),
       file(gguf::reader::open(o.path)),
-      hp(engine::read_hparams(file)),
+      hp(engine::read_hparams(file, engine::rope_overrides_from(o))),
       weights(engine::bind_weights(file, hp)),
       moe_layers(engine::moe_layers(weights)),
       tokenizer(tok::tokenizer::from_gguf(file)),
       kv(engine::parse_kv_type(o.kv_type)) {
     options = checked(o, hp.n_ctx_train);
+    if (hp.rope.freq_scale != 1.0f || hp.rope.ext_factor != 0.0f)
+        logger("engine")->info("RoPE scaling: {} (base frequency {:g}).", engine::describe_rope(hp.rope),
+                               hp.rope.freq_base);
     if (hp.n_vocab == 0) hp.n_vocab = tokenizer.n_vocab();
     if (tokenizer.n_vocab() != hp.n_vocab)
         throw std::runtime_error(fmt::format("{}: the vocabulary has {} tokens but token_embd.weight has {} rows",

@@ -1,5 +1,7 @@
 #include "model_info.hpp"
 
+#include "model/rope.hpp"
+
 namespace strata {
 
 std::string_view tensor_class(std::string_view n) {
@@ -30,6 +32,14 @@ model_summary summarize(const gguf::reader& file) {
     for (const auto& [key, v] : file.metadata())
         if (!s.architecture.empty() && key.starts_with(prefix))
             s.hparams.emplace_back(key.substr(prefix.size()), v.to_string());
+    if (!s.architecture.empty()) {
+        try {
+            const auto n_ctx_train = static_cast<int>(file.get_u64(prefix + "context_length", 0));
+            s.rope_scaling = engine::describe_rope(engine::read_rope(file, s.architecture, n_ctx_train));
+        } catch (const std::exception& e) {
+            s.rope_scaling = e.what();
+        }
+    }
     s.n_tensors = file.tensors().size();
     for (const auto& t : file.tensors()) {
         s.n_params += t.n_elements;

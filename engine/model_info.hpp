@@ -24,6 +24,7 @@ struct model_summary {
     std::string architecture;
     std::string name;
     std::vector<std::pair<std::string, std::string>> hparams;  // "<arch>.key" without the prefix -> value
+    std::string rope_scaling;  // "none", "linear x2", "yarn x4, original context 32768", or why it is unreadable
     size_t n_tensors = 0;
     int64_t n_params = 0;
     uint64_t tensor_bytes = 0;

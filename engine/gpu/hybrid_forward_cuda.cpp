@@ -283,8 +283,8 @@ void cuda_hybrid::attention(int il, int n_tok, int pos0, session_kv& s) {
         cu::rms_norm(k_.data(), l.k_norm.data(), hp_.rms_eps, hd, int64_t{n_tok} * hp_.n_head_kv, k_.data(), cs());
     }
     const bool neox = hp_.arch.rope == kernels::cpu::rope_style::neox;
-    cu::rope(q_.data(), n_tok, hp_.n_head, hd, hp_.n_rot, pos0, hp_.rope_freq_base, neox, cs());
-    cu::rope(k_.data(), n_tok, hp_.n_head_kv, hd, hp_.n_rot, pos0, hp_.rope_freq_base, neox, cs());
+    cu::rope(q_.data(), n_tok, hp_.n_head, hd, hp_.n_rot, pos0, hp_.rope, neox, cs());
+    cu::rope(k_.data(), n_tok, hp_.n_head_kv, hd, hp_.n_rot, pos0, hp_.rope, neox, cs());
     uint8_t* kc = s.k[static_cast<size_t>(il)].data();
     uint8_t* vc = s.v[static_cast<size_t>(il)].data();
     const cu::kv_format kvf = kv_format_of(o_.kv);

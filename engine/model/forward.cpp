@@ -152,8 +152,8 @@ void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
             for (int h = 0; h < hp_.n_head; ++h) cpu::rms_norm(q + h * hd, l.q_norm, hp_.rms_eps, hd, q + h * hd);
             for (int h = 0; h < hp_.n_head_kv; ++h) cpu::rms_norm(k + h * hd, l.k_norm, hp_.rms_eps, hd, k + h * hd);
         }
-        cpu::rope(q, hp_.n_head, hd, hp_.n_rot, pos0 + t, hp_.rope_freq_base, hp_.arch.rope);
-        cpu::rope(k, hp_.n_head_kv, hd, hp_.n_rot, pos0 + t, hp_.rope_freq_base, hp_.arch.rope);
+        cpu::rope(q, hp_.n_head, hd, hp_.n_rot, pos0 + t, hp_.rope, hp_.arch.rope);
+        cpu::rope(k, hp_.n_head_kv, hd, hp_.n_rot, pos0 + t, hp_.rope, hp_.arch.rope);
         kv.store(il, pos0 + t, k, v);
     }
     attn_.run(kv, il, q_.data(), n_tok, pos0, att_.data());

@@ -35,7 +35,7 @@ const arch_traits& traits(arch a) {
     throw std::logic_error("unknown architecture id");
 }
 
-hparams read_hparams(const gguf::reader& f) {
+hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
     hparams hp;
     hp.gguf_arch = f.get_string("general.architecture", "");
     const std::string& g = hp.gguf_arch;
@@ -83,7 +83,7 @@ hparams read_hparams(const gguf::reader& f) {
     if (hp.arch.shared_expert) hp.n_ff_shexp = read_int(f, p + "expert_shared_feed_forward_length", 0);
     hp.n_ctx_train = read_int(f, p + "context_length");
     hp.rms_eps = static_cast<float>(f.get_f64(p + "attention.layer_norm_rms_epsilon", 1e-6));
-    hp.rope_freq_base = static_cast<float>(f.get_f64(p + "rope.freq_base", 10000.0));
+    hp.rope = read_rope(f, g, hp.n_ctx_train, rope);
     if (const gguf::value* tokens = f.find("tokenizer.ggml.tokens"))
         hp.n_vocab = static_cast<int>(tokens->as_array("tokenizer.ggml.tokens").size());
     return hp;

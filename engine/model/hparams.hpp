@@ -6,6 +6,7 @@
 
 #include "cpu/kernels.hpp"
 #include "gguf/gguf_reader.hpp"
+#include "model/rope.hpp"
 
 namespace strata::engine {
 
@@ -40,14 +41,15 @@ struct hparams {
     int n_ctx_train = 0;
     int n_vocab = 0;
     float rms_eps = 1e-6f;
-    float rope_freq_base = 10000.0f;
+    rope_params rope;          // base frequency and position scaling (model/rope.hpp)
 
     int n_q() const { return n_head * head_dim; }
     int n_kv() const { return n_head_kv * head_dim; }
 };
 
 // Reads and checks the hyper-parameters; throws std::runtime_error naming the key and the numbers
-// (missing key, an architecture strata does not run, a dense llama file, inconsistent head counts).
-hparams read_hparams(const gguf::reader& file);
+// (missing key, an architecture strata does not run, a dense llama file, inconsistent head counts, an
+// unknown RoPE scaling type). `rope` replaces the file's RoPE settings where given.
+hparams read_hparams(const gguf::reader& file, const rope_overrides& rope = {});
 
 }  // namespace strata::engine

@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "formats/types.hpp"
+#include "rope_params.hpp"
 
 namespace strata::kernels::cpu {
 
@@ -79,10 +80,12 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void softmax(float* x, int64_t n);
 
 // Rotary embedding in place on x: [n_head][head_dim] for token position pos, rotating the first
-// n_rot dims of each head (n_rot even, <= head_dim) with theta_i = pos * freq_base^(-2i / n_rot).
+// n_rot dims of each head (n_rot even, <= head_dim). Pair i turns by theta_i = pos * freq_base^(-2i / n_rot),
+// scaled as ggml_rope_ext does: times freq_scale (linear), mixed back towards the unscaled angle on
+// YaRN's high-frequency dims (ext_factor), and cos/sin times rope_mscale(p). Default params: plain RoPE.
 // normal: pairs (x[2i], x[2i+1]) (GPT-J / LLaMA GGUF layout); neox: pairs (x[i], x[i + n_rot/2]).
 enum class rope_style { normal, neox };
-void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,
+void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos, const rope_params& p,
           rope_style style);
 
 }  // namespace strata::kernels::cpu

@@ -1,8 +1,8 @@
 // The scalar path: quantized dots call the formats' references (so the scalar path *is* the
 // reference), float dots and vector ops are plain loops. Also RoPE, which is scalar on every ISA
 // (it touches n_head * head_dim floats once per token and never shows in a profile).
+#include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "cpu/detail/kernel_table.hpp"
 #include "formats/quant.hpp"
@@ -105,23 +105,28 @@ void fill_scalar(isa_table& t) {
 
 }  // namespace detail
 
-void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,
+void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos, const rope_params& p,
           rope_style style) {
     const int64_t half = n_rot / 2;
-    // cos_sin[2i], cos_sin[2i+1]: rotation of pair i, shared by every head.
-    std::vector<float> cos_sin(static_cast<size_t>(n_rot));
+    const bool yarn = p.ext_factor != 0.0f;
+    const rope_yarn_range corr = yarn ? rope_yarn_corr_dims(p, static_cast<int>(n_rot)) : rope_yarn_range{};
+    const float mscale = rope_mscale(p);
+    // One angle per pair, shared by every head.
     for (int64_t i = 0; i < half; ++i) {
-        const float theta = static_cast<float>(pos) *
-                            std::pow(freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
-        cos_sin[2 * i] = std::cos(theta);
-        cos_sin[2 * i + 1] = std::sin(theta);
-    }
-    for (int64_t h = 0; h < n_head; ++h) {
-        float* v = x + h * head_dim;
-        for (int64_t i = 0; i < half; ++i) {
-            const int64_t i0 = style == rope_style::neox ? i : 2 * i;
-            const int64_t i1 = style == rope_style::neox ? i + half : 2 * i + 1;
-            const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+        const float theta_extrap = static_cast<float>(pos) *
+                                   std::pow(p.freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
+        float theta = p.freq_scale * theta_extrap;
+        if (yarn) {
+            // 1 below corr.low (extrapolate), 0 above corr.high (interpolate), linear between.
+            const float y = (static_cast<float>(i) - corr.low) / std::max(0.001f, corr.high - corr.low);
+            const float mix = (1.0f - std::clamp(y, 0.0f, 1.0f)) * p.ext_factor;
+            theta = theta * (1.0f - mix) + theta_extrap * mix;
+        }
+        const float c = std::cos(theta) * mscale, s = std::sin(theta) * mscale;
+        const int64_t i0 = style == rope_style::neox ? i : 2 * i;
+        const int64_t i1 = style == rope_style::neox ? i + half : 2 * i + 1;
+        for (int64_t h = 0; h < n_head; ++h) {
+            float* v = x + h * head_dim;
             const float x0 = v[i0], x1 = v[i1];
             v[i0] = x0 * c - x1 * s;
             v[i1] = x0 * s + x1 * c;

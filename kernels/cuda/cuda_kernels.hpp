@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "formats/types.hpp"
+#include "rope_params.hpp"
 
 namespace strata::kernels::cuda {
 
@@ -59,9 +60,9 @@ void convert_f32_to_f16(const float* x, int64_t n, uint16_t* out, stream_t strea
 // (weight may be nullptr: no scale). out may be x.
 void rms_norm(const float* x, const float* weight, float eps, int64_t n, int64_t n_rows, float* out, stream_t stream);
 
-// Rotary embedding in place on x: [n_tok][n_head][head_dim], token t at position pos0 + t, as
-// kernels::cpu::rope (neox: pairs (i, i + n_rot/2); else (2i, 2i + 1)).
-void rope(float* x, int n_tok, int n_head, int head_dim, int n_rot, int pos0, float freq_base, bool neox,
+// Rotary embedding in place on x: [n_tok][n_head][head_dim], token t at position pos0 + t, with p's
+// scaling, as kernels::cpu::rope (neox: pairs (i, i + n_rot/2); else (2i, 2i + 1)).
+void rope(float* x, int n_tok, int n_head, int head_dim, int n_rot, int pos0, const rope_params& p, bool neox,
           stream_t stream);
 
 // KV cache in VRAM, one layer: K and V both [n_ctx] rows of n_kv = n_head_kv * head_dim elements, as

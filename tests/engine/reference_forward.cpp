@@ -35,10 +35,27 @@ void softmax(std::vector<float>& v) {
 }
 
 // RoPE on one head of hd values at position pos: "normal" rotates (2i, 2i+1), "neox" (i, i + hd/2).
-void rope(float* h, int hd, int pos, float base, bool neox) {
+// Scaled as ggml_rope_ext: angles divided by the factor; under YaRN, pairs below the fast correction
+// dim (beta 32) keep the undivided angle, a linear ramp up to the slow one (beta 1), and cos/sin grow
+// by 1 + 0.1 ln(factor).
+void rope(float* h, int hd, int pos, float base, bool neox, const rope_scaling& sc) {
+    double low = 0, high = 0, mscale = sc.attn_factor;
+    if (sc.yarn) {
+        const auto dim = [&](double beta) {
+            return hd * std::log(sc.n_ctx_orig / (beta * 2 * M_PI)) / (2 * std::log(double(base)));
+        };
+        low = std::max(0.0, std::floor(dim(32)));
+        high = std::min(hd - 1.0, std::ceil(dim(1)));
+        mscale *= 1 + 0.1 * std::log(sc.factor);
+    }
     for (int i = 0; i < hd / 2; ++i) {
-        const double theta = pos * std::pow(double(base), -2.0 * i / hd);
-        const float c = float(std::cos(theta)), s = float(std::sin(theta));
+        const double unscaled = pos * std::pow(double(base), -2.0 * i / hd);
+        double theta = unscaled / sc.factor;
+        if (sc.yarn) {
+            const double keep = 1 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0);
+            theta = theta * (1 - keep) + unscaled * keep;
+        }
+        const float c = float(std::cos(theta) * mscale), s = float(std::sin(theta) * mscale);
         const int a = neox ? i : 2 * i, b = neox ? i + hd / 2 : 2 * i + 1;
         const float x0 = h[a], x1 = h[b];
         h[a] = x0 * c - x1 * s;
@@ -63,6 +80,14 @@ reference_model::reference_model(const gguf::reader& f) : f_(f) {
     n_vocab_ = int(f.find_tensor("token_embd.weight")->ne[1]);
     eps_ = float(f.at(p + "attention.layer_norm_rms_epsilon").as_f64());
     freq_base_ = float(f.at(p + "rope.freq_base").as_f64());
+    // llama.cpp: type linear when absent, factor 0 (none) when absent, original context = the context.
+    const std::string type = f.get_string(p + "rope.scaling.type", "linear");
+    const double factor = f.get_f64(p + "rope.scaling.factor", f.get_f64(p + "rope.scale_linear", 0.0));
+    scaling_.yarn = type == "yarn";
+    scaling_.factor = type == "none" || factor == 0 ? 1.0 : factor;
+    scaling_.n_ctx_orig = double(f.get_u64(p + "rope.scaling.original_context_length",
+                                           f.at(p + "context_length").as_u64()));
+    scaling_.attn_factor = f.get_f64(p + "rope.scaling.attn_factor", 1.0);
 }
 
 std::vector<float> reference_model::matrix::apply(const std::vector<float>& x) const {
@@ -148,8 +173,8 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
                     std::copy(o.begin(), o.end(), k.begin() + h * hd);
                 }
             }
-            for (int h = 0; h < n_head_; ++h) rope(q.data() + h * hd, hd, int(pos), freq_base_, neox);
-            for (int h = 0; h < n_head_kv_; ++h) rope(k.data() + h * hd, hd, int(pos), freq_base_, neox);
+            for (int h = 0; h < n_head_; ++h) rope(q.data() + h * hd, hd, int(pos), freq_base_, neox, scaling_);
+            for (int h = 0; h < n_head_kv_; ++h) rope(k.data() + h * hd, hd, int(pos), freq_base_, neox, scaling_);
             kcache[size_t(il)].push_back(k);
             vcache[size_t(il)].push_back(v);
             std::vector<float> att(static_cast<size_t>(n_q), 0.0f);

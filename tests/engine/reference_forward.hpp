@@ -10,6 +10,14 @@
 
 namespace strata::testing {
 
+// RoPE scaling read from the file: linear when not yarn (factor 1: none).
+struct rope_scaling {
+    bool yarn = false;
+    double factor = 1;       // angles divided by this
+    double n_ctx_orig = 0;   // yarn: the context before scaling
+    double attn_factor = 1;  // on cos and sin
+};
+
 class reference_model {
 public:
     explicit reference_model(const gguf::reader& file);
@@ -39,6 +47,7 @@ private:
     std::string arch_;
     int n_layer_, n_embd_, n_head_, n_head_kv_, head_dim_, n_expert_, n_used_, n_ff_, n_vocab_;
     float eps_, freq_base_;
+    rope_scaling scaling_;
     std::vector<float> margins_;
     std::vector<std::vector<std::vector<int>>> ids_;
 };

@@ -239,6 +239,41 @@ TEST(Forward, Int8KvIsCloseToF16) {
     EXPECT_GT(worst, 0.0) << "int8 should not be bitwise f16";
 }
 
+// YaRN (original context 16, factor 4, context 64) and linear scaling against the reference's own
+// reading of the keys, at positions past the original context, where scaling moves the logits.
+TEST(Forward, RopeScalingMatchesNaiveReference) {
+    using make_model::rope_scaling_type;
+    auto pool = make_pool("off", 2);
+    make_model::model_spec spec = make_model::preset("tiny");
+    spec.n_ctx = 64;
+    auto plain = load(spec);
+    const auto tokens = some_tokens(plain->hp.n_vocab, 36);
+    const std::vector<float> unscaled = run(*plain, *pool, tokens, kv_type::f16, 512);
+    const size_t nv = static_cast<size_t>(plain->hp.n_vocab);
+    for (const rope_scaling_type type : {rope_scaling_type::yarn, rope_scaling_type::linear}) {
+        spec.rope_scaling = type;
+        spec.rope_factor = 4.0f;
+        auto m = load(spec);
+        ASSERT_EQ(m->hp.rope.freq_scale, 0.25f);
+        const std::vector<float> got = run(*m, *pool, tokens, kv_type::f16, 7);
+        testing::reference_model ref(m->file);
+        const auto want = ref.logits(tokens);
+        int checked = 0;
+        double moved = 0;  // how far unscaled RoPE is from the reference: the test must see the scaling
+        for (size_t p = 16; p < tokens.size(); ++p) {
+            if (ref.route_margins()[p] <= kTieMargin) continue;
+            const double err = rel_err(got.data() + p * nv, want[p]);
+            EXPECT_LT(err, 0.03) << (type == rope_scaling_type::yarn ? "yarn" : "linear") << " position " << p;
+            moved = std::max(moved, rel_err(unscaled.data() + p * nv, want[p]));
+            ++checked;
+        }
+        std::printf("  %s: %d positions past the original context compared; unscaled RoPE is off by up to %.3f\n",
+                    type == rope_scaling_type::yarn ? "yarn" : "linear", checked, moved);
+        EXPECT_GE(checked, 10);
+        EXPECT_GT(moved, 0.03);
+    }
+}
+
 TEST(Forward, RouteTokenNormalisesTopK) {
     const float logits[4] = {1.0f, 3.0f, 2.0f, 3.0f};
     int32_t ids[2];

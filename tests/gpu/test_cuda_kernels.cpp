@@ -148,16 +148,33 @@ TEST(CudaKernels, RmsNormAndRopeMatchTheCpu) {
         cpu::rms_norm(x.data() + t * n, w.data(), 1e-6f, n, ref.data());
         for (int i = 0; i < n; ++i) ASSERT_NEAR(y[t * n + i], ref[i], 1e-5f * (1 + std::abs(ref[i])));
     }
-    for (bool neox : {false, true}) {
-        auto dq = upload(x);
-        rope(dq.data(), n_tok, n_head, hd, hd, 17, 10000.0f, neox, nullptr);
-        const std::vector<float> q = download(dq);
-        for (int t = 0; t < n_tok; ++t) {
-            std::vector<float> ref(x.begin() + t * n, x.begin() + (t + 1) * n);
-            cpu::rope(ref.data(), n_head, hd, hd, 17 + t, 10000.0f, neox ? cpu::rope_style::neox : cpu::rope_style::normal);
-            for (int i = 0; i < n; ++i) ASSERT_NEAR(q[t * n + i], ref[i], 1e-4f) << "neox " << neox << " t " << t;
+    // Plain, linear x4, and YaRN x4 over an original context of 64 at positions past it (n_rot < hd).
+    kernels::rope_params linear;
+    linear.scaling = kernels::rope_scaling::linear;
+    linear.freq_scale = 0.25f;
+    kernels::rope_params yarn = linear;
+    yarn.scaling = kernels::rope_scaling::yarn;
+    yarn.n_ctx_orig = 64;
+    yarn.ext_factor = 1.0f;
+    yarn.attn_factor = 0.9f;
+    const struct {
+        const char* name;
+        kernels::rope_params p;
+        int pos0, n_rot;
+    } cases[] = {{"none", {}, 17, hd}, {"linear", linear, 17, hd}, {"yarn", yarn, 200, hd}, {"yarn n_rot 32", yarn, 90, 32}};
+    for (const auto& c : cases)
+        for (bool neox : {false, true}) {
+            auto dq = upload(x);
+            rope(dq.data(), n_tok, n_head, hd, c.n_rot, c.pos0, c.p, neox, nullptr);
+            const std::vector<float> q = download(dq);
+            for (int t = 0; t < n_tok; ++t) {
+                std::vector<float> ref(x.begin() + t * n, x.begin() + (t + 1) * n);
+                cpu::rope(ref.data(), n_head, hd, c.n_rot, c.pos0 + t, c.p,
+                          neox ? cpu::rope_style::neox : cpu::rope_style::normal);
+                for (int i = 0; i < n; ++i)
+                    ASSERT_NEAR(q[t * n + i], ref[i], 1e-4f) << c.name << " neox " << neox << " t " << t << " i " << i;
+            }
         }
-    }
 }
 
 // Both cache formats: the stored rows byte for byte as the CPU cache's (formats::quantize_row F16 /

@@ -201,5 +201,31 @@ TEST(MakeModel, ShapeThatDoesNotFitTheTypeNamesTheTensor) {
     EXPECT_THROW(parse_arch("gpt2"), std::invalid_argument);
 }
 
+TEST(MakeModel, RopeScalingKeysAsLlamaCppsConverterWrites) {
+    model_spec s = tiny(arch::qwen3moe);
+    EXPECT_EQ(generate(s).find("qwen3moe.rope.scaling.type"), nullptr);  // no scaling: no keys
+    s.rope_scaling = parse_rope_scaling("yarn");
+    s.rope_factor = 4.0f;
+    s.n_ctx = 131072;
+    gguf::reader r = generate(s);
+    EXPECT_EQ(r.at("qwen3moe.rope.scaling.type").as_string(), "yarn");
+    EXPECT_EQ(r.at("qwen3moe.rope.scaling.factor").as_f64(), 4.0);
+    EXPECT_EQ(r.at("qwen3moe.rope.scaling.original_context_length").as_u64(), 32768u);  // ctx / factor
+    EXPECT_EQ(r.at("qwen3moe.context_length").as_u64(), 131072u);
+    s.rope_orig_ctx = 40000;
+    EXPECT_EQ(generate(s).at("qwen3moe.rope.scaling.original_context_length").as_u64(), 40000u);
+
+    s = tiny(arch::mixtral);
+    s.rope_scaling = rope_scaling_type::linear;
+    s.rope_factor = 2.0f;
+    r = generate(s);
+    EXPECT_EQ(r.at("llama.rope.scaling.type").as_string(), "linear");
+    EXPECT_EQ(r.at("llama.rope.scaling.factor").as_f64(), 2.0);
+    EXPECT_EQ(r.find("llama.rope.scaling.original_context_length"), nullptr);
+    s.rope_factor = 0.0f;
+    EXPECT_THROW(build_model(s), std::invalid_argument);
+    EXPECT_THROW(parse_rope_scaling("longrope"), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace strata::make_model

@@ -1,5 +1,7 @@
 #include "engine_flags.hpp"
 
+#include <cmath>
+
 #include <spdlog/fmt/fmt.h>
 
 namespace strata::cli {
@@ -18,6 +20,17 @@ void add_model_flags(cxxopts::Options& o) {
         ("numa-hot-node", "split-off pool: claim the resident experts on NUMA node N (N | auto: the GPU's | off)",
          cxxopts::value<std::string>()->default_value("off"))
         ("mmap-experts", "split-off pool: read routed experts from the mapped file instead of a RAM copy");
+    o.add_options("rope")
+        ("rope-scaling", "RoPE scaling: none | linear | yarn (default: the model's)", cxxopts::value<std::string>())
+        ("rope-scale", "RoPE context scaling factor N: angles divided by N (default: the model's)",
+         cxxopts::value<float>())
+        ("rope-freq-base", "RoPE base frequency (default: the model's)", cxxopts::value<float>())
+        ("yarn-orig-ctx", "YaRN: the model's original context (default: the model's, else its context)",
+         cxxopts::value<int>())
+        ("yarn-ext-factor", "YaRN extrapolation mix, 0..1 (default: 1 under yarn, else 0)", cxxopts::value<float>())
+        ("yarn-attn-factor", "YaRN scale on cos and sin (default: 1)", cxxopts::value<float>())
+        ("yarn-beta-fast", "YaRN low correction dim (default: 32)", cxxopts::value<float>())
+        ("yarn-beta-slow", "YaRN high correction dim (default: 1)", cxxopts::value<float>());
     o.add_options("gpu")
         ("gpu", "CUDA device for the hybrid mode (-1: CPU only)", cxxopts::value<int>()->default_value("-1"))
         ("expert-cache", "VRAM for routed experts: auto | GiB", cxxopts::value<std::string>()->default_value("auto"))
@@ -43,6 +56,37 @@ void add_sampling_flags(cxxopts::Options& o) {
         ("frequency-penalty", "frequency penalty", cxxopts::value<float>()->default_value("0"))
         ("s,seed", "random seed (default: random)", cxxopts::value<uint64_t>());
 }
+
+namespace {
+
+// The RoPE flags, each checked when given (the engine reads 0 or negative as "the model's").
+void read_rope_flags(const cxxopts::ParseResult& a, model_options& m) {
+    if (a.count("rope-scaling")) {
+        m.rope_scaling = a["rope-scaling"].as<std::string>();
+        if (m.rope_scaling != "none" && m.rope_scaling != "linear" && m.rope_scaling != "yarn")
+            throw std::invalid_argument(
+                fmt::format("--rope-scaling {}: not a RoPE scaling type (valid: none, linear, yarn)", m.rope_scaling));
+    }
+    const auto positive = [&](const char* flag, float& field, bool zero_ok) {
+        if (!a.count(flag)) return;
+        field = a[flag].as<float>();
+        if (!std::isfinite(field) || field < 0.0f || (field == 0.0f && !zero_ok))
+            throw std::invalid_argument(fmt::format("--{} must be {}, got {}", flag, zero_ok ? "0 or more" : "positive", field));
+    };
+    positive("rope-scale", m.rope_scale, false);
+    positive("rope-freq-base", m.rope_freq_base, false);
+    positive("yarn-ext-factor", m.yarn_ext_factor, true);
+    positive("yarn-attn-factor", m.yarn_attn_factor, false);
+    positive("yarn-beta-fast", m.yarn_beta_fast, false);
+    positive("yarn-beta-slow", m.yarn_beta_slow, false);
+    if (a.count("yarn-orig-ctx")) {
+        m.yarn_orig_ctx = a["yarn-orig-ctx"].as<int>();
+        if (m.yarn_orig_ctx <= 0)
+            throw std::invalid_argument(fmt::format("--yarn-orig-ctx must be positive, got {}", m.yarn_orig_ctx));
+    }
+}
+
+}  // namespace
 
 model_options model_options_from(const cxxopts::ParseResult& a) {
     model_options m;
@@ -74,6 +118,7 @@ model_options model_options_from(const cxxopts::ParseResult& a) {
         throw std::invalid_argument(fmt::format("--vram-reserve-mib, --adapt-every and --adapt-swaps must not be "
                                                 "negative (got {}, {}, {})",
                                                 m.vram_reserve_mib, m.adapt_every, m.adapt_swaps));
+    read_rope_flags(a, m);
     return m;
 }
 

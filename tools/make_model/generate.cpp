@@ -139,6 +139,25 @@ void fill_tensor(const tensor_spec& t, uint64_t seed, std::span<uint8_t> out) {
     });
 }
 
+// <arch>.rope.scaling.*: the keys llama.cpp's converter writes for the type.
+void set_rope_scaling(gguf::writer& w, const model_spec& s, const std::string& a) {
+    using gguf::value;
+    static constexpr const char* kNames[] = {"", "none", "linear", "yarn"};
+    if (s.rope_scaling == rope_scaling_type::absent) return;
+    w.set(a + "rope.scaling.type", value::str(kNames[static_cast<int>(s.rope_scaling)]));
+    if (s.rope_scaling == rope_scaling_type::none) return;
+    if (!(s.rope_factor > 0.0f))
+        throw std::invalid_argument(fmt::format("the RoPE scaling factor must be positive, got {}", s.rope_factor));
+    w.set(a + "rope.scaling.factor", value::f32(s.rope_factor));
+    if (s.rope_scaling != rope_scaling_type::yarn) return;
+    const int orig = s.rope_orig_ctx > 0 ? s.rope_orig_ctx : static_cast<int>(static_cast<float>(s.n_ctx) / s.rope_factor);
+    if (orig < 1)
+        throw std::invalid_argument(fmt::format("YaRN's original context is {} (context {} / factor {}); it must be "
+                                                "at least 1",
+                                                orig, s.n_ctx, s.rope_factor));
+    w.set(a + "rope.scaling.original_context_length", value::u32(static_cast<uint32_t>(orig)));
+}
+
 void set_hparams(gguf::writer& w, const model_spec& s) {
     using gguf::value;
     const std::string a = gguf_architecture(s.architecture) + ".";
@@ -151,6 +170,7 @@ void set_hparams(gguf::writer& w, const model_spec& s) {
     w.set(a + "attention.value_length", value::u32(s.head_dim));
     w.set(a + "attention.layer_norm_rms_epsilon", value::f32(s.rms_eps));
     w.set(a + "rope.freq_base", value::f32(s.rope_freq_base));
+    set_rope_scaling(w, s, a);
     w.set(a + "expert_count", value::u32(s.n_expert));
     w.set(a + "expert_used_count", value::u32(s.n_expert_used));
     switch (s.architecture) {

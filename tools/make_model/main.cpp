@@ -46,6 +46,10 @@ int run(int argc, char** argv) {
         ("n-ff-shared", "hidden size of the shared expert (qwen2moe)", cxxopts::value<int>())
         ("vocab", "vocabulary size", cxxopts::value<int>())
         ("ctx", "context length", cxxopts::value<int>())
+        ("rope-scaling", "write rope.scaling.type: none | linear | yarn (default: no scaling keys)",
+         cxxopts::value<std::string>())
+        ("rope-factor", "rope.scaling.factor (linear, yarn)", cxxopts::value<float>())
+        ("yarn-orig-ctx", "yarn: rope.scaling.original_context_length (default: ctx / factor)", cxxopts::value<int>())
         ("type-experts", "type of routed expert weights", cxxopts::value<std::string>())
         ("type-shexp", "type of shared expert weights", cxxopts::value<std::string>())
         ("type-attn", "type of attention weights", cxxopts::value<std::string>())
@@ -92,6 +96,18 @@ int run(int argc, char** argv) {
     s.tie_embeddings = a.count("tie-embeddings") > 0;
     s.split_experts = a.count("split-experts") > 0;
     if (a.count("tokenizer")) s.tokenizer = parse_tokenizer(a["tokenizer"].as<std::string>());
+    if (a.count("rope-scaling")) s.rope_scaling = parse_rope_scaling(a["rope-scaling"].as<std::string>());
+    const bool scaled = s.rope_scaling == rope_scaling_type::linear || s.rope_scaling == rope_scaling_type::yarn;
+    if (a.count("rope-factor") && !scaled)
+        throw std::invalid_argument("--rope-factor needs --rope-scaling linear or yarn");
+    if (a.count("yarn-orig-ctx") && s.rope_scaling != rope_scaling_type::yarn)
+        throw std::invalid_argument("--yarn-orig-ctx needs --rope-scaling yarn");
+    if (a.count("rope-factor")) {
+        s.rope_factor = a["rope-factor"].as<float>();
+        if (!(s.rope_factor > 0.0f))
+            throw std::invalid_argument(fmt::format("--rope-factor must be positive, got {}", s.rope_factor));
+    }
+    set_int("yarn-orig-ctx", s.rope_orig_ctx);
 
     const std::string out = a["output"].as<std::string>();
     const auto t0 = std::chrono::steady_clock::now();

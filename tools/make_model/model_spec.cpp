@@ -32,6 +32,13 @@ tokenizer_kind parse_tokenizer(const std::string& name) {
     throw std::invalid_argument("unknown tokenizer '" + name + "' (valid: gpt2, llama)");
 }
 
+rope_scaling_type parse_rope_scaling(const std::string& name) {
+    if (name == "none") return rope_scaling_type::none;
+    if (name == "linear") return rope_scaling_type::linear;
+    if (name == "yarn") return rope_scaling_type::yarn;
+    throw std::invalid_argument("unknown RoPE scaling '" + name + "' (valid: none, linear, yarn)");
+}
+
 tokenizer_kind resolve_tokenizer(const model_spec& spec) {
     if (spec.tokenizer != tokenizer_kind::arch_default) return spec.tokenizer;
     return spec.architecture == arch::mixtral ? tokenizer_kind::llama : tokenizer_kind::gpt2;

@@ -16,6 +16,10 @@ enum class arch { qwen3moe, qwen2moe, mixtral };
 // real Mixtral files have, gpt2 otherwise.
 enum class tokenizer_kind { arch_default, gpt2, llama };
 
+// RoPE scaling keys written: absent (none at all, plain RoPE) or rope.scaling.type with this value,
+// and for linear / yarn the factor (yarn: also the original context), as llama.cpp's converter writes them.
+enum class rope_scaling_type { absent, none, linear, yarn };
+
 struct model_spec {
     arch architecture = arch::qwen3moe;
     std::string name = "strata synthetic";
@@ -31,6 +35,9 @@ struct model_spec {
     int n_vocab = 512;
     int n_ctx = 512;
     float rope_freq_base = 1000000.0f;
+    rope_scaling_type rope_scaling = rope_scaling_type::absent;
+    float rope_factor = 1.0f;         // rope.scaling.factor (linear, yarn)
+    int rope_orig_ctx = 0;            // yarn: rope.scaling.original_context_length; 0: n_ctx / rope_factor
     float rms_eps = 1e-6f;
     bool tie_embeddings = false;       // no output.weight; the head reuses token_embd
     bool split_experts = false;        // mixtral only: older per-expert tensors blk.N.ffn_gate.E.weight
@@ -49,6 +56,7 @@ std::string gguf_architecture(arch a);     // general.architecture ("llama" for 
 arch parse_arch(const std::string& name);  // throws std::invalid_argument listing the valid names
 tokenizer_kind parse_tokenizer(const std::string& name);  // gpt2 | llama; throws std::invalid_argument
 tokenizer_kind resolve_tokenizer(const model_spec& spec);  // arch_default resolved: gpt2 or llama
+rope_scaling_type parse_rope_scaling(const std::string& name);  // none | linear | yarn; throws std::invalid_argument
 
 // Presets: "tiny" (a few MB, unit tests), "demo" (tens of MB, the README's model), "bench"
 // (about 1.5 GB: n_embd 2048, 8 layers, 32/4 heads of 128, 64 experts of 768, 8 used).

@@ -27,6 +27,7 @@ void print_table(const gguf::reader& file, const model_summary& s) {
                s.name.empty() ? "" : fmt::format(" (\"{}\")", s.name));
     fmt::print("hyper-parameters:\n");
     for (const auto& [k, v] : s.hparams) fmt::print("  {:<36} {}\n", k, v);
+    if (!s.rope_scaling.empty()) fmt::print("rope scaling:   {}\n", s.rope_scaling);
     std::string types;
     for (const auto& [t, n] : s.tensors_by_type) types += fmt::format("{}{} x {}", types.empty() ? "" : ", ", t, n);
     fmt::print("tensors:        {} ({}), {:.3f} B parameters, {}\n", s.n_tensors, types, double(s.n_params) / 1e9,
@@ -51,6 +52,7 @@ void print_json(const gguf::reader& file, const model_summary& s) {
     j["architecture"] = s.architecture;
     j["name"] = s.name;
     for (const auto& [k, v] : s.hparams) j["hparams"][k] = v;
+    j["rope_scaling"] = s.rope_scaling;
     j["n_tensors"] = s.n_tensors;
     j["n_params"] = s.n_params;
     j["tensor_bytes"] = s.tensor_bytes;

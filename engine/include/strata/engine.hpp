@@ -43,6 +43,15 @@ struct model_options {
     int adapt_every = 0;              // --adapt-every N: decode steps between expert swaps (0: off)
     int adapt_swaps = 4;              // --adapt-swaps N: experts swapped in per adaptation at most
     bool adapt_async = false;         // --adapt-async 1: copies land in the background, off the decode path
+    // RoPE overrides with llama.cpp's flags and meanings (docs/DETAILS.md); the defaults keep the model's.
+    std::string rope_scaling;         // --rope-scaling none|linear|yarn; empty: the model's
+    float rope_scale = 0;             // --rope-scale N: context scaling factor (angles / N); 0: the model's
+    float rope_freq_base = 0;         // --rope-freq-base: RoPE base frequency; 0: the model's
+    int yarn_orig_ctx = 0;            // --yarn-orig-ctx N: YaRN original context; 0: the model's
+    float yarn_ext_factor = -1;       // --yarn-ext-factor: extrapolation mix; < 0: the model's (1 under yarn)
+    float yarn_attn_factor = -1;      // --yarn-attn-factor: scale on cos/sin; < 0: the model's (1)
+    float yarn_beta_fast = -1;        // --yarn-beta-fast; < 0: the model's (32)
+    float yarn_beta_slow = -1;        // --yarn-beta-slow; < 0: the model's (1)
 };
 
 struct sampling_options {

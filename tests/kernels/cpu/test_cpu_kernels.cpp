@@ -245,7 +245,7 @@ TEST(Rope, NormalAndNeoxMatchNaiveRotation) {
     const auto x = random_floats(n_head * head_dim, 21);
     for (const auto style : {rope_style::normal, rope_style::neox}) {
         auto y = x;
-        rope(y.data(), n_head, head_dim, n_rot, pos, 10000.0f, style);
+        rope(y.data(), n_head, head_dim, n_rot, pos, strata::kernels::rope_params{}, style);
         for (int64_t h = 0; h < n_head; ++h) {
             const float* v = x.data() + h * head_dim;
             for (int64_t i = 0; i < n_rot / 2; ++i) {

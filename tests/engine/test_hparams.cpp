@@ -1,0 +1,167 @@
+// RoPE settings read from the file with llama.cpp's defaults, the unknown-type error, and the
+// command-line overrides (model_options -> rope_overrides) applied over the file's values.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "generate.hpp"
+#include "gguf/gguf_writer.hpp"
+#include "model/hparams.hpp"
+#include "model_info.hpp"
+#include "strata/engine.hpp"
+
+namespace strata::engine {
+namespace {
+
+using make_model::rope_scaling_type;
+
+gguf::reader file_with(make_model::model_spec spec, const std::vector<std::pair<std::string, gguf::value>>& keys = {}) {
+    gguf::writer w = make_model::build_model(spec);
+    for (const auto& [k, v] : keys) w.set(k, v);
+    return gguf::reader::from_bytes(w.write_to_memory(), "rope.gguf");
+}
+
+make_model::model_spec tiny() {
+    make_model::model_spec s = make_model::preset("tiny");
+    s.n_layer = 1;
+    return s;
+}
+
+TEST(RopeHparams, AbsentKeysGiveLlamaCppDefaults) {
+    const hparams hp = read_hparams(file_with(tiny()));
+    EXPECT_EQ(hp.rope.freq_base, 1e6f);  // the file's rope.freq_base
+    EXPECT_EQ(hp.rope.scaling, rope_scaling::linear);
+    EXPECT_EQ(hp.rope.freq_scale, 1.0f);
+    EXPECT_EQ(hp.rope.n_ctx_orig, hp.n_ctx_train);
+    EXPECT_EQ(hp.rope.ext_factor, 0.0f);
+    EXPECT_EQ(hp.rope.attn_factor, 1.0f);
+    EXPECT_EQ(hp.rope.beta_fast, 32.0f);
+    EXPECT_EQ(hp.rope.beta_slow, 1.0f);
+    EXPECT_EQ(describe_rope(hp.rope), "none");
+}
+
+TEST(RopeHparams, YarnFileAndItsDefaults) {
+    make_model::model_spec s = tiny();
+    s.rope_scaling = rope_scaling_type::yarn;
+    s.rope_factor = 4.0f;
+    s.n_ctx = 64;
+    hparams hp = read_hparams(file_with(s));
+    EXPECT_EQ(hp.rope.scaling, rope_scaling::yarn);
+    EXPECT_EQ(hp.rope.freq_scale, 0.25f);
+    EXPECT_EQ(hp.rope.n_ctx_orig, 16);
+    EXPECT_EQ(hp.rope.ext_factor, 1.0f);  // -1 ("not set") becomes 1 under yarn
+    EXPECT_EQ(hp.rope.attn_factor, 1.0f);
+    EXPECT_EQ(describe_rope(hp.rope), "yarn x4, original context 16");
+
+    // No original_context_length: the training context, as llama.cpp. The YaRN keys llama.cpp reads.
+    const gguf::reader f = file_with(tiny(), {{"qwen3moe.rope.scaling.type", gguf::value::str("yarn")},
+                                              {"qwen3moe.rope.scaling.factor", gguf::value::f32(8)},
+                                              {"qwen3moe.rope.scaling.attn_factor", gguf::value::f32(0.5f)},
+                                              {"qwen3moe.rope.scaling.yarn_attn_factor", gguf::value::f32(3)},
+                                              {"qwen3moe.rope.scaling.yarn_ext_factor", gguf::value::f32(0.25f)},
+                                              {"qwen3moe.rope.scaling.yarn_beta_fast", gguf::value::f32(16)},
+                                              {"qwen3moe.rope.scaling.yarn_beta_slow", gguf::value::f32(2)}});
+    hp = read_hparams(f);
+    EXPECT_EQ(hp.rope.n_ctx_orig, hp.n_ctx_train);
+    EXPECT_EQ(hp.rope.freq_scale, 0.125f);
+    EXPECT_EQ(hp.rope.attn_factor, 1.5f);
+    EXPECT_EQ(hp.rope.ext_factor, 0.25f);
+    EXPECT_EQ(hp.rope.beta_fast, 16.0f);
+    EXPECT_EQ(hp.rope.beta_slow, 2.0f);
+}
+
+TEST(RopeHparams, LinearLegacyKeyAndNone) {
+    hparams hp = read_hparams(file_with(tiny(), {{"qwen3moe.rope.scale_linear", gguf::value::f32(2)}}));
+    EXPECT_EQ(hp.rope.scaling, rope_scaling::linear);
+    EXPECT_EQ(hp.rope.freq_scale, 0.5f);
+    EXPECT_EQ(hp.rope.ext_factor, 0.0f);
+    EXPECT_EQ(describe_rope(hp.rope), "linear x2");
+    hp = read_hparams(file_with(tiny(), {{"qwen3moe.rope.scaling.type", gguf::value::str("none")},
+                                         {"qwen3moe.rope.scaling.factor", gguf::value::f32(4)}}));
+    EXPECT_EQ(hp.rope.scaling, rope_scaling::none);
+    EXPECT_EQ(hp.rope.freq_scale, 1.0f);  // none never scales
+}
+
+TEST(RopeHparams, UnknownTypeNamesItAndTheValidOnes) {
+    try {
+        read_hparams(file_with(tiny(), {{"qwen3moe.rope.scaling.type", gguf::value::str("longrope")}}));
+        FAIL() << "an unknown scaling type must not load";
+    } catch (const std::runtime_error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("'longrope'"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("qwen3moe.rope.scaling.type"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("none, linear, yarn"), std::string::npos) << msg;
+    }
+    EXPECT_THROW(read_hparams(file_with(tiny(), {{"qwen3moe.rope.scaling.factor", gguf::value::f32(-2)}})),
+                 std::runtime_error);
+}
+
+TEST(RopeHparams, OverridesReplaceTheFilesValues) {
+    model_options o;
+    EXPECT_EQ(describe_rope(read_hparams(file_with(tiny()), rope_overrides_from(o)).rope), "none");
+    o.rope_scaling = "yarn";
+    o.rope_scale = 8;
+    o.yarn_orig_ctx = 100;
+    o.rope_freq_base = 5e5f;
+    o.yarn_beta_fast = 20;
+    hparams hp = read_hparams(file_with(tiny()), rope_overrides_from(o));
+    EXPECT_EQ(hp.rope.scaling, rope_scaling::yarn);
+    EXPECT_EQ(hp.rope.freq_scale, 0.125f);
+    EXPECT_EQ(hp.rope.n_ctx_orig, 100);
+    EXPECT_EQ(hp.rope.freq_base, 5e5f);
+    EXPECT_EQ(hp.rope.ext_factor, 1.0f);
+    EXPECT_EQ(hp.rope.beta_fast, 20.0f);
+    EXPECT_EQ(hp.rope.beta_slow, 1.0f);
+
+    // --rope-scaling none over a YaRN file: plain RoPE.
+    make_model::model_spec s = tiny();
+    s.rope_scaling = rope_scaling_type::yarn;
+    s.rope_factor = 4.0f;
+    model_options none;
+    none.rope_scaling = "none";
+    hp = read_hparams(file_with(s), rope_overrides_from(none));
+    EXPECT_EQ(hp.rope.freq_scale, 1.0f);
+    EXPECT_EQ(hp.rope.ext_factor, 0.0f);
+    EXPECT_EQ(hp.rope.attn_factor, 1.0f);
+}
+
+TEST(RopeHparams, BadOverridesNameTheFlagAndTheValue) {
+    const auto message = [](model_options o) {
+        try {
+            rope_overrides_from(o);
+        } catch (const std::invalid_argument& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    model_options o;
+    o.rope_scaling = "ntk";
+    EXPECT_NE(message(o).find("--rope-scaling: RoPE scaling type 'ntk'"), std::string::npos) << message(o);
+    o = {};
+    o.rope_scale = -2;
+    EXPECT_NE(message(o).find("--rope-scale must be positive (0: the model's), got -2"), std::string::npos);
+    o = {};
+    o.yarn_orig_ctx = -5;
+    EXPECT_NE(message(o).find("--yarn-orig-ctx must be positive (0: the model's), got -5"), std::string::npos);
+    o = {};
+    o.yarn_beta_slow = 0;
+    EXPECT_NE(message(o).find("--yarn-beta-slow must be positive"), std::string::npos);
+    o = {};
+    o.yarn_ext_factor = 0;  // allowed: no extrapolation
+    EXPECT_EQ(message(o), "accepted");
+}
+
+TEST(RopeHparams, InfoSummaryShowsTheScaling) {
+    make_model::model_spec s = tiny();
+    EXPECT_EQ(summarize(file_with(s)).rope_scaling, "none");
+    s.rope_scaling = rope_scaling_type::yarn;
+    s.rope_factor = 4.0f;
+    s.n_ctx = 131072;
+    EXPECT_EQ(summarize(file_with(s)).rope_scaling, "yarn x4, original context 32768");
+    const std::string bad =
+        summarize(file_with(tiny(), {{"qwen3moe.rope.scaling.type", gguf::value::str("su")}})).rope_scaling;
+    EXPECT_NE(bad.find("'su' is not supported"), std::string::npos) << bad;
+}
+
+}  // namespace
+}  // namespace strata::engine
