@@ -42,6 +42,7 @@ static void fill_avx2(isa_table& t) {
     t.rms_norm = rms_norm_avx2;
     t.silu_mul = silu_mul_avx2;
     t.softmax = softmax_avx2;
+    t.attn_tile = attn_tile_avx2;
 }
 
 // AVX-512 overrides the formats where 512-bit code pays (8 tokens per dot call with 32 registers); the other formats, the activation quantizers
@@ -55,6 +56,7 @@ static void fill_avx512(isa_table& t) {
     set_dot(t, ggml_type::F32, dot_f32_avx512, 8);
     set_dot(t, ggml_type::F16, dot_f16_avx512, 8);
     set_dot(t, ggml_type::BF16, dot_bf16_avx512, 8);
+    t.attn_tile = attn_tile_avx512;
 }
 
 static isa_table build_table(isa which) {

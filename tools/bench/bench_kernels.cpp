@@ -1,12 +1,14 @@
 // strata-bench kernels: single-token matvec weight bandwidth per format on 1..N threads next to a
 // STREAM-like read bandwidth measured in the same run (same buffer size, same thread counts,
-// alternating repeat by repeat so both see the same machine load), and tokens/s of the batched matmul.
+// alternating repeat by repeat so both see the same machine load), tokens/s of the batched matmul, and
+// the tiled attention on one thread (prompt GFLOP/s, decode GB/s of KV read vs the read bandwidth).
 #include <sys/mman.h>
 #include <xmmintrin.h>
 
 #include <algorithm>
 #include <barrier>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +24,7 @@
 #include <cxxopts.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cpu/attention.hpp"
 #include "cpu/kernels.hpp"
 #include "formats/quant.hpp"
 #include "bandwidth.hpp"
@@ -121,6 +125,89 @@ std::vector<uint8_t> make_activations(ggml_type type, int64_t n_cols, int64_t n_
     return act;
 }
 
+// The attention rows: a Qwen3-30B-like head layout over one kv head per tile, one thread (the kernel is
+// single-threaded; the engine runs one (kv head, query tile) or (kv head, chunk) item per thread).
+struct attn_shape {
+    static constexpr int n_head = 32, n_head_kv = 4, head_dim = 128;
+    static constexpr int group = n_head / n_head_kv;
+    static constexpr int query_tile = 16;  // prompt tokens per engine work item
+};
+
+// Prompt: the last 16-token query tile of a `prompt_tokens` prompt after `depth` positions, every kv
+// head (rows = 16 tokens x group), all its tiles folded: GFLOP/s counting 4 head_dim flops (q.k and
+// p v) per (row, visible position). Decode: one token (group rows per kv head) over `depth` positions
+// of every layer that fits in `buf` (so the cache is read from memory, not the L3), GB/s of KV read,
+// next to a one-thread read of `reads` timed in alternation.
+nlohmann::json bench_attention(ggml_type type, int depth, int prompt_tokens, buffer& buf, buffer& reads, int repeats) {
+    using S = attn_shape;
+    const size_t row_bytes = formats::row_size(type, S::head_dim);
+    const int n_ctx = depth + prompt_tokens;
+    const size_t side_bytes = static_cast<size_t>(n_ctx) * row_bytes;       // K (or V) of one kv head
+    const size_t layer_bytes = 2 * side_bytes * S::n_head_kv;
+    const int n_layers = static_cast<int>(buf.size / layer_bytes);
+    if (n_layers < 1) throw std::runtime_error("strata-bench kernels: --mib too small for attention at depth " + std::to_string(depth));
+    fill_matrix(type, S::head_dim, static_cast<int64_t>(buf.size / row_bytes), buf.data.get());
+    auto tile = [&](int layer, int g, int c, int n_pos) {
+        const uint8_t* k = buf.data.get() + static_cast<size_t>(layer) * layer_bytes + 2 * g * side_bytes;
+        const int pos0 = c * cpu::attn_tile_max;
+        return cpu::kv_tile{type, k + pos0 * row_bytes, k + side_bytes + pos0 * row_bytes, row_bytes, pos0,
+                            std::min(cpu::attn_tile_max, n_pos - pos0)};
+    };
+    const float scale = 1.0f / std::sqrt(static_cast<float>(S::head_dim));
+    constexpr int prompt_rows = S::query_tile * S::group;
+    std::vector<float> q(prompt_rows * S::head_dim), st_buf(prompt_rows * (S::head_dim + 2));
+    std::mt19937 rng(3);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (auto& x : q) x = dist(rng);
+    const cpu::attn_state st{st_buf.data(), st_buf.data() + prompt_rows, st_buf.data() + 2 * prompt_rows};
+
+    std::vector<int64_t> last(prompt_rows);
+    double prompt_flops = 0;
+    for (int r = 0; r < prompt_rows; ++r) {
+        last[r] = n_ctx - S::query_tile + r / S::group;
+        prompt_flops += 4.0 * S::head_dim * static_cast<double>(last[r] + 1) * S::n_head_kv;
+    }
+    std::vector<double> t_prompt;
+    for (int r = 0; r < repeats; ++r) {
+        t_prompt.push_back(time_parallel(1, 1, [&](int, int) {
+            for (int g = 0; g < S::n_head_kv; ++g) {
+                cpu::attn_clear(st, S::head_dim, prompt_rows);
+                for (int c = 0; c * cpu::attn_tile_max < n_ctx; ++c)
+                    cpu::attn_tile(tile(0, g, c, n_ctx), S::head_dim, q.data(), prompt_rows, last.data(), scale, st);
+            }
+        })[0]);
+        if (t_prompt.back() > 2.0) break;  // scalar: one repeat is enough
+    }
+
+    const std::vector<int64_t> decode_last(S::group, depth - 1);
+    const double kv_bytes = 2.0 * static_cast<double>(depth) * row_bytes * S::n_head_kv * n_layers;
+    std::vector<double> t_decode, t_read;
+    std::vector<uint64_t> sink(1);
+    for (int r = 0; r < repeats; ++r) {
+        double best_read = 1e30;
+        for (int pf = 0; pf < 2; ++pf)
+            best_read = std::min(best_read, time_parallel(1, 1, [&](int, int) {
+                sink[0] += read_words(reinterpret_cast<const uint64_t*>(reads.data.get()), reads.size / 8, pf);
+            })[0]);
+        t_read.push_back(best_read);
+        t_decode.push_back(time_parallel(1, 1, [&](int, int) {
+            for (int layer = 0; layer < n_layers; ++layer)
+                for (int g = 0; g < S::n_head_kv; ++g) {
+                    cpu::attn_clear(st, S::head_dim, S::group);
+                    for (int c = 0; c * cpu::attn_tile_max < depth; ++c)
+                        cpu::attn_tile(tile(layer, g, c, depth), S::head_dim, q.data(), S::group, decode_last.data(),
+                                       scale, st);
+                }
+        })[0]);
+        if (t_decode.back() > 2.0) break;
+    }
+    const double read_gbps = static_cast<double>(reads.size) / median(t_read) / 1e9;
+    const double kv_gbps = kv_bytes / median(t_decode) / 1e9;
+    return {{"kv_type", std::string(formats::info(type).name)}, {"depth", depth}, {"prompt_tokens", prompt_tokens},
+            {"prompt_gflops", prompt_flops / median(t_prompt) / 1e9}, {"decode_kv_gbps", kv_gbps},
+            {"read_gbps", read_gbps}, {"ratio", kv_gbps / read_gbps}, {"decode_layers", n_layers}};
+}
+
 int run(int argc, char** argv) {
     cxxopts::Options options("strata-bench kernels",
                              "Single-token matvec GB/s per format vs read bandwidth, and batched matmul tokens/s.");
@@ -134,6 +221,10 @@ int run(int argc, char** argv) {
         ("matmul-tokens", "comma-separated token counts for the batched matmul (empty: skip)",
          cxxopts::value<std::string>()->default_value("64,512"))
         ("matmul-rows", "rows of the matmul matrix (n_cols x rows)", cxxopts::value<int64_t>()->default_value("4096"))
+        ("attn-depths", "comma-separated KV depths for the attention rows (empty: skip)",
+         cxxopts::value<std::string>()->default_value("4096,16384"))
+        ("attn-kv", "comma-separated KV cache types for the attention rows", cxxopts::value<std::string>()->default_value("F16,Q8_0"))
+        ("attn-prompt", "prompt tokens after the depth for the attention prompt row", cxxopts::value<int>()->default_value("512"))
         ("json", "print JSON instead of a table")
         ("h,help", "this help");
     const auto args = options.parse(argc, argv);
@@ -150,6 +241,18 @@ int run(int argc, char** argv) {
     const int64_t matmul_rows = args["matmul-rows"].as<int64_t>();
     const bool json = args.count("json") > 0;
 
+    std::vector<int> attn_depths;
+    for (const auto& d : split_list(args["attn-depths"].as<std::string>())) attn_depths.push_back(std::stoi(d));
+    std::vector<ggml_type> attn_types;
+    for (const auto& name : split_list(args["attn-kv"].as<std::string>())) {
+        const auto t = formats::type_from_name(name);
+        if (!t || (*t != ggml_type::F16 && *t != ggml_type::Q8_0)) {
+            std::fprintf(stderr, "strata-bench kernels: the KV cache is F16 or Q8_0, not '%s'\n", name.c_str());
+            return 2;
+        }
+        attn_types.push_back(*t);
+    }
+
     std::vector<ggml_type> types;
     for (const auto& name : split_list(args["formats"].as<std::string>())) {
         const auto t = formats::type_from_name(name);
@@ -165,7 +268,8 @@ int run(int argc, char** argv) {
     std::memset(reads.data.get(), 1, bytes);
     const std::string isa(cpu::isa_name(cpu::active_isa()));
     nlohmann::json out = {{"isa", isa}, {"mib", mib}, {"n_cols", n_cols}, {"repeats", repeats},
-                          {"matvec", nlohmann::json::array()}, {"matmul", nlohmann::json::array()}};
+                          {"matvec", nlohmann::json::array()}, {"matmul", nlohmann::json::array()},
+                          {"attention", nlohmann::json::array()}};
     if (!json) {
         std::printf("strata-bench kernels: ISA %s, %lld MiB matrix of %lld columns, one token, median of %d\n",
                     isa.c_str(), static_cast<long long>(mib), static_cast<long long>(n_cols), repeats);
@@ -234,6 +338,10 @@ int run(int argc, char** argv) {
         }
     }
 
+    for (const int depth : attn_depths)
+        for (const ggml_type type : attn_types)
+            out["attention"].push_back(bench_attention(type, depth, args["attn-prompt"].as<int>(), weights, reads, repeats));
+
     if (json) {
         std::printf("%s\n", out.dump(2).c_str());
         return 0;
@@ -247,6 +355,18 @@ int run(int argc, char** argv) {
             std::printf("%-8s %7lld %12.1f %14.2f\n", m["format"].get<std::string>().c_str(),
                         static_cast<long long>(m["tokens"].get<int64_t>()), m["tokens_per_s"].get<double>(),
                         m["tokens_per_s"].get<double>() * m["rows"].get<int64_t>() * n_cols / 1e9);
+    }
+    if (!attn_depths.empty()) {
+        std::printf("\nattention, one thread: %d q heads, %d kv heads, head_dim %d; prompt = the last %d-token query "
+                    "tile of a %d-token prompt after the depth, decode = 1 token over the depth\n",
+                    attn_shape::n_head, attn_shape::n_head_kv, attn_shape::head_dim, attn_shape::query_tile,
+                    args["attn-prompt"].as<int>());
+        std::printf("%-6s %7s %15s %15s %12s %7s\n", "kv", "depth", "prompt GFLOP/s", "decode KV GB/s", "read GB/s",
+                    "ratio");
+        for (const auto& a : out["attention"])
+            std::printf("%-6s %7d %15.2f %15.2f %12.2f %6.0f%%\n", a["kv_type"].get<std::string>().c_str(),
+                        a["depth"].get<int>(), a["prompt_gflops"].get<double>(), a["decode_kv_gbps"].get<double>(),
+                        a["read_gbps"].get<double>(), 100.0 * a["ratio"].get<double>());
     }
     return 0;
 }

@@ -119,5 +119,9 @@ void attn_merge_row(int64_t head_dim, float* max_a, float* sum_a, float* acc_a, 
                     const float* acc_b);
 void attn_tile_scalar(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                       float scale, const attn_state& st);
+void attn_tile_avx2(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
+                    float scale, const attn_state& st);
+void attn_tile_avx512(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
+                      float scale, const attn_state& st);
 
 }  // namespace strata::kernels::cpu::detail

@@ -1,0 +1,193 @@
+// Tiled attention, AVX2 + FMA + F16C: attn_tile for F16 and Q8_0 tiles.
+//
+// Per call the tile is converted once to f32 (tile_convert.hpp): keys transposed, kt[head_dim][n_pad]
+// (rows padded by kRowPad), so one vector holds one dimension of 8 consecutive positions, and values
+// vf[n][head_dim] (rows padded likewise). Query rows then go through in register blocks of kRows:
+//   score[kRows][n_pad]    scale * q_r . k_t, one lane per position, broadcast q_r[j] times kt[j];
+//                          then p = exp(score - max) in place, 0 past the row's visible positions;
+//   acc[kRows][head_dim]   sum_t p_t v_t, one lane per dimension, broadcast p_t times vf[t];
+// and each row's (max, sum, acc) is folded into the state with the shared attn_merge_row.
+//
+// NOTE: departures from attn_tile_scalar (matched to rounding, not bitwise):
+//   - a score is one FMA chain over the dimensions in order; an acc element one FMA chain over the
+//     positions in order; exp is a polynomial; a row's sum is 8 lane sums then a fixed horizontal sum;
+//   - a block's rows run the value loop to the block's largest visible count: a row's positions past
+//     its own have p = 0, and fma(0, v, acc) == acc for finite v (acc starts at +0 and never becomes -0).
+// So a row's state depends only on its q, its last_pos and the tile, never on n_rows or the other rows.
+#include <algorithm>
+#include <limits>
+
+#include "cpu/attention/tile_convert.hpp"
+#include "cpu/detail/kernel_table.hpp"
+
+namespace strata::kernels::cpu::detail {
+namespace {
+
+constexpr int kRows = 4;      // query rows per register block
+constexpr int kPosStep = 16;  // positions per score register block (2 vectors); n_pad is a multiple
+
+// exp(x), Cephes-style polynomial as in vecops/avx2.cpp (about 1 ulp on [-87, 88], clamped there).
+static inline __m256 exp_ps(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // x - n ln2, Cody-Waite
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
+}
+
+static inline float hmax(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+// Lanes i < n_valid all ones, the rest zero (0 <= n_valid <= 8).
+static inline __m256 first_lanes(int n_valid) {
+    return _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(n_valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+
+// score[i][t] = scale * (q_i . k_t) for the block's R rows (q: [R][head_dim]), t < n_score.
+template <int R>
+static void scores(const float* q, int64_t head_dim, const float* kt, int n_pad, int n_score, float scale,
+                   float* score) {
+    for (int t = 0; t < n_score; t += kPosStep) {
+        __m256 acc[R][2];
+        for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
+        const float* k = kt + t;  // k[j * (n_pad + kRowPad) + 0..15] = k_{t..t+15}[j]
+        for (int64_t j = 0; j < head_dim; ++j, k += n_pad + kRowPad) {
+            const __m256 k0 = _mm256_load_ps(k), k1 = _mm256_load_ps(k + 8);
+            for (int i = 0; i < R; ++i) {
+                const __m256 qj = _mm256_broadcast_ss(q + i * head_dim + j);
+                acc[i][0] = _mm256_fmadd_ps(qj, k0, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(qj, k1, acc[i][1]);
+            }
+        }
+        const __m256 s = _mm256_set1_ps(scale);
+        for (int i = 0; i < R; ++i) {
+            _mm256_store_ps(score + i * n_pad + t, _mm256_mul_ps(acc[i][0], s));
+            _mm256_store_ps(score + i * n_pad + t + 8, _mm256_mul_ps(acc[i][1], s));
+        }
+    }
+}
+
+// One row: s[t] <- exp(s[t] - max) for t < n_vis, 0 for n_vis <= t < n_score; returns the sum, sets max.
+static float softmax_row(float* s, int n_vis, int n_score, float* max_out) {
+    __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int t = 0; t < n_vis; t += 8)
+        m = _mm256_max_ps(m, _mm256_blendv_ps(m, _mm256_load_ps(s + t), first_lanes(n_vis - t)));
+    const float max = hmax(m);
+    const __m256 vmax = _mm256_set1_ps(max);
+    __m256 sum = _mm256_setzero_ps();
+    int t = 0;
+    for (; t < n_vis; t += 8) {
+        const __m256 p = _mm256_and_ps(exp_ps(_mm256_sub_ps(_mm256_load_ps(s + t), vmax)), first_lanes(n_vis - t));
+        _mm256_store_ps(s + t, p);
+        sum = _mm256_add_ps(sum, p);
+    }
+    for (; t < n_score; t += 8) _mm256_store_ps(s + t, _mm256_setzero_ps());
+    *max_out = max;
+    return hsum(sum);
+}
+
+// acc[i][:] = sum_{t < n_t} p[i][t] vf[t][:] for the block's R rows (p: [R][n_pad]).
+template <int R>
+static void weighted_values(const float* p, int n_pad, int n_t, const float* vf, int64_t head_dim, float* acc) {
+    int64_t j = 0;
+    for (; j + 16 <= head_dim; j += 16) {
+        __m256 a[R][2];
+        for (auto& x : a) x[0] = x[1] = _mm256_setzero_ps();
+        const float* v = vf + j;
+        for (int t = 0; t < n_t; ++t, v += head_dim + kRowPad) {
+            const __m256 v0 = _mm256_load_ps(v), v1 = _mm256_load_ps(v + 8);
+            for (int i = 0; i < R; ++i) {
+                const __m256 pt = _mm256_broadcast_ss(p + i * n_pad + t);
+                a[i][0] = _mm256_fmadd_ps(pt, v0, a[i][0]);
+                a[i][1] = _mm256_fmadd_ps(pt, v1, a[i][1]);
+            }
+        }
+        for (int i = 0; i < R; ++i) {
+            _mm256_storeu_ps(acc + i * head_dim + j, a[i][0]);
+            _mm256_storeu_ps(acc + i * head_dim + j + 8, a[i][1]);
+        }
+    }
+    if (j < head_dim) {  // head_dim = 16 m + 8
+        __m256 a[R];
+        for (auto& x : a) x = _mm256_setzero_ps();
+        const float* v = vf + j;
+        for (int t = 0; t < n_t; ++t, v += head_dim + kRowPad) {
+            const __m256 v0 = _mm256_load_ps(v);
+            for (int i = 0; i < R; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * n_pad + t), v0, a[i]);
+        }
+        for (int i = 0; i < R; ++i) _mm256_storeu_ps(acc + i * head_dim + j, a[i]);
+    }
+}
+
+// Rows [r0, r0 + R) of the call: their tile states, folded into st.
+template <int R>
+static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
+                      const attn_state& st, int r0, const float* kt, const float* vf, int n_pad) {
+    alignas(32) float p[R * attn_tile_max];     // [R][n_pad] scores, then probabilities
+    alignas(32) float acc[R * kSimdMaxHeadDim];  // [R][head_dim]
+    int n_vis[R], max_vis = 0;
+    for (int i = 0; i < R; ++i) max_vis = std::max(max_vis, n_vis[i] = visible(kv, last_pos[r0 + i]));
+    if (max_vis == 0) return;
+    const int n_score = (max_vis + kPosStep - 1) / kPosStep * kPosStep;
+    scores<R>(q + r0 * head_dim, head_dim, kt, n_pad, n_score, scale, p);
+    float max[R], sum[R];
+    for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * n_pad, n_vis[i], n_score, max + i);
+    weighted_values<R>(p, n_pad, max_vis, vf, head_dim, acc);
+    for (int i = 0; i < R; ++i)
+        if (n_vis[i] > 0)
+            attn_merge_row(head_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * head_dim, max[i], sum[i],
+                           acc + i * head_dim);
+}
+
+// The last n_left < kRows rows, as one block of that many (R counts down to n_left).
+template <int R>
+static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
+                     const attn_state& st, int r0, int n_left, const float* kt, const float* vf, int n_pad) {
+    if constexpr (R > 0) {
+        if (n_left == R) return row_block<R>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
+        row_tail<R - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_left, kt, vf, n_pad);
+    }
+}
+
+template <ggml_type T>
+static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
+                        float scale, const attn_state& st) {
+    bool any = false;
+    for (int r = 0; r < n_rows && !any; ++r) any = visible(kv, last_pos[r]) > 0;
+    if (!any) return;
+    alignas(32) float kt[kTileFloats];  // [head_dim][n_pad + kRowPad]
+    alignas(32) float vf[kTileFloats];  // [n][head_dim + kRowPad]
+    const int n_pad = (kv.n + kPosStep - 1) / kPosStep * kPosStep;
+    convert_tile<T>(kv, head_dim, n_pad, kt, vf);
+    int r0 = 0;
+    for (; r0 + kRows <= n_rows; r0 += kRows) row_block<kRows>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
+    row_tail<kRows - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_rows - r0, kt, vf, n_pad);
+}
+
+}  // namespace
+
+// Heads that are not a multiple of 8 or larger than kSimdMaxHeadDim take the scalar kernel.
+void attn_tile_avx2(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
+                    float scale, const attn_state& st) {
+    if (head_dim % 8 != 0 || head_dim > kSimdMaxHeadDim)
+        return attn_tile_scalar(kv, head_dim, q, n_rows, last_pos, scale, st);
+    if (kv.type == ggml_type::F16)
+        attn_tile_t<ggml_type::F16>(kv, head_dim, q, n_rows, last_pos, scale, st);
+    else
+        attn_tile_t<ggml_type::Q8_0>(kv, head_dim, q, n_rows, last_pos, scale, st);
+}
+
+}  // namespace strata::kernels::cpu::detail
