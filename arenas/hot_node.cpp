@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "log.hpp"
 
 namespace strata::arenas {
@@ -60,15 +62,14 @@ hot_node::hot_node(std::optional<int> node, const topology& topo, region_map* re
             cold_cpus_ = cpus_of(n);
             break;
         }
-    logger("arenas")->info("NUMA hot node {}: the resident complement and the pinned host pools go to node {}, "
-                           "conversation snapshots to {}.", node_, node_,
-                           cold_ >= 0 ? "node " + std::to_string(cold_) : std::string("anonymous memory (no other node)"));
 }
 
 std::unique_ptr<node_buffer> hot_node::claim_complement(std::size_t bytes) const {
     if (!active()) return nullptr;
     check_node_room(node_, bytes, std::nullopt);
-    return std::make_unique<node_buffer>(bytes, node_, hot_cpus_, first_touch::pinned);
+    auto claimed = std::make_unique<node_buffer>(bytes, node_, hot_cpus_, first_touch::pinned);
+    if (claimed->bound()) complement_bytes_ += bytes;
+    return claimed;
 }
 
 placed_buffer hot_node::allocate_on(int node, std::size_t bytes, std::string name) const {
@@ -79,11 +80,32 @@ placed_buffer hot_node::allocate_on(int node, std::size_t bytes, std::string nam
 }
 
 placed_buffer hot_node::allocate_hot(std::size_t bytes, std::string name) const {
-    return allocate_on(active() ? node_ : -1, bytes, std::move(name));
+    placed_buffer pool = allocate_on(active() ? node_ : -1, bytes, std::move(name));
+    if (pool.bound()) {
+        hot_bytes_ += bytes;
+        ++hot_pools_;
+    }
+    return pool;
 }
 
 placed_buffer hot_node::allocate_cold(std::size_t bytes, std::string name) const {
     return allocate_on(active() ? cold_ : -1, bytes, std::move(name));
+}
+
+std::string hot_node::describe_placed() const {
+    if (!active()) return {};
+    const auto mib = [](std::uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+    std::vector<std::string> moved;
+    if (complement_bytes_ > 0) moved.push_back(fmt::format("the resident complement ({:.1f} MiB)", mib(complement_bytes_)));
+    if (hot_pools_ > 0)
+        moved.push_back(fmt::format("{} pinned host pool{} ({:.1f} MiB)", hot_pools_.load(), hot_pools_ == 1 ? "" : "s",
+                                    mib(hot_bytes_)));
+    const std::string what = moved.empty() ? fmt::format("nothing is bound to node {}", node_)
+                             : moved.size() == 1
+                                 ? fmt::format("{} is bound to node {}", moved[0], node_)
+                                 : fmt::format("{} and {} are bound to node {}", moved[0], moved[1], node_);
+    const std::string cold = cold_ >= 0 ? fmt::format("node {}", cold_) : "anonymous memory (no other node)";
+    return fmt::format("NUMA hot node {}: {}; conversation snapshots go to {}.", node_, what, cold);
 }
 
 }  // namespace strata::arenas
