@@ -77,7 +77,7 @@ TEST(HostPool, OnTheHotNodeIsBoundAndNamedInTheLoadLine) {
     arenas::region_map regions(::testing::TempDir() + "/host-pool-hot-regions.json");
     const arenas::hot_node hot(node, topo, &regions);
     std::span<uint8_t> a, b;
-    const host_pool pool = host_arrays().add(a, 3 << 20).add(b, 1 << 20).allocate(&hot, "test staging");
+    host_pool pool = host_arrays().add(a, 3 << 20).add(b, 1 << 20).allocate(&hot, "test staging");
     EXPECT_TRUE(pool.bound());
     EXPECT_EQ(pool.node(), node);
     EXPECT_TRUE(registered(pool));
@@ -88,6 +88,9 @@ TEST(HostPool, OnTheHotNodeIsBoundAndNamedInTheLoadLine) {
     EXPECT_NE(hot.describe_placed().find("1 pinned host pool (4.0 MiB) is bound to node " + std::to_string(node)),
               std::string::npos)
         << hot.describe_placed();
+    pool = host_pool();
+    EXPECT_TRUE(regions.regions().empty());
+    EXPECT_NE(hot.describe_placed().find("nothing is bound to node"), std::string::npos) << hot.describe_placed();
 }
 
 }  // namespace
