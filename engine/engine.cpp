@@ -217,6 +217,7 @@ std::unique_ptr<engine::gpu::hybrid_forward> create_hybrid(model::impl& r, const
     h.n_ctx = o.n_ctx;
     h.n_batch = o.n_batch;
     h.kv = r.kv;
+    h.hot = r.hot.get();
     const char* timing = std::getenv("STRATA_DECODE_TIMING");
     h.decode_timing = timing && std::string_view(timing) == "1";
     std::string why;
@@ -289,6 +290,9 @@ std::shared_ptr<model> model::load(const model_options& options) {
         try {
             const gpu_choice gpu = build_on_engine_thread(r);
             if (r.options.gpu >= 0) r.hybrid = create_hybrid(r, gpu);
+            // Only now is it known what went to the hot node (the complement only when the split is off,
+            // the pinned pools only with a GPU pass).
+            if (r.hot->active()) logger("arenas")->info("{}", r.hot->describe_placed());
         } catch (...) {
             // What was built belongs to this thread (the pool restores its pinning here).
             r.hybrid.reset();

@@ -1,5 +1,6 @@
-// Internal to engine/gpu: owners for CUDA runtime resources (streams, events, device and pinned host
-// buffers, a cuBLAS handle) and the error check. Included only by the .cpp files of the CUDA backend.
+// Internal to engine/gpu: owners for CUDA runtime resources (streams, events, device buffers, a cuBLAS
+// handle) and the error check. Included only by the .cpp files of the CUDA backend. Pinned host memory
+// is host_pool.hpp's (bound to the hot node, page-locked with cudaHostRegister).
 #pragma once
 
 #include <cstddef>
@@ -147,39 +148,7 @@ private:
     size_t n_ = 0;
 };
 
-// n elements of T in page-locked host memory (so copies run asynchronously).
-template <class T>
-class pinned_buffer {
-public:
-    pinned_buffer() = default;
-    explicit pinned_buffer(size_t n) : n_(n) {
-        if (n) check(cudaMallocHost(reinterpret_cast<void**>(&p_), n * sizeof(T)), "cudaMallocHost");
-    }
-    pinned_buffer(pinned_buffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-    pinned_buffer& operator=(pinned_buffer&& o) noexcept {
-        if (this != &o) {
-            release();
-            p_ = std::exchange(o.p_, nullptr);
-            n_ = std::exchange(o.n_, 0);
-        }
-        return *this;
-    }
-    pinned_buffer(const pinned_buffer&) = delete;
-    pinned_buffer& operator=(const pinned_buffer&) = delete;
-    ~pinned_buffer() { release(); }
-    T* data() const { return p_; }
-    size_t size() const { return n_; }
-
-private:
-    void release() {
-        if (p_) cudaFreeHost(p_);
-        p_ = nullptr;
-    }
-    T* p_ = nullptr;
-    size_t n_ = 0;
-};
-
-// Asynchronous copies on a stream (the host side must be pinned for them to overlap).
+// Asynchronous copies on a stream (the host side must be a host_pool for them to overlap).
 template <class T>
 void copy_to_device(T* dst, const T* src, size_t n, cudaStream_t s) {
     check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync host to device");

@@ -91,10 +91,12 @@ slot_layout layout_slots(const std::vector<arenas::moe_layer>& layers) {
 }
 
 slot_copier::slot_copier(const std::vector<arenas::moe_layer>& layers, const slot_layout& layout, uint8_t* slots,
-                         int n_staging, bool background)
+                         int n_staging, bool background, const arenas::hot_node* hot)
     : layers_(layers), layout_(layout), slots_(slots), background_(background) {
     staging_.resize(static_cast<size_t>(std::max(n_staging, 1)));
-    for (staging& s : staging_) s.host = pinned_buffer<uint8_t>(layout.slot_bytes);
+    host_arrays ring;
+    for (staging& s : staging_) ring.add(s.host, layout.slot_bytes);
+    ring_ = ring.allocate(hot, "GPU expert staging (pinned)");
     if (background_) worker_ = std::thread([this] { work(); });
 }
 

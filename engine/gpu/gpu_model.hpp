@@ -7,12 +7,15 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include "cuda_kernels.hpp"
 #include "gpu/cuda_raii.hpp"
 #include "gpu/expert_cache.hpp"
+#include "gpu/host_pool.hpp"
+#include "hot_node.hpp"
 #include "model/hparams.hpp"
 #include "model/weights.hpp"
 #include "moe_phases.hpp"
@@ -56,7 +59,7 @@ struct slot_layout {
 slot_layout layout_slots(const std::vector<arenas::moe_layer>& layers);
 
 // expert_copier over VRAM slots: the expert's rows are gathered from the mapped file into one of a
-// ring of pinned staging buffers, then copied on the copier's own stream after the compute stream's
+// ring of pinned staging buffers (one host_pool on the hot node), then copied on the copier's own stream after the compute stream's
 // last use of the slot; each copy's landing is an event. With `background` (--adapt-async 1) a worker
 // thread does the gathering and queues the copy, so start() returns at once and the decode step pays
 // for neither the gather nor the wait; without it start() gathers on the calling thread.
@@ -65,7 +68,7 @@ slot_layout layout_slots(const std::vector<arenas::moe_layer>& layers);
 class slot_copier final : public expert_copier {
 public:
     slot_copier(const std::vector<arenas::moe_layer>& layers, const slot_layout& layout, uint8_t* slots,
-                int n_staging, bool background);
+                int n_staging, bool background, const arenas::hot_node* hot);
     ~slot_copier() override;
     slot_copier(const slot_copier&) = delete;
     slot_copier& operator=(const slot_copier&) = delete;
@@ -76,7 +79,7 @@ public:
 
 private:
     struct staging {
-        pinned_buffer<uint8_t> host;
+        std::span<uint8_t> host;               // [slot_bytes] in ring_
         event compute_done = event::create();  // the compute stream's point the copy waits for
         event done = event::create();          // the latest copy out of this buffer
         bool used = false;                     // done has been recorded at least once
@@ -97,6 +100,7 @@ private:
     stream stream_ = stream::create();
     cudaStream_t compute_ = nullptr;
     std::vector<staging> staging_;
+    host_pool ring_;             // the staging buffers' host memory
     std::deque<job> in_flight_;  // started, not yet known to have landed (engine thread only)
     size_t next_staging_ = 0;
     ticket next_ = 0;

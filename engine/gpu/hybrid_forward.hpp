@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "expert_pool.hpp"
+#include "hot_node.hpp"
 #include "gpu/device.hpp"
 #include "gpu/expert_cache.hpp"
 #include "model/forward.hpp"
@@ -36,6 +37,9 @@ struct hybrid_options {
     kv_type kv = kv_type::f16;         // the VRAM KV cache's type, as the CPU's (--kv f16 | int8)
     int gpu_sessions = 4;              // sessions whose KV cache VRAM holds at once (reserved in sizing)
     bool decode_timing = false;        // STRATA_DECODE_TIMING=1: one log line per decode token
+    // Where the pinned host pools go (hot_node::allocate_hot, region map included); must outlive the
+    // pass. nullptr: anonymous memory, listed nowhere.
+    const arenas::hot_node* hot = nullptr;
 };
 
 class hybrid_forward {

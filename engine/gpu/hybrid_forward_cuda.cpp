@@ -13,6 +13,7 @@
 #include "gpu/cuda_raii.hpp"
 #include "gpu/device.hpp"
 #include "gpu/gpu_model.hpp"
+#include "gpu/host_pool.hpp"
 #include "gpu/hybrid_forward.hpp"
 #include "gpu/stream_manager.hpp"
 #include "log.hpp"
@@ -79,8 +80,9 @@ private:
     device_buffer<float> att_scores_;                       // [kAttnChunk][n_head][n_ctx]
     device_buffer<float> logits_;                           // [max_tok][n_vocab]
     std::unique_ptr<dense_matmul> mm_;
-    pinned_buffer<float> h_x_;                              // [max_tok][n_embd] embedded tokens
-    pinned_buffer<float> h_logits_;                         // [max_tok][n_vocab]
+    std::span<float> h_x_;                                  // [max_tok][n_embd] embedded tokens
+    std::span<float> h_logits_;                             // [max_tok][n_vocab]
+    host_pool host_copies_;                                 // holds h_x_ and h_logits_
     std::list<session_kv> sessions_;                        // most recently used first
 
     device_buffer<uint8_t> slots_;                          // [n_slots][slot_bytes]
@@ -127,8 +129,10 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
     consider(dense_.output);
     mm_ = std::make_unique<dense_matmul>(max_tok_ >= dense_matmul::kGemmTokens ? max_w : 0,
                                          max_tok_ >= dense_matmul::kGemmTokens ? max_tok_ * max_cols : 0);
-    h_x_ = pinned_buffer<float>(t * n_embd);
-    h_logits_ = pinned_buffer<float>(t * static_cast<size_t>(hp.n_vocab));
+    host_copies_ = host_arrays()
+                       .add(h_x_, t * n_embd)
+                       .add(h_logits_, t * static_cast<size_t>(hp.n_vocab))
+                       .allocate(o.hot, "GPU host copies (pinned)");
     const uint64_t scratch = (x_.bytes() + xn_.bytes() + q_.bytes() + k_.bytes() + v_.bytes() + att_.bytes() +
                               tmp_.bytes() + att_scores_.bytes() + logits_.bytes() + mm_->bytes());
     // The stream manager's buffers: about 3 [max_tok * k][max(n_ff, n_embd)] arrays plus per-token rows.
@@ -150,10 +154,10 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
     slots_ = device_buffer<uint8_t>(static_cast<size_t>(size.n_slots) * layout_.slot_bytes);
     sm_ = nullptr;
     copier_ = std::make_unique<slot_copier>(layers, layout_, slots_.data(), std::max(o.adapt.swaps, 1) + 1,
-                                            o.adapt.async);
+                                            o.adapt.async, o.hot);
     cache_ = std::make_unique<expert_cache>(hp.n_layer, hp.n_expert, size.n_slots, o.adapt, *copier_);
     sm_ = std::make_unique<stream_manager>(hp, dense_, layers, cpu_moe_, *cache_, layout_, slots_.data(), max_tok_,
-                                           routing_);
+                                           routing_, o.hot);
     copier_->set_after(sm_->compute());
     cache_->fill(fill_order(hp.n_layer, hp.n_expert, profile));
 

@@ -12,7 +12,8 @@ using clock_type = std::chrono::steady_clock;
 
 stream_manager::stream_manager(const hparams& hp, const dev_model& dense, const std::vector<arenas::moe_layer>& layers,
                                arenas::moe_runner& cpu_experts, expert_cache& cache, const slot_layout& layout,
-                               const uint8_t* slots, int max_tok, routing_counts& routing)
+                               const uint8_t* slots, int max_tok, routing_counts& routing,
+                               const arenas::hot_node* hot)
     : hp_(hp),
       dense_(dense),
       layers_(layers),
@@ -43,14 +44,16 @@ stream_manager::stream_manager(const hparams& hp, const dev_model& dense, const 
         sh_out_ = device_buffer<float>(t * n_embd);
         sh_g_ = device_buffer<float>(t);
     }
-    h_xn_ = pinned_buffer<float>(t * n_embd);
-    h_ids_ = pinned_buffer<int32_t>(t * k);
-    h_weights_ = pinned_buffer<float>(t * k);
-    h_complement_ = pinned_buffer<int32_t>(t * k);
-    h_cpu_out_ = pinned_buffer<float>(t * n_embd);
-    h_jobs_ = pinned_buffer<cu::matvec_job>(3 * jobs);
-    h_job_weight_ = pinned_buffer<float>(jobs);
-    h_job_begin_ = pinned_buffer<int32_t>(t + 1);
+    staging_ = host_arrays()
+                   .add(h_xn_, t * n_embd)
+                   .add(h_ids_, t * k)
+                   .add(h_weights_, t * k)
+                   .add(h_complement_, t * k)
+                   .add(h_cpu_out_, t * n_embd)
+                   .add(h_jobs_, 3 * jobs)
+                   .add(h_job_weight_, jobs)
+                   .add(h_job_begin_, t + 1)
+                   .allocate(hot, "GPU MoE staging (pinned)");
 }
 
 void stream_manager::moe_layer(int il, int n_tok, const float* xn, float* x, bool timed) {

@@ -11,11 +11,14 @@
 #pragma once
 
 #include <chrono>
+#include <span>
 #include <vector>
 
 #include "gpu/cuda_raii.hpp"
 #include "gpu/expert_cache.hpp"
 #include "gpu/gpu_model.hpp"
+#include "gpu/host_pool.hpp"
+#include "hot_node.hpp"
 #include "model/forward.hpp"
 #include "model/hparams.hpp"
 #include "moe_phases.hpp"
@@ -34,7 +37,7 @@ class stream_manager {
 public:
     stream_manager(const hparams& hp, const dev_model& dense, const std::vector<arenas::moe_layer>& layers,
                    arenas::moe_runner& cpu_experts, expert_cache& cache, const slot_layout& layout,
-                   const uint8_t* slots, int max_tok, routing_counts& routing);
+                   const uint8_t* slots, int max_tok, routing_counts& routing, const arenas::hot_node* hot);
 
     cudaStream_t compute() const { return compute_; }
 
@@ -86,15 +89,16 @@ private:
     device_buffer<float> cpu_out_;       // [max_tok][n_embd] the CPU's partial sum
     device_buffer<float> sh_gate_, sh_up_, sh_out_, sh_g_;  // shared expert: [max_tok][n_ff_shexp] x2, [max_tok][n_embd], [max_tok]
 
-    // Pinned host staging.
-    pinned_buffer<float> h_xn_;          // [max_tok][n_embd]
-    pinned_buffer<int32_t> h_ids_;       // [max_tok][k]
-    pinned_buffer<float> h_weights_;     // [max_tok][k]
-    pinned_buffer<int32_t> h_complement_;  // [max_tok][k], -1 where resident
-    pinned_buffer<float> h_cpu_out_;     // [max_tok][n_embd]
-    pinned_buffer<kernels::cuda::matvec_job> h_jobs_;  // [3 J]
-    pinned_buffer<float> h_job_weight_;  // [J]
-    pinned_buffer<int32_t> h_job_begin_; // [max_tok + 1]
+    // Pinned host staging: arrays of one host_pool on the hot node.
+    std::span<float> h_xn_;              // [max_tok][n_embd]
+    std::span<int32_t> h_ids_;           // [max_tok][k]
+    std::span<float> h_weights_;         // [max_tok][k]
+    std::span<int32_t> h_complement_;    // [max_tok][k], -1 where resident
+    std::span<float> h_cpu_out_;         // [max_tok][n_embd]
+    std::span<kernels::cuda::matvec_job> h_jobs_;  // [3 J]
+    std::span<float> h_job_weight_;      // [J]
+    std::span<int32_t> h_job_begin_;     // [max_tok + 1]
+    host_pool staging_;                  // holds the arrays above
 };
 
 }  // namespace strata::engine::gpu

@@ -239,11 +239,20 @@ TEST(HotNode, ClaimedComplementLandsOnTheHotNode) {
     ASSERT_EQ(store.placement().nodes.size(), 1u);
     EXPECT_EQ(store.placement().nodes[0].node, node);
     EXPECT_GE(store.placement().nodes[0].share, 0.99);
+    const std::string complement = "NUMA hot node " + std::to_string(node) + ": the resident complement (";
     {
         auto staging = hot.allocate_hot(2 << 20, "pinned host pool");
         EXPECT_TRUE(staging.bound());
         EXPECT_EQ(regions.regions().size(), 2u);  // the store's copy and the staging pool
+        auto moved = std::move(staging);
+        EXPECT_NE(hot.describe_placed().find(complement), std::string::npos) << hot.describe_placed();
+        EXPECT_NE(hot.describe_placed().find(" and 1 pinned host pool (2.0 MiB) are bound to node " + std::to_string(node)),
+                  std::string::npos)
+            << hot.describe_placed();
     }
     EXPECT_EQ(regions.regions().size(), 1u);
+    // Only what is there now: the pool is gone.
+    EXPECT_NE(hot.describe_placed().find(complement), std::string::npos) << hot.describe_placed();
+    EXPECT_EQ(hot.describe_placed().find("pinned"), std::string::npos) << hot.describe_placed();
     expect_same(outputs(pool, store), "hot node claim");
 }

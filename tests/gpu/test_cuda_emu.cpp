@@ -19,7 +19,6 @@ namespace {
 using detail::kWarp;
 using engine::gpu::device_buffer;
 using engine::gpu::event;
-using engine::gpu::pinned_buffer;
 using engine::gpu::stream;
 
 // out[blockIdx.x] = sum of in[blockIdx.x * blockDim.x + threadIdx.x] over the block, by
@@ -111,12 +110,58 @@ TEST(CudaEmulator, CopiesMustMatchTheirAllocations) {
     EXPECT_EQ(cudaMemcpy(h.data(), d.data(), 10, cudaMemcpyHostToDevice), cudaErrorInvalidValue);  // wrong direction
     EXPECT_EQ(cudaMemcpy(d.data(), h.data(), 10, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
     EXPECT_EQ(cudaMemcpy(h.data(), d.data(), 10, cudaMemcpyDefault), cudaSuccess);  // inferred
-    const pinned_buffer<uint8_t> p(100);
+    uint8_t* p = nullptr;
+    ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&p), 100), cudaSuccess);
     const stream s = stream::create();
-    EXPECT_EQ(cudaMemcpyAsync(p.data(), d.data(), 100, cudaMemcpyDeviceToHost, s), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(p, d.data(), 100, cudaMemcpyDeviceToHost, s), cudaSuccess);
     EXPECT_EQ(cudaMemsetAsync(d.data() + 1, 0, 100, s), cudaErrorInvalidValue);
     s.synchronize();
-    EXPECT_EQ(p.data()[99], 7);
+    EXPECT_EQ(p[99], 7);
+    EXPECT_EQ(cudaFreeHost(p), cudaSuccess);
+}
+
+// cudaHostRegister / cudaHostUnregister with CUDA's error codes; a registered range is page-locked:
+// a copy into it returns before it lands (a copy into pageable memory waits for it).
+TEST(CudaEmulator, HostRegistrationFailsAsCuda) {
+    std::vector<uint8_t> host(4096, 0);
+    uint8_t* h = host.data();
+    ASSERT_EQ(cudaHostRegister(h, 1024, cudaHostRegisterDefault), cudaSuccess);
+    EXPECT_EQ(cudaHostRegister(h, 1024, cudaHostRegisterDefault), cudaErrorHostMemoryAlreadyRegistered);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorHostMemoryAlreadyRegistered);
+    EXPECT_EQ(cudaHostRegister(h + 512, 1024, 0), cudaErrorHostMemoryAlreadyRegistered);  // overlaps the end
+    EXPECT_EQ(cudaHostRegister(h + 1024, 1024, 0), cudaSuccess);                          // adjacent: fine
+    EXPECT_EQ(cudaHostUnregister(h + 1024), cudaSuccess);
+    EXPECT_EQ(cudaHostUnregister(h + 8), cudaErrorHostMemoryNotRegistered);  // not where the range starts
+    EXPECT_EQ(cudaHostRegister(nullptr, 64, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cudaHostRegister(h + 2048, 0, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cudaHostRegister(h + 2048, 64, 0x100), cudaErrorInvalidValue);  // unknown flag
+    cudaGetLastError();
+
+    device_buffer<uint8_t> d(1024);
+    EXPECT_EQ(cudaHostRegister(d.data(), 64, 0), cudaErrorInvalidValue);  // device memory
+    void* pinned = nullptr;
+    ASSERT_EQ(cudaMallocHost(&pinned, 256), cudaSuccess);
+    EXPECT_EQ(cudaHostRegister(pinned, 256, 0), cudaErrorHostMemoryAlreadyRegistered);
+    EXPECT_EQ(cudaHostUnregister(pinned), cudaErrorHostMemoryNotRegistered);
+    EXPECT_EQ(cudaFreeHost(h), cudaErrorInvalidValue);  // registered memory is not the emulator's to free
+    EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+    cudaGetLastError();
+
+    // The copy into the registered range is asynchronous: it lands after the slow kernel, not before
+    // cudaMemcpyAsync returns.
+    const int n = 256;
+    std::vector<int> ones(n, 1);
+    device_buffer<int> a(n), b(n);
+    ASSERT_EQ(cudaMemcpy(a.data(), ones.data(), a.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    const stream s = stream::create();
+    STRATA_LAUNCH(slow_increment, 1, n, s.get())(a.data(), b.data(), n, 300);
+    ASSERT_EQ(cudaMemcpyAsync(h, b.data(), 16, cudaMemcpyDeviceToHost, s), cudaSuccess);
+    EXPECT_EQ(h[0], 0) << "a copy into registered memory must not wait for the stream";
+    s.synchronize();
+    EXPECT_EQ(h[0], 2);
+    EXPECT_EQ(cudaHostUnregister(h), cudaSuccess);
+    EXPECT_EQ(cudaHostUnregister(h), cudaErrorHostMemoryNotRegistered);  // twice
+    cudaGetLastError();
 }
 
 TEST(CudaEmulator, DeviceMemoryHasACapacity) {

@@ -1,6 +1,7 @@
 // The GPU hybrid through the public engine API on a generated model: per-generation routed lookups and
 // VRAM hits that add up to the engine statistics, the CPU-only fallback for a device that is not
-// there, --profile-save / --expert-profile round trip, and the adaptive tier's determinism.
+// there, --profile-save / --expert-profile round trip, the adaptive tier's determinism, and the
+// pinned host pools' home (the hot node, or anonymous memory without one NUMA system call).
 // Label gpu: skips without a device (and runs on the CPU emulator under STRATA_CUDA=EMU).
 #include <gtest/gtest.h>
 
@@ -17,6 +18,8 @@
 #include "formats/types.hpp"
 #include "generate.hpp"
 #include "gpu_available.hpp"
+#include "numa_policy.hpp"
+#include "region_map.hpp"
 #include "strata/engine.hpp"
 
 namespace strata {
@@ -119,6 +122,43 @@ TEST(EngineGpu, GenerationReportsItsLookupsAndVramHits) {
     EXPECT_EQ(std::accumulate(st.counts.begin(), st.counts.end(), uint64_t{0}), st.expert_lookups);
     EXPECT_GT(st.hit_rate(), 0.0);
     EXPECT_LT(st.hit_rate(), 1.0);
+}
+
+// The region map's pinned host pools of the GPU path (named "... (pinned)").
+std::vector<arenas::region> pinned_regions(const model_info& info) {
+    std::vector<arenas::region> out;
+    for (const arenas::region& r : arenas::region_map::read(info.region_map_path))
+        if (r.name.ends_with("(pinned)")) out.push_back(r);
+    return out;
+}
+
+TEST(EngineGpu, PinnedHostPoolsGoToTheHotNodeAndNowhereWithoutIt) {
+    STRATA_REQUIRE_GPU();
+    model_options o = gpu_options();
+    o.numa_hot_node = "off";
+    const auto before = arenas::numa_calls().total();
+    {
+        const auto m = model::load(o);
+        ASSERT_TRUE(m->info().gpu_hybrid) << m->info().gpu_cpu_only_reason;
+        const auto pools = pinned_regions(m->info());
+        EXPECT_EQ(pools.size(), 3u) << "MoE staging, host copies, expert staging";
+        for (const auto& r : pools) EXPECT_EQ(r.node, -1) << r.name;
+        session s(m);
+        EXPECT_EQ(s.generate(m->tokenize("The river ran"), greedy(4)).tokens.size(), 4u);
+    }
+    EXPECT_EQ(arenas::numa_calls().total(), before) << "--numa-hot-node off: a NUMA system call was issued";
+
+    if (!arenas::numa_policy_available()) return;
+    o.numa_hot_node = "0";
+    const auto m = model::load(o);
+    ASSERT_TRUE(m->info().gpu_hybrid) << m->info().gpu_cpu_only_reason;
+    const auto pools = pinned_regions(m->info());
+    EXPECT_EQ(pools.size(), 3u);
+    for (const auto& r : pools) {
+        EXPECT_EQ(r.node, 0) << r.name;
+        EXPECT_GE(arenas::sample_page_placement(reinterpret_cast<const void*>(r.address), r.bytes, 64).share_on(0), 0.99)
+            << r.name;
+    }
 }
 
 TEST(EngineGpu, DeviceOutOfRangeRunsCpuOnlyAndSaysWhy) {

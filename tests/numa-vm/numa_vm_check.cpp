@@ -1,6 +1,9 @@
 // Runs inside a VM with several NUMA nodes (tests/numa-vm/strata-vm.sh): checks that the machine's
 // topology, the pool plan, the arenas' pinning, node-bound buffers, the expert store's placement, the
-// hot node and placement-report --pid behave on real NUMA nodes.
+// hot node (the complement, conversation snapshots and the GPU path's pinned host pools) and
+// placement-report --pid behave on real NUMA nodes. In a STRATA_CUDA=EMU build the pinned pool is
+// engine/gpu's host_pool, page-locked by the CUDA emulator's cudaHostRegister (there is no GPU in the
+// VM); otherwise the check covers its NUMA half, hot_node::allocate_hot.
 // Usage: strata_numa_vm_check EXPECTED_NODES [PLACEMENT_REPORT]. Prints one PASS/FAIL line per check;
 // exit 0 when all pass.
 #include <sched.h>
@@ -25,6 +28,12 @@
 #include "pool_plan.hpp"
 #include "region_map.hpp"
 #include "topology.hpp"
+
+#ifdef STRATA_VM_HOST_POOL
+#include <cuda_runtime_api.h>
+
+#include "gpu/host_pool.hpp"
+#endif
 
 using namespace strata::arenas;
 namespace testing = strata::arenas::testing;
@@ -72,6 +81,24 @@ std::vector<float> moe_outputs(expert_pool& pool, const testing::synthetic_moe& 
     }
     return all;
 }
+
+// A pinned host pool of the GPU path on `hot`'s node (anonymous memory when off), as engine/gpu
+// allocates it; *how says whether cudaHostRegister took it.
+#ifdef STRATA_VM_HOST_POOL
+strata::engine::gpu::host_pool allocate_pinned_pool(const hot_node& hot, std::size_t bytes, std::string* how) {
+    strata::engine::gpu::host_pool pool(&hot, bytes, "GPU MoE staging (pinned)");
+    const cudaError_t again = cudaHostRegister(pool.data(), 1, cudaHostRegisterDefault);
+    cudaGetLastError();
+    *how = again == cudaErrorHostMemoryAlreadyRegistered ? "registered with the CUDA emulator's cudaHostRegister"
+                                                         : "NOT registered";
+    return pool;
+}
+#else
+placed_buffer allocate_pinned_pool(const hot_node& hot, std::size_t bytes, std::string* how) {
+    *how = "its NUMA half only (no CUDA emulator in this build)";
+    return hot.allocate_hot(bytes, "GPU MoE staging (pinned)");
+}
+#endif
 
 // The expert store under the split, the hot node and placement-report --pid.
 void check_store_hot_node_and_report(const topology& topo, expert_pool& pool, const std::string& report) {
@@ -121,6 +148,21 @@ void check_store_hot_node_and_report(const topology& topo, expert_pool& pool, co
     const auto cold = sample_page_placement(snapshot.data(), snapshot.size(), 256);
     check(hot.cold_node() == 0 && cold.share_on(0) >= 0.99,
           "hot node: conversation snapshots on cold node " + std::to_string(hot.cold_node()) + " (" + percent(cold.share_on(0)) + ")");
+
+    // The GPU path's pinned host pool: bound to node 1 and touched there before it is page-locked;
+    // it stays alive through placement-report --pid below, which audits it with the rest.
+    std::string how;
+    const auto pinned = allocate_pinned_pool(hot, std::size_t{6} << 20, &how);
+    const auto pages = sample_page_placement(pinned.data(), pinned.size(), 1024);
+    bool listed = false;
+    for (const auto& r : regions.regions())
+        listed = listed || (r.address == reinterpret_cast<std::uintptr_t>(pinned.data()) && r.node == 1);
+    check(pinned.bound() && pages.error == 0 && pages.share_on(1) >= 0.99 && listed && how.find("NOT") == std::string::npos,
+          "hot node: a 6 MiB pinned host pool is on node 1 (" + percent(pages.share_on(1)) + " of " +
+              std::to_string(pages.present()) + " pages), " + (listed ? "listed" : "NOT listed") +
+              " in the region map, " + how);
+    check(hot.describe_placed().find("and 1 pinned host pool (6.0 MiB) are bound to node 1") != std::string::npos,
+          "hot node: the load line names what moved: " + hot.describe_placed());
 
     if (report.empty()) return;
     const int agrees = run_report(report, regions.path());
@@ -186,6 +228,13 @@ int main(int argc, char** argv) {
 
     const auto requests = read_pool_requests(process_environment());
     const auto calls_before = numa_calls().total();
+    {
+        std::string how;
+        const hot_node off(std::nullopt, topo);
+        const auto pinned = allocate_pinned_pool(off, std::size_t{2} << 20, &how);
+        check(!pinned.bound() && how.find("NOT") == std::string::npos,
+              "hot node off: a pinned host pool in anonymous memory, " + how);
+    }
     auto pool = expert_pool::create(topo, requests);
     const auto& plan = pool->plan();
     check(plan.split && static_cast<int>(plan.slices.size()) == want_nodes,
@@ -209,7 +258,7 @@ int main(int argc, char** argv) {
           "arenas: every slice ran only on its node's CPUs" + (why.empty() ? "" : " (" + why + ")"));
     check(numa_calls().total() == calls_before,
           "numa_policy: " + std::to_string(numa_calls().total() - calls_before) +
-              " NUMA system calls while planning and running the pool without a hot node");
+              " NUMA system calls while allocating a pinned host pool, planning and running the pool without a hot node");
 
     for (const auto& node : topo.nodes) {
         std::vector<int> cpus;

@@ -5,6 +5,8 @@
 // What it models:
 // - device memory: host memory registered as device allocations, with a capacity
 //   (STRATA_CUDA_EMU_MEM_MIB, default 2048) that cudaMalloc and cudaMemGetInfo respect;
+// - page-locked host memory: cudaMallocHost and cudaHostRegister ranges, which asynchronous copies
+//   leave in place (pageable memory is staged or waited for, as CUDA does);
 // - streams: one worker thread each, running its queue in order, concurrently with the host and the
 //   other streams; events order them (cudaEventRecord / cudaStreamWaitEvent / cudaEventSynchronize);
 // - kernels: every CUDA thread of a block is a fiber on the stream's worker; __syncthreads() and
@@ -14,7 +16,7 @@
 // What it checks, failing the call with an error (and one line on stderr) where CUDA would fail or
 // where the result on a GPU would be undefined: launch configurations (block size, grid limits), a
 // kernel argument pointer outside device memory, memory copies whose direction or range do not match
-// the allocations, cuBLAS leading dimensions and operand extents, shuffles with inactive lanes and
+// the allocations, host registrations that overlap or are released twice, cuBLAS leading dimensions and operand extents, shuffles with inactive lanes and
 // barriers that not every thread reaches.
 //
 // What it does not model: timing, memory coalescing, device-side out-of-bounds reads inside an
@@ -46,6 +48,8 @@ enum cudaError_t {
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
+    cudaErrorHostMemoryAlreadyRegistered = 712,
+    cudaErrorHostMemoryNotRegistered = 713,
     cudaErrorLaunchFailure = 719,
 };
 
@@ -64,6 +68,11 @@ using cudaEvent_t = CUevent_st*;
 
 constexpr unsigned cudaStreamDefault = 0x0;
 constexpr unsigned cudaStreamNonBlocking = 0x1;
+constexpr unsigned cudaHostRegisterDefault = 0x0;
+constexpr unsigned cudaHostRegisterPortable = 0x1;
+constexpr unsigned cudaHostRegisterMapped = 0x2;
+constexpr unsigned cudaHostRegisterIoMemory = 0x4;
+constexpr unsigned cudaHostRegisterReadOnly = 0x8;
 constexpr unsigned cudaEventDefault = 0x0;
 constexpr unsigned cudaEventBlockingSync = 0x1;
 constexpr unsigned cudaEventDisableTiming = 0x2;
@@ -101,6 +110,12 @@ cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);
 cudaError_t cudaMallocHost(void** p, size_t bytes);
 cudaError_t cudaFreeHost(void* p);
+// Page-locks [p, p + bytes) of memory the caller owns (copies from and to it then run asynchronously).
+// cudaErrorHostMemoryAlreadyRegistered when any byte of it is already page-locked (registered, or from
+// cudaMallocHost); cudaErrorInvalidValue for a null range, unknown flags or device memory.
+cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned flags);
+// cudaErrorHostMemoryNotRegistered unless p is where a registered range starts.
+cudaError_t cudaHostUnregister(void* p);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = nullptr);
 cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,

@@ -36,7 +36,11 @@ std::string hex(const void* p);
 
 // ---- memory ----
 
-enum class mem_kind { device, pinned };
+enum class mem_kind {
+    device,
+    pinned,      // cudaMallocHost: allocated (and freed) by the emulator
+    registered,  // cudaHostRegister: the caller's memory, only listed
+};
 
 struct allocation {
     size_t bytes;
@@ -58,6 +62,37 @@ public:
         map_[reinterpret_cast<uintptr_t>(q)] = {bytes, kind};
         if (kind == mem_kind::device) used_ += bytes;
         *p = q;
+        return cudaSuccess;
+    }
+
+    // cudaHostRegister: lists [p, p + bytes) unless it overlaps a listed range.
+    cudaError_t add_registered(void* p, size_t bytes) {
+        std::lock_guard lock(m_);
+        const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+        auto it = map_.lower_bound(a + bytes);  // the first range starting at or after the end
+        if (it != map_.begin()) {
+            --it;  // the last range starting before the end: the only one that can overlap
+            if (it->first + it->second.bytes > a)
+                return it->second.kind == mem_kind::device
+                           ? fail(cudaErrorInvalidValue, "cudaHostRegister of " + std::to_string(bytes) + " bytes at " +
+                                                             hex(p) + ": the range is device memory")
+                           : fail(cudaErrorHostMemoryAlreadyRegistered,
+                                  "cudaHostRegister of " + std::to_string(bytes) + " bytes at " + hex(p) +
+                                      " overlaps a page-locked range of " + std::to_string(it->second.bytes) +
+                                      " bytes at " + hex(reinterpret_cast<void*>(it->first)));
+        }
+        map_[a] = {bytes, mem_kind::registered};
+        return cudaSuccess;
+    }
+
+    // cudaHostUnregister: p must start a registered range.
+    cudaError_t remove_registered(void* p) {
+        std::lock_guard lock(m_);
+        const auto it = map_.find(reinterpret_cast<uintptr_t>(p));
+        if (it == map_.end() || it->second.kind != mem_kind::registered)
+            return fail(cudaErrorHostMemoryNotRegistered,
+                        "cudaHostUnregister of " + hex(p) + ", which does not start a registered range");
+        map_.erase(it);
         return cudaSuccess;
     }
 
@@ -89,6 +124,10 @@ public:
     }
     // [p, p + bytes) lies in one device allocation; bytes 0: p is inside (or at the end of) one.
     bool is_device(const void* p, size_t bytes = 0) const { return find(p, bytes, mem_kind::device) != nullptr; }
+    // [p, p + bytes) lies in one cudaMallocHost allocation or one registered range.
+    bool is_page_locked(const void* p, size_t bytes) const {
+        return find(p, bytes, mem_kind::pinned) || find(p, bytes, mem_kind::registered);
+    }
 
     size_t used() const {
         std::lock_guard lock(m_);

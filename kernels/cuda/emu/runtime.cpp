@@ -162,6 +162,8 @@ const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorInvalidDevice: return "invalid device ordinal";
         case cudaErrorInvalidResourceHandle: return "invalid resource handle";
         case cudaErrorNotReady: return "device not ready";
+        case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
+        case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
         case cudaErrorLaunchFailure: return "unspecified launch failure";
     }
     return "unknown error";
@@ -243,14 +245,26 @@ cudaError_t cudaFreeHost(void* p) {
     cudaDeviceSynchronize();
     return memory().release(p, mem_kind::pinned);
 }
+cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned flags) {
+    constexpr unsigned known = cudaHostRegisterPortable | cudaHostRegisterMapped | cudaHostRegisterIoMemory |
+                               cudaHostRegisterReadOnly;
+    if (!p || bytes == 0 || (flags & ~known))
+        return fail(cudaErrorInvalidValue, "cudaHostRegister of " + std::to_string(bytes) + " bytes at " + hex(p) +
+                                               " with flags " + std::to_string(flags));
+    return memory().add_registered(p, bytes);
+}
+cudaError_t cudaHostUnregister(void* p) {
+    // No implicit synchronisation: a copy still queued on the range is the owner's bug, as on a GPU.
+    return memory().remove_registered(p);
+}
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
     if (const cudaError_t e = sticky(); e != cudaSuccess) return e;
     if (!known_stream(s)) return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync on a destroyed stream");
     if (const cudaError_t e = check_copy("cudaMemcpyAsync", dst, src, bytes, kind); e != cudaSuccess) return e;
     const memory_map& mm = memory();
-    const bool src_pageable = !mm.is_device(src) && !mm.find(src, bytes, mem_kind::pinned);
-    const bool dst_pageable = !mm.is_device(dst) && !mm.find(dst, bytes, mem_kind::pinned);
+    const bool src_pageable = !mm.is_device(src) && !mm.is_page_locked(src, bytes);
+    const bool dst_pageable = !mm.is_device(dst) && !mm.is_page_locked(dst, bytes);
     CUstream_st* t = target(s);
     if (src_pageable) {
         // As CUDA: a pageable source is staged before the call returns, so the caller may reuse it.
