@@ -151,9 +151,11 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
     }
     // Superseded: snapshots of the same conversation at an earlier turn.
     std::erase_if(snapshots_, [&](const snapshot& s) {
-        const bool prefix = std::equal(s.tokens.begin(), s.tokens.end(), tokens.begin());
-        if (prefix) bytes_ -= s.bytes;
-        return prefix;
+        const size_t common = static_cast<size_t>(
+            std::mismatch(s.tokens.begin(), s.tokens.end(), tokens.begin(), tokens.end()).first - s.tokens.begin());
+        const bool extended = common + min_tail_tokens > s.tokens.size();
+        if (extended) bytes_ -= s.bytes;
+        return extended;
     });
     evict_for(need);
     snapshot s;

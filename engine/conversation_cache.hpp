@@ -28,6 +28,11 @@ namespace strata::engine {
 class conversation_cache {
 public:
     static constexpr size_t segment_bytes = size_t{16} << 20;
+    // Tails shorter than this are not worth keeping apart: a session's state is parked only when a
+    // prompt would discard at least this many of its tokens, and a new snapshot replaces one that
+    // differs from it only in its last (fewer than this) tokens, such as an answer the client sent
+    // back tokenized differently.
+    static constexpr size_t min_tail_tokens = 32;
 
     // budget_bytes 0: off (park() and find() do nothing). `hot` must outlive the cache.
     conversation_cache(uint64_t budget_bytes, const arenas::hot_node& hot);
@@ -47,8 +52,9 @@ public:
     // snapshot used. The caller's positions [0, from) must hold the same tokens as the snapshot's.
     void restore(uint64_t id, size_t from, size_t to, kv_cache& kv);
 
-    // Parks `tokens` with their rows of `kv`. A snapshot whose tokens are a prefix of these is
-    // replaced; when these are a prefix of a snapshot's, that one is only marked used. Returns the id
+    // Parks `tokens` with their rows of `kv`. A snapshot that these extend (all but fewer than
+    // min_tail_tokens of its tokens are a prefix of these) is replaced; when these are a prefix of a
+    // snapshot's, that one is only marked used. Returns the id
     // of the snapshot holding them, or 0 when none (off, larger than the budget, out of memory).
     uint64_t park(std::span<const int32_t> tokens, const kv_cache& kv);
 

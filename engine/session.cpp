@@ -88,10 +88,6 @@ struct session::impl {
     generation_result generate(std::span<const int32_t> prompt, const generation_options& o, const token_callback& cb);
 };
 
-// A session's state is parked before a prompt discards at least this many of its tokens (fewer are
-// cheap to evaluate again, and a regular next turn discards at most a few).
-constexpr size_t park_min_discarded = 32;
-
 size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, timings& t) {
     // Always evaluate at least the last prompt token, for its logits.
     const size_t limit = prompt.size() - 1;
@@ -100,7 +96,8 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, timings& t) 
     t.cache_source = common > 0 ? prefix_source::live : prefix_source::none;
     engine::conversation_cache& cc = *m.conversations;
     if (cc.enabled()) {
-        if (cached.size() >= common + park_min_discarded) cc.park(cached, kv);
+        // Park before a prompt discards a tail worth keeping (a regular next turn discards a few tokens).
+        if (cached.size() >= common + engine::conversation_cache::min_tail_tokens) cc.park(cached, kv);
         if (const auto best = cc.find(prompt, limit, common)) {
             try {
                 kv.reserve(static_cast<int>(best->n_tokens));
