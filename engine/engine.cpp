@@ -49,6 +49,15 @@ void engine_thread::loop() {
     }
 }
 
+std::string_view prefix_source_name(prefix_source s) {
+    switch (s) {
+        case prefix_source::live: return "live";
+        case prefix_source::snapshot: return "snapshot";
+        case prefix_source::none: break;
+    }
+    return "none";
+}
+
 std::string_view stop_reason_name(stop_reason r) {
     switch (r) {
         case stop_reason::eos:
@@ -200,6 +209,8 @@ model_options checked(model_options o, int n_ctx_train) {
         }
     }
     if (o.n_batch < 1) throw std::runtime_error(fmt::format("the batch size must be positive, got {}", o.n_batch));
+    if (o.cache_ram_mib < -1)
+        throw std::runtime_error(fmt::format("--cache-ram must be 0 (off) or a number of MiB, got {}", o.cache_ram_mib));
     return o;
 }
 
@@ -275,6 +286,7 @@ model::~model() {
     // The pool and the forward pass belong to the engine thread: tear them down there.
     impl_->thread.run([this] {
         save_profile(*impl_);
+        impl_->conversations.reset();
         impl_->hybrid.reset();
         impl_->forward.reset();
         impl_->store.reset();
@@ -303,12 +315,25 @@ std::shared_ptr<model> model::load(const model_options& options) {
             throw;
         }
     });
+    // The GPU hybrid keeps each session's keys and values in VRAM, which snapshots do not cover yet.
+    uint64_t cache_budget = engine::conversation_cache_budget(r.options.cache_ram_mib);
+    if (r.hybrid && cache_budget > 0) {
+        logger("engine")->info("The conversation cache is off: the GPU hybrid keeps the KV cache in VRAM, which "
+                               "snapshots do not cover.");
+        cache_budget = 0;
+    }
+    r.conversations = std::make_unique<engine::conversation_cache>(cache_budget, *r.hot);
     r.info = describe(r, r.pool->plan());
     logger("engine")->info("Loaded {} ({}, {} layers, {} experts of which {} used, {:.1f} MiB); context {} tokens, "
-                           "KV cache {} grown in chunks of {} tokens up to {:.1f} MiB per session; routed experts: {}.",
+                           "KV cache {} grown in chunks of {} tokens up to {:.1f} MiB per session; conversation cache {}; "
+                           "routed experts: {}.",
                            options.path, r.info.architecture, r.hp.n_layer, r.hp.n_expert, r.hp.n_expert_used,
                            double(r.info.file_bytes) / (1 << 20), r.info.n_ctx, r.info.kv_type,
-                           r.info.kv_chunk_tokens, double(r.info.kv_bytes_per_session) / (1 << 20), r.info.placement);
+                           r.info.kv_chunk_tokens, double(r.info.kv_bytes_per_session) / (1 << 20),
+                           r.conversations->enabled()
+                               ? fmt::format("up to {:.1f} MiB", double(r.conversations->stats().budget_bytes) / (1 << 20))
+                               : std::string("off (--cache-ram 0)"),
+                           r.info.placement);
     return std::shared_ptr<model>(new model(std::move(m)));
 }
 
@@ -327,6 +352,8 @@ expert_stats model::statistics() const {
     });
     return s;
 }
+
+conversation_cache_stats model::conversation_statistics() const { return impl_->conversations->stats(); }
 
 std::vector<int32_t> model::tokenize(std::string_view text, bool add_special, bool parse_special) const {
     return impl_->tokenizer.encode(text, {.add_special = add_special, .parse_special = parse_special});

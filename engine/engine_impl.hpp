@@ -15,6 +15,7 @@
 #include "expert_store.hpp"
 #include "hot_node.hpp"
 #include "region_map.hpp"
+#include "conversation_cache.hpp"
 #include "topology.hpp"
 #include "gguf/gguf_reader.hpp"
 #include "gpu/hybrid_forward.hpp"
@@ -66,6 +67,7 @@ struct model::impl {
     engine_thread thread;                          // declared before what it owns, so it stops last
     std::unique_ptr<arenas::expert_pool> pool;     // created and used on `thread`
     std::unique_ptr<arenas::hot_node> hot;         // ditto
+    std::unique_ptr<engine::conversation_cache> conversations;  // parked KV snapshots, segments from `hot`
     std::unique_ptr<arenas::expert_store> store;   // the resident routed experts the pool reads
     std::unique_ptr<engine::forward_pass> forward; // ditto
     std::unique_ptr<engine::gpu::hybrid_forward> hybrid;  // ditto; when set, sessions evaluate with it

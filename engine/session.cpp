@@ -81,8 +81,41 @@ struct session::impl {
                 throw request_error(fmt::format("token id {} is outside the vocabulary (0..{})", id, m.hp.n_vocab - 1));
     }
 
+    // The prefix of `prompt` already in kv, from this session's state or a restored snapshot (parking
+    // the state first when the prompt would throw most of it away); sets cached and the timings.
+    size_t reuse_prefix(std::span<const int32_t> prompt, timings& t);
+
     generation_result generate(std::span<const int32_t> prompt, const generation_options& o, const token_callback& cb);
 };
+
+size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, timings& t) {
+    // Always evaluate at least the last prompt token, for its logits.
+    const size_t limit = prompt.size() - 1;
+    size_t common = std::mismatch(cached.begin(), cached.end(), prompt.begin(), prompt.end()).first - cached.begin();
+    common = std::min(common, limit);
+    t.cache_source = common > 0 ? prefix_source::live : prefix_source::none;
+    engine::conversation_cache& cc = *m.conversations;
+    if (cc.enabled()) {
+        // Park before a prompt discards a tail worth keeping (a regular next turn discards a few tokens).
+        if (cached.size() >= common + engine::conversation_cache::min_tail_tokens) cc.park(cached, kv);
+        if (const auto best = cc.find(prompt, limit, common)) {
+            try {
+                kv.reserve(static_cast<int>(best->n_tokens));
+                cc.restore(best->id, common, best->n_tokens, kv);
+                common = best->n_tokens;
+                t.cache_source = prefix_source::snapshot;
+                t.cache_snapshot = best->id;
+            } catch (const engine::kv_cache_full& e) {
+                logger("engine")->warn("Conversation snapshot {} was not restored: {}.", best->id, e.what());
+            }
+        }
+    }
+    cached.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(common));
+    n_cached.store(common);
+    kv_bytes.store(kv.bytes());
+    t.cache_n = static_cast<int>(common);
+    return common;
+}
 
 generation_result session::impl::generate(std::span<const int32_t> prompt, const generation_options& o,
                                           const token_callback& cb) {
@@ -90,13 +123,8 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
     tok::sampler sampler(to_sampler(o.sampling));
     sampler.accept_prompt(prompt);
 
-    // Reuse the longest common prefix, but always evaluate at least the last prompt token for its logits.
-    size_t common = std::mismatch(cached.begin(), cached.end(), prompt.begin(), prompt.end()).first - cached.begin();
-    common = std::min(common, prompt.size() - 1);
-    cached.resize(common);
-    n_cached.store(common);
     const auto t0 = clock_type::now();
-    result.time.cache_n = static_cast<int>(common);
+    const size_t common = reuse_prefix(prompt, result.time);
     // One batch at a time, so a cancellation (a client gone, a shutdown) also stops a long prompt.
     for (std::span<const int32_t> rest = prompt.subspan(common); !rest.empty();) {
         if (cancel.load(std::memory_order_relaxed)) {
@@ -213,6 +241,14 @@ std::vector<float> session::evaluate(std::span<const int32_t> prompt, bool all) 
         impl_->eval(prompt, out.data(), all);
     });
     return out;
+}
+
+uint64_t session::park() {
+    uint64_t id = 0;
+    impl_->m.thread.run([&] {
+        if (!impl_->cached.empty()) id = impl_->m.conversations->park(impl_->cached, impl_->kv);
+    });
+    return id;
 }
 
 size_t session::cached_tokens() const { return impl_->n_cached.load(); }

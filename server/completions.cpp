@@ -163,10 +163,13 @@ struct job {
         const std::string vram = lookups ? fmt::format("; routed experts: {:.1f} % from VRAM ({} of {})",
                                                        100.0 * double(hits) / double(lookups), hits, lookups)
                                          : std::string();
-        state.log->info("Request {} ({}) finished: prompt {} tokens ({} reused, {} evaluated in {:.1f} ms, {:.1f} "
-                        "tokens/s); decode {} tokens in {:.1f} ms ({:.1f} tokens/s){}; stopped by {}{}; waited {:.3f} s "
-                        "for the engine, {:.3f} s in all.",
-                        g.id, g.endpoint, g.prompt_tokens, r.time.cache_n, r.time.prompt_n, r.time.prompt_ms,
+        const std::string prefix_from = r.time.cache_source == prefix_source::snapshot
+                                            ? fmt::format("snapshot {}", r.time.cache_snapshot)
+                                            : std::string(prefix_source_name(r.time.cache_source));
+        state.log->info("Request {} ({}) finished: prompt {} tokens ({} reused from {}, {} evaluated in {:.1f} ms, "
+                        "{:.1f} tokens/s); decode {} tokens in {:.1f} ms ({:.1f} tokens/s){}; stopped by {}{}; waited "
+                        "{:.3f} s for the engine, {:.3f} s in all.",
+                        g.id, g.endpoint, g.prompt_tokens, r.time.cache_n, prefix_from, r.time.prompt_n, r.time.prompt_ms,
                         r.time.prompt_per_second(), r.time.predicted_n, r.time.predicted_ms,
                         r.time.predicted_per_second(), vram, g.stopped_by, in_prompt, g.queue_s, g.total_s);
     }

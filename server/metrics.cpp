@@ -44,6 +44,27 @@ static void family(std::string& out, const char* name, const char* type, const c
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
+// The conversation cache's counters and size (--cache-ram).
+static void render_conversation_cache(std::string& out, const conversation_cache_stats& c) {
+    family(out, "strata_conversation_cache_hits_total", "counter", "Prompts that restored a parked conversation snapshot.");
+    out += fmt::format("strata_conversation_cache_hits_total {}\n", c.hits);
+    family(out, "strata_conversation_cache_misses_total", "counter",
+           "Prompts for which no parked snapshot shared a longer prefix than the session's own KV cache.");
+    out += fmt::format("strata_conversation_cache_misses_total {}\n", c.misses);
+    family(out, "strata_conversation_cache_tokens_restored_total", "counter", "Tokens copied back from snapshots.");
+    out += fmt::format("strata_conversation_cache_tokens_restored_total {}\n", c.tokens_restored);
+    family(out, "strata_conversation_cache_parked_total", "counter", "Conversation snapshots parked.");
+    out += fmt::format("strata_conversation_cache_parked_total {}\n", c.parked);
+    family(out, "strata_conversation_cache_evictions_total", "counter", "Snapshots evicted to stay within --cache-ram.");
+    out += fmt::format("strata_conversation_cache_evictions_total {}\n", c.evictions);
+    family(out, "strata_conversation_cache_entries", "gauge", "Conversation snapshots held.");
+    out += fmt::format("strata_conversation_cache_entries {}\n", c.entries.size());
+    family(out, "strata_conversation_cache_bytes", "gauge", "Bytes of the snapshots' segments.");
+    out += fmt::format("strata_conversation_cache_bytes {}\n", c.bytes);
+    family(out, "strata_conversation_cache_budget_bytes", "gauge", "The conversation cache's budget (0: off).");
+    out += fmt::format("strata_conversation_cache_budget_bytes {}\n", c.budget_bytes);
+}
+
 std::string metrics::render(const gauges& g) const {
     std::lock_guard lock(mutex_);
     std::string out;
@@ -101,6 +122,7 @@ std::string metrics::render(const gauges& g) const {
     family(out, "strata_placement_bytes", "gauge", "Bytes of resident experts placed for a slice.");
     for (const auto& n : g.placement)
         out += fmt::format("strata_placement_bytes{{slice=\"{}\",node=\"{}\"}} {}\n", n.slice, n.node, n.bytes);
+    render_conversation_cache(out, g.conversations);
     return out;
 }
 

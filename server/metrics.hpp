@@ -41,6 +41,7 @@ public:
         uint64_t expert_lookups = 0, vram_hits = 0;
         std::vector<model_info::node_share> placement;
         double uptime_s = 0;
+        conversation_cache_stats conversations;
     };
     std::string render(const gauges& g) const;
     std::optional<generation_record> last() const;

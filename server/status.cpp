@@ -1,7 +1,10 @@
 #include "status.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
+
+#include <spdlog/fmt/fmt.h>
 
 #include "openai_response.hpp"
 
@@ -95,6 +98,28 @@ static json expert_section(const model_info& i, const std::optional<server_state
             {"layers", std::move(layers)}};
 }
 
+// Parked conversation snapshots (--cache-ram), most recently used first.
+static json conversation_cache_section(const conversation_cache_stats& c) {
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    json entries = json::array();
+    for (const conversation_cache_entry& e : c.entries)
+        entries.push_back({{"id", e.id}, {"tokens", e.tokens}, {"bytes", e.bytes},
+                           {"last_use", static_cast<int64_t>(e.last_use_s)}, {"idle_s", std::max(0.0, now - e.last_use_s)}});
+    return {{"enabled", c.enabled},
+            {"budget_bytes", c.budget_bytes},
+            {"bytes", c.bytes},
+            {"segments", c.segments},
+            {"node", c.node >= 0 ? json(c.node) : json(nullptr)},
+            {"node_share", c.node >= 0 ? json(c.node_share) : json(nullptr)},
+            {"placement", c.node >= 0 ? fmt::format("cold node {}", c.node) : std::string("anonymous memory")},
+            {"hits", c.hits},
+            {"misses", c.misses},
+            {"tokens_restored", c.tokens_restored},
+            {"parked", c.parked},
+            {"evictions", c.evictions},
+            {"entries", std::move(entries)}};
+}
+
 static json last_request_section(const server_state& state) {
     const std::optional<generation_record> r = state.counters.last();
     if (!r) return nullptr;
@@ -137,6 +162,7 @@ json status_json(const server_state& state) {
     s["pool"] = pool_section(i);
     s["placement"] = placement_section(i);
     s["experts"] = expert_section(i, snap);
+    s["conversation_cache"] = conversation_cache_section(m->conversation_statistics());
     return s;
 }
 
@@ -150,7 +176,10 @@ std::string metrics_text(const server_state& state) {
         g.expert_lookups = snap->experts.expert_lookups;
         g.vram_hits = snap->experts.vram_hits;
     }
-    if (const auto m = state.loaded_model()) g.placement = m->info().placement_nodes;
+    if (const auto m = state.loaded_model()) {
+        g.placement = m->info().placement_nodes;
+        g.conversations = m->conversation_statistics();
+    }
     g.uptime_s = state.uptime_s();
     return state.counters.render(g);
 }

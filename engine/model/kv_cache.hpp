@@ -38,6 +38,8 @@ public:
     int n_layer() const { return n_layer_; }
     kv_type type() const { return type_; }
     int n_chunks() const { return n_chunks_; }
+    int n_head_kv() const { return n_head_kv_; }
+    size_t head_row_bytes() const { return head_row_bytes_; }
     int capacity() const;                       // positions with memory (a whole number of chunks, <= n_ctx)
     size_t bytes() const;                       // allocated now
     size_t max_bytes() const { return bytes_needed(n_layer_, n_ctx_, n_head_kv_, head_dim_, type_); }

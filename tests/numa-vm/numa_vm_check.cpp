@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "arenas/moe_fixture.hpp"
+#include "conversation_cache.hpp"
 #include "expert_pool.hpp"
 #include "expert_store.hpp"
 #include "hot_node.hpp"
@@ -163,6 +164,22 @@ void check_store_hot_node_and_report(const topology& topo, expert_pool& pool, co
               " in the region map, " + how);
     check(hot.describe_placed().find("and 1 pinned host pool (6.0 MiB) are bound to node 1") != std::string::npos,
           "hot node: the load line names what moved: " + hot.describe_placed());
+    // The conversation cache parks a session's KV rows in segments from the cold allocator.
+    strata::engine::kv_cache kv(10, 2048, 4, 64, strata::engine::kv_type::f16);  // 20 MB of rows: two segments
+    kv.reserve(2000);
+    const std::vector<float> row(4 * 64, 0.5f);
+    for (int l = 0; l < kv.n_layer(); ++l)
+        for (int pos = 0; pos < 2000; ++pos) kv.store(l, pos, row.data(), row.data());
+    strata::engine::conversation_cache conversations(std::uint64_t{64} << 20, hot);
+    const std::vector<int32_t> tokens(2000, 7);
+    const std::uint64_t parked = conversations.park(tokens, kv);
+    const auto cs = conversations.stats();
+    int listed_segments = 0;
+    for (const auto& r : regions.regions()) listed_segments += r.name.starts_with("conversation snapshot 1 segment") ? 1 : 0;
+    check(parked != 0 && cs.node == 0 && cs.node_share >= 0.95 && listed_segments == static_cast<int>(cs.segments),
+          "conversation cache: " + std::to_string(cs.segments) + " parked segments (" + std::to_string(cs.bytes >> 20) +
+              " MiB, listed in the region map: " + std::to_string(listed_segments) + ") on cold node " + std::to_string(cs.node) +
+              " (" + percent(cs.node_share) + ")");
 
     if (report.empty()) return;
     const int agrees = run_report(report, regions.path());

@@ -64,6 +64,7 @@ std::shared_ptr<model> tiny_model() {
         o.path = tiny_model_path();
         o.n_ctx = test_ctx;
         o.numa_pool = "off";
+        o.cache_ram_mib = 0;  // tests share this model: snapshots of one must not feed the next
         loaded = model::load(o);
     }
     return loaded;

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/fmt/fmt.h>
 
+#include "conversation_bench.hpp"
 #include "generate.hpp"
 #include "modes.hpp"
 #include "strata/engine.hpp"
@@ -113,11 +114,29 @@ int run(int argc, char** argv) {
         ("clients", "concurrent clients", cxxopts::value<int>()->default_value("8"))
         ("requests", "requests in all (split evenly across clients)", cxxopts::value<int>()->default_value("1000"))
         ("max-tokens", "tokens generated per request", cxxopts::value<int>()->default_value("8"))
+        ("conversations", "N conversations taking turns: time to first token of returning turns with the "
+                          "conversation cache on and off (default model: the demo preset, context 8192)",
+         cxxopts::value<int>())
+        ("history", "with --conversations: tokens of each conversation's opening prompt",
+         cxxopts::value<int>()->default_value("2000"))
+        ("turns", "with --conversations: turns per conversation", cxxopts::value<int>()->default_value("3"))
+        ("cache-ram", "with --conversations: the cache-on arm's budget in MiB (default: the engine's)",
+         cxxopts::value<int>())
         ("h,help", "show help");
     const auto a = opts.parse(argc, argv);
     if (a.count("help")) {
         std::printf("%s\n", opts.help().c_str());
         return 0;
+    }
+    if (a.count("conversations")) {
+        conversation_bench_options c;
+        if (a.count("model")) c.model = a["model"].as<std::string>();
+        c.conversations = std::max(1, a["conversations"].as<int>());
+        c.history = std::max(1, a["history"].as<int>());
+        c.turns = std::max(2, a["turns"].as<int>());
+        if (a.count("max-tokens")) c.max_tokens = std::max(1, a["max-tokens"].as<int>());
+        if (a.count("cache-ram")) c.cache_ram_mib = a["cache-ram"].as<int>();
+        return run_conversation_bench(c);
     }
     const int clients = std::max(1, a["clients"].as<int>());
     const int per_client = std::max(1, a["requests"].as<int>() / clients);

@@ -19,7 +19,9 @@ void add_model_flags(cxxopts::Options& o) {
         ("chat-template", "chat template override: chatml | mistral | llama3", cxxopts::value<std::string>())
         ("numa-hot-node", "split-off pool: claim the resident experts on NUMA node N (N | auto: the GPU's | off)",
          cxxopts::value<std::string>()->default_value("off"))
-        ("mmap-experts", "split-off pool: read routed experts from the mapped file instead of a RAM copy");
+        ("mmap-experts", "split-off pool: read routed experts from the mapped file instead of a RAM copy")
+        ("cache-ram", "MiB for parked conversation snapshots (default: the smaller of 25 % of MemAvailable and "
+                      "8 GiB; 0: off)", cxxopts::value<int>());
     o.add_options("rope")
         ("rope-scaling", "RoPE scaling: none | linear | yarn (default: the model's)", cxxopts::value<std::string>())
         ("rope-scale", "RoPE context scaling factor N: angles divided by N (default: the model's)",
@@ -106,6 +108,12 @@ model_options model_options_from(const cxxopts::ParseResult& a) {
     if (a.count("chat-template")) m.chat_template = a["chat-template"].as<std::string>();
     m.numa_hot_node = a["numa-hot-node"].as<std::string>();
     m.mmap_experts = a.count("mmap-experts") > 0;
+    if (a.count("cache-ram")) {
+        m.cache_ram_mib = a["cache-ram"].as<int>();
+        if (m.cache_ram_mib < 0)
+            throw std::invalid_argument(fmt::format("--cache-ram must be 0 (off) or a number of MiB, got {}",
+                                                    m.cache_ram_mib));
+    }
     m.gpu = a["gpu"].as<int>();
     m.expert_cache = a["expert-cache"].as<std::string>();
     m.vram_reserve_mib = a["vram-reserve-mib"].as<int>();

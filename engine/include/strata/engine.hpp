@@ -3,7 +3,8 @@
 //
 // Thread-safety: a model may be shared by any number of threads and sessions; its forward passes run
 // one at a time on the model's own engine thread (the thread that owns the CPU expert pool), so
-// concurrent generate() calls on different sessions queue in arrival order. A session is used by one
+// concurrent generate() calls on different sessions queue in arrival order. Every copy into or out of
+// the conversation cache runs on that thread too. A session is used by one
 // thread at a time, except cancel(), which any thread may call at any time.
 #pragma once
 
@@ -52,6 +53,9 @@ struct model_options {
     float yarn_attn_factor = -1;      // --yarn-attn-factor: scale on cos/sin; < 0: the model's (1)
     float yarn_beta_fast = -1;        // --yarn-beta-fast; < 0: the model's (32)
     float yarn_beta_slow = -1;        // --yarn-beta-slow; < 0: the model's (1)
+    // --cache-ram MIB: memory for parked conversation snapshots (the conversation cache); -1: the
+    // smaller of 25 % of MemAvailable and 8 GiB; 0: off.
+    int cache_ram_mib = -1;
 };
 
 struct sampling_options {
@@ -99,11 +103,15 @@ struct token_event {
 using token_callback = std::function<bool(const token_event&)>;
 
 enum class stop_reason { eos, stop_string, length, cancelled };
+
+// Where a prompt's reused prefix came from: nowhere, the session's own KV cache, or a parked snapshot.
+enum class prefix_source { none, live, snapshot };
+std::string_view prefix_source_name(prefix_source s);  // "none" | "live" | "snapshot"
 std::string_view stop_reason_name(stop_reason r);  // "stop" | "stop" | "length" | "cancelled"
 
 struct timings {
     int prompt_n = 0;                // prompt tokens evaluated (after reuse)
-    int cache_n = 0;                 // prompt tokens reused from the previous request's KV cache
+    int cache_n = 0;                 // prompt tokens reused: the session's KV cache or a restored snapshot
     double prompt_ms = 0;
     int predicted_n = 0;
     double predicted_ms = 0;
@@ -111,6 +119,8 @@ struct timings {
     // layers x n_expert_used), and those served by experts resident in VRAM.
     uint64_t expert_lookups = 0;
     uint64_t vram_hits = 0;
+    prefix_source cache_source = prefix_source::none;
+    uint64_t cache_snapshot = 0;     // the snapshot restored (cache_source snapshot)
     double prompt_per_second() const { return prompt_ms > 0 ? prompt_n * 1000.0 / prompt_ms : 0; }
     double predicted_per_second() const { return predicted_ms > 0 ? predicted_n * 1000.0 / predicted_ms : 0; }
 };
@@ -180,6 +190,31 @@ struct expert_stats {
     double hit_rate() const { return expert_lookups ? double(vram_hits) / double(expert_lookups) : 0.0; }
 };
 
+// The conversation cache: KV snapshots of sessions parked when a session moved on to an unrelated
+// prompt (or on session::park()), restored when a prompt shares a longer prefix with one of them than
+// with the session's own cache. Least recently used snapshots are evicted to stay under the budget.
+struct conversation_cache_entry {
+    uint64_t id = 0;
+    int tokens = 0;
+    uint64_t bytes = 0;
+    double last_use_s = 0;           // parked or restored, seconds since the Unix epoch
+};
+
+struct conversation_cache_stats {
+    bool enabled = false;            // --cache-ram other than 0
+    uint64_t budget_bytes = 0;
+    uint64_t bytes = 0;              // held by the snapshots' segments
+    uint64_t segments = 0;
+    int node = -1;                   // NUMA node the segments are bound to (the cold node); -1: anonymous
+    double node_share = 0;           // sampled share of the segments' pages on `node` (0 when node is -1)
+    uint64_t parked = 0;             // snapshots made (superseded and evicted ones included)
+    uint64_t hits = 0;               // prompts that restored a snapshot
+    uint64_t misses = 0;             // prompts for which no snapshot beat the session's own cache
+    uint64_t tokens_restored = 0;    // tokens copied back from snapshots
+    uint64_t evictions = 0;          // snapshots dropped for the budget
+    std::vector<conversation_cache_entry> entries;  // most recently used first
+};
+
 // Thrown for a request that cannot run (a prompt longer than the context, bad sampling values); the
 // message names the numbers. Load failures throw std::runtime_error.
 struct request_error : std::invalid_argument {
@@ -197,6 +232,9 @@ public:
 
     const model_info& info() const;
     expert_stats statistics() const;
+    // The conversation cache's counters and snapshots. Safe from any thread; does not wait for the
+    // engine thread.
+    conversation_cache_stats conversation_statistics() const;
 
     std::vector<int32_t> tokenize(std::string_view text, bool add_special = true, bool parse_special = false) const;
     std::string detokenize(std::span<const int32_t> ids) const;
@@ -222,8 +260,10 @@ public:
     session& operator=(const session&) = delete;
 
     // Generates a continuation of `prompt` (token ids). The longest prefix shared with the tokens
-    // already in this session's KV cache is reused (timings.cache_n). Throws request_error when the
-    // prompt does not fit the context. The callback runs on the model's engine thread.
+    // already in this session's KV cache, or with a snapshot in the model's conversation cache, is
+    // reused (timings.cache_n, cache_source); before a prompt replaces most of this session's state,
+    // that state is parked as a snapshot. Throws request_error when the prompt does not fit the
+    // context. The callback runs on the model's engine thread.
     generation_result generate(std::span<const int32_t> prompt, const generation_options& options,
                                const token_callback& on_token = {});
 
@@ -235,6 +275,12 @@ public:
     // Logits after evaluating `prompt` from position 0 ([n_vocab] per token when all, else of the last
     // token only). For tests and tools; clears this session's cache.
     std::vector<float> evaluate(std::span<const int32_t> prompt, bool all = false);
+
+    // Parks a copy of this session's KV state (its tokens and their keys and values) in the model's
+    // conversation cache, which a later prompt of any session may restore; the session keeps its
+    // state. Returns the snapshot's id, or 0 when nothing was parked (empty session, cache off, over
+    // the budget). Runs on the engine thread.
+    uint64_t park();
 
     // Tokens in this session's KV cache (grows during a prompt's evaluation). Safe from any thread.
     size_t cached_tokens() const;

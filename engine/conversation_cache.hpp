@@ -1,0 +1,83 @@
+// The conversation cache: sessions' KV states parked as snapshots in segments from the hot node's
+// cold allocator (the cold NUMA node under --numa-hot-node, anonymous memory otherwise; each segment
+// listed in the region map), found again by longest token prefix, evicted least recently used first
+// under a byte budget.
+//
+// A snapshot of n tokens stores, layer after layer and chunk after chunk, each of the chunk's
+// 2 * n_head_kv tiles (keys of every kv head, then values) cut to the rows it holds:
+//   [n_layer][chunks of n][2 * n_head_kv][rows of that chunk][head_row]
+// in one byte stream cut into segments of at most segment_bytes. The rows are the cache's bytes
+// verbatim, so a restored prefix is the same as one evaluated again.
+//
+// Thread-safety: every member locks; park() and restore() run on the engine thread (they read and
+// write a session's cache), stats() from any thread.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "hot_node.hpp"
+#include "model/kv_cache.hpp"
+#include "strata/engine.hpp"
+
+namespace strata::engine {
+
+class conversation_cache {
+public:
+    static constexpr size_t segment_bytes = size_t{16} << 20;
+    // Tails shorter than this are not worth keeping apart: a session's state is parked only when a
+    // prompt would discard at least this many of its tokens, and a new snapshot replaces one that
+    // differs from it only in its last (fewer than this) tokens, such as an answer the client sent
+    // back tokenized differently.
+    static constexpr size_t min_tail_tokens = 32;
+
+    // budget_bytes 0: off (park() and find() do nothing). `hot` must outlive the cache.
+    conversation_cache(uint64_t budget_bytes, const arenas::hot_node& hot);
+    ~conversation_cache();
+
+    bool enabled() const { return budget_ > 0; }
+
+    struct match {
+        uint64_t id = 0;
+        size_t n_tokens = 0;  // prefix shared with the prompt (capped)
+    };
+    // The snapshot sharing the longest prefix with `prompt`, cut to `limit` tokens, when longer than
+    // `better_than`; ties go to the most recently used. Counts a hit or a miss.
+    std::optional<match> find(std::span<const int32_t> prompt, size_t limit, size_t better_than);
+
+    // Copies positions [from, to) of snapshot `id` into `kv` (which has room for them) and marks the
+    // snapshot used. The caller's positions [0, from) must hold the same tokens as the snapshot's.
+    void restore(uint64_t id, size_t from, size_t to, kv_cache& kv);
+
+    // Parks `tokens` with their rows of `kv`. A snapshot that these extend (all but fewer than
+    // min_tail_tokens of its tokens are a prefix of these) is replaced; when these are a prefix of a
+    // snapshot's, that one is only marked used. Returns the id
+    // of the snapshot holding them, or 0 when none (off, larger than the budget, out of memory).
+    uint64_t park(std::span<const int32_t> tokens, const kv_cache& kv);
+
+    conversation_cache_stats stats() const;
+
+private:
+    struct snapshot;
+
+    uint64_t park_locked(std::span<const int32_t> tokens, const kv_cache& kv);
+    void touch(snapshot& s);
+    void evict_for(uint64_t bytes);
+
+    const uint64_t budget_;
+    const arenas::hot_node& hot_;
+    mutable std::mutex mutex_;
+    std::vector<snapshot> snapshots_;
+    uint64_t next_id_ = 1;
+    uint64_t clock_ = 0;  // use counter: larger is more recent
+    uint64_t bytes_ = 0;
+    conversation_cache_stats counters_;  // the counters only; stats() adds the rest
+};
+
+// --cache-ram: MiB -> bytes; -1: the smaller of 25 % of MemAvailable and 8 GiB.
+uint64_t conversation_cache_budget(int cache_ram_mib);
+
+}  // namespace strata::engine

@@ -1,0 +1,266 @@
+// The conversation cache through the engine API on generated models: parked and restored KV states
+// give bitwise the same tokens and logprobs as a cold evaluation (f16 and int8, every architecture),
+// the longest prefix wins, LRU eviction under the budget, a conversation extended after its snapshot,
+// and a prompt cancelled after a restore.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "generate.hpp"
+#include "strata/engine.hpp"
+
+namespace strata {
+namespace {
+
+std::string model_path(make_model::arch a) {
+    const auto path = std::filesystem::temp_directory_path() / ("strata_convo_" + make_model::arch_name(a) + ".gguf");
+    if (!std::filesystem::exists(path)) {
+        make_model::model_spec s = make_model::preset("tiny");
+        s.architecture = a;
+        make_model::build_model(s).write_file(path.string());
+    }
+    return path.string();
+}
+
+std::shared_ptr<model> load(make_model::arch a, const std::string& kv, int cache_ram_mib, int n_batch = 512) {
+    model_options o;
+    o.path = model_path(a);
+    o.numa_pool = "off";
+    o.n_ctx = 1024;
+    o.n_batch = n_batch;
+    o.kv_type = kv;
+    o.cache_ram_mib = cache_ram_mib;
+    return model::load(o);
+}
+
+// n token ids in [3, n_vocab), the same for the same seed.
+std::vector<int32_t> tokens(size_t n, uint32_t seed, int n_vocab) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int32_t> id(3, n_vocab - 1);
+    std::vector<int32_t> out(n);
+    for (auto& t : out) t = id(rng);
+    return out;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+generation_options greedy(int n) {
+    generation_options g;
+    g.max_tokens = n;
+    g.sampling.temperature = 0;
+    g.ignore_eos = true;
+    g.logprobs = true;
+    g.top_logprobs = 5;
+    return g;
+}
+
+// Token ids, logprobs and alternatives, bitwise.
+void expect_same(const generation_result& a, const generation_result& b, const std::string& what) {
+    ASSERT_EQ(a.tokens.size(), b.tokens.size()) << what;
+    for (size_t i = 0; i < a.tokens.size(); ++i) {
+        EXPECT_EQ(a.tokens[i].id, b.tokens[i].id) << what << " token " << i;
+        EXPECT_EQ(0, std::memcmp(&a.tokens[i].logprob, &b.tokens[i].logprob, sizeof(float))) << what << " token " << i;
+        ASSERT_EQ(a.tokens[i].top.size(), b.tokens[i].top.size()) << what;
+        for (size_t k = 0; k < a.tokens[i].top.size(); ++k) {
+            EXPECT_EQ(a.tokens[i].top[k].id, b.tokens[i].top[k].id) << what;
+            EXPECT_EQ(0, std::memcmp(&a.tokens[i].top[k].logprob, &b.tokens[i].top[k].logprob, sizeof(float))) << what;
+        }
+    }
+    EXPECT_EQ(a.text, b.text) << what;
+}
+
+std::vector<int32_t> ids_of(const generation_result& r) {
+    std::vector<int32_t> out;
+    for (const auto& t : r.tokens) out.push_back(t.id);
+    return out;
+}
+
+struct variant {
+    make_model::arch arch;
+    std::string kv;
+};
+
+class ConversationCacheIdentity : public testing::TestWithParam<variant> {};
+
+// Conversation A (300 tokens: a chunk boundary inside), interrupted by an unrelated prompt B (which
+// parks A), comes back with its answer and 60 more tokens: restored from the snapshot, then from the
+// live state, each bitwise the same as a cold model with the cache off.
+TEST_P(ConversationCacheIdentity, RestoredLiveAndColdAreBitwiseTheSame) {
+    const variant v = GetParam();
+    const auto m = load(v.arch, v.kv, 64);
+    const auto cold_model = load(v.arch, v.kv, 0);
+    const int n_vocab = m->info().n_vocab;
+    const auto a = tokens(300, 1, n_vocab), b = tokens(120, 2, n_vocab);
+
+    session s(m);
+    const auto first = s.generate(a, greedy(8));
+    const auto other = s.generate(b, greedy(4));
+    EXPECT_EQ(other.time.cache_source, prefix_source::none);
+    auto stats = m->conversation_statistics();
+    ASSERT_EQ(stats.entries.size(), 1u);
+    EXPECT_EQ(stats.entries[0].tokens, 300 + 7);  // the prompt and the generated tokens evaluated
+
+    const auto a2 = concat(concat(a, ids_of(first)), tokens(60, 3, n_vocab));
+    const auto restored = s.generate(a2, greedy(8));
+    EXPECT_EQ(restored.time.cache_source, prefix_source::snapshot);
+    EXPECT_EQ(restored.time.cache_snapshot, stats.entries[0].id);
+    EXPECT_EQ(restored.time.cache_n, 307);
+    EXPECT_EQ(restored.time.prompt_n, static_cast<int>(a2.size()) - 307);
+
+    const auto live = s.generate(a2, greedy(8));
+    EXPECT_EQ(live.time.cache_source, prefix_source::live);
+    EXPECT_EQ(live.time.cache_n, static_cast<int>(a2.size()) - 1);
+
+    session cold(cold_model);
+    const auto reference = cold.generate(a2, greedy(8));
+    EXPECT_EQ(reference.time.cache_n, 0);
+    expect_same(reference, restored, "restored");
+    expect_same(reference, live, "live");
+    stats = m->conversation_statistics();
+    EXPECT_EQ(stats.hits, 1u);
+    EXPECT_EQ(stats.tokens_restored, 307u);
+    EXPECT_GT(stats.bytes, 0u);
+    EXPECT_EQ(cold_model->conversation_statistics().entries.size(), 0u);
+    EXPECT_FALSE(cold_model->conversation_statistics().enabled);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ConversationCacheIdentity,
+                         testing::Values(variant{make_model::arch::qwen3moe, "f16"},
+                                         variant{make_model::arch::qwen3moe, "int8"},
+                                         variant{make_model::arch::qwen2moe, "f16"},
+                                         variant{make_model::arch::qwen2moe, "int8"},
+                                         variant{make_model::arch::mixtral, "f16"},
+                                         variant{make_model::arch::mixtral, "int8"}),
+                         [](const testing::TestParamInfo<variant>& i) {
+                             return make_model::arch_name(i.param.arch) + "_" + i.param.kv;
+                         });
+
+// Parks `prompt` from a session of its own and returns the snapshot's id.
+uint64_t park(const std::shared_ptr<model>& m, const std::vector<int32_t>& prompt) {
+    session s(m);
+    s.generate(prompt, greedy(1));
+    return s.park();
+}
+
+TEST(ConversationCache, TheLongestSharedPrefixWins) {
+    const auto m = load(make_model::arch::qwen3moe, "f16", 64);
+    const int n_vocab = m->info().n_vocab;
+    const auto x = tokens(100, 10, n_vocab), y1 = tokens(50, 11, n_vocab), y2 = tokens(100, 12, n_vocab);
+    const uint64_t id1 = park(m, concat(x, y1));
+    const uint64_t id2 = park(m, concat(x, y2));
+    const uint64_t id3 = park(m, concat(concat(x, std::vector(y2.begin(), y2.begin() + 50)), tokens(80, 13, n_vocab)));
+    ASSERT_TRUE(id1 && id2 && id3);
+    EXPECT_EQ(m->conversation_statistics().entries.size(), 3u);
+
+    const uint64_t hits = m->conversation_statistics().hits;  // parking id2 and id3 restored x from id1, id2
+    session s(m);
+    const auto r = s.generate(concat(concat(x, y2), tokens(20, 14, n_vocab)), greedy(2));
+    EXPECT_EQ(r.time.cache_source, prefix_source::snapshot);
+    EXPECT_EQ(r.time.cache_snapshot, id2);
+    EXPECT_EQ(r.time.cache_n, 200);
+    // Most recently used first.
+    EXPECT_EQ(m->conversation_statistics().entries.front().id, id2);
+
+    session t(m);
+    const auto none = t.generate(tokens(40, 15, n_vocab), greedy(2));
+    EXPECT_EQ(none.time.cache_source, prefix_source::none);
+    EXPECT_EQ(none.time.cache_n, 0);
+    const auto stats = m->conversation_statistics();
+    EXPECT_EQ(stats.hits, hits + 1);
+    EXPECT_GE(stats.misses, 1u);
+}
+
+TEST(ConversationCache, EvictsTheLeastRecentlyUsedWithinTheBudget) {
+    // Each snapshot of the tiny model maps one 2 MiB segment: a 5 MiB budget holds two.
+    const auto m = load(make_model::arch::qwen3moe, "f16", 5);
+    const int n_vocab = m->info().n_vocab;
+    const auto a = tokens(60, 20, n_vocab), b = tokens(60, 21, n_vocab), c = tokens(60, 22, n_vocab);
+    const uint64_t ida = park(m, a), idb = park(m, b);
+    session s(m);
+    EXPECT_EQ(s.generate(concat(a, tokens(5, 23, n_vocab)), greedy(1)).time.cache_snapshot, ida);  // a is used again
+    const uint64_t idc = park(m, c);
+    const auto stats = m->conversation_statistics();
+    ASSERT_EQ(stats.entries.size(), 2u);
+    EXPECT_EQ(stats.entries[0].id, idc);
+    EXPECT_EQ(stats.entries[1].id, ida);
+    EXPECT_EQ(stats.evictions, 1u);
+    EXPECT_LE(stats.bytes, stats.budget_bytes);
+    EXPECT_EQ(stats.budget_bytes, uint64_t{5} << 20);
+    EXPECT_EQ(stats.segments, 2u);
+    EXPECT_NE(idb, 0u);
+
+    const auto small = load(make_model::arch::qwen3moe, "f16", 1);
+    EXPECT_EQ(park(small, a), 0u) << "a snapshot larger than the whole budget is not parked";
+    const auto off = load(make_model::arch::qwen3moe, "f16", 0);
+    EXPECT_EQ(park(off, a), 0u);
+    EXPECT_FALSE(off->conversation_statistics().enabled);
+}
+
+TEST(ConversationCache, AConversationExtendedAfterItsSnapshotReplacesIt) {
+    const auto m = load(make_model::arch::qwen2moe, "f16", 64);
+    const auto cold_model = load(make_model::arch::qwen2moe, "f16", 0);
+    const int n_vocab = m->info().n_vocab;
+    const auto t1 = tokens(280, 30, n_vocab);
+    const uint64_t id1 = park(m, t1);
+    session s(m);
+    const auto t2 = concat(t1, tokens(90, 31, n_vocab));
+    const auto second = s.generate(t2, greedy(4));
+    EXPECT_EQ(second.time.cache_snapshot, id1);
+    const uint64_t id2 = s.park();
+    const auto stats = m->conversation_statistics();
+    ASSERT_EQ(stats.entries.size(), 1u) << "the earlier turn's snapshot is superseded";
+    EXPECT_EQ(stats.entries[0].id, id2);
+    EXPECT_EQ(stats.entries[0].tokens, static_cast<int>(t2.size()) + 3);
+    EXPECT_EQ(stats.evictions, 0u);
+
+    // A third turn from another session restores the extended snapshot.
+    const auto t3 = concat(concat(t2, ids_of(second)), tokens(30, 32, n_vocab));
+    session other(m);
+    const auto third = other.generate(t3, greedy(6));
+    EXPECT_EQ(third.time.cache_snapshot, id2);
+    EXPECT_EQ(third.time.cache_n, static_cast<int>(t2.size()) + 3);
+    session cold(cold_model);
+    expect_same(cold.generate(t3, greedy(6)), third, "extended");
+}
+
+TEST(ConversationCache, APromptCancelledAfterARestoreLeavesCacheAndSessionUsable) {
+    const auto m = load(make_model::arch::mixtral, "int8", 64, 8);
+    const auto cold_model = load(make_model::arch::mixtral, "int8", 0, 8);
+    const int n_vocab = m->info().n_vocab;
+    const auto a = tokens(300, 40, n_vocab);
+    const uint64_t id = park(m, a);
+    const auto prompt = concat(a, tokens(200, 41, n_vocab));
+
+    session s(m);
+    std::thread canceller([&] {
+        while (s.cached_tokens() < 340) std::this_thread::yield();
+        s.cancel();
+    });
+    const auto cut = s.generate(prompt, greedy(4));
+    canceller.join();
+    EXPECT_EQ(cut.reason, stop_reason::cancelled);
+    EXPECT_EQ(cut.time.cache_snapshot, id);
+    EXPECT_LT(cut.time.prompt_n, 200);
+    EXPECT_EQ(m->conversation_statistics().entries.size(), 1u);
+
+    session cold(cold_model);
+    const auto reference = cold.generate(prompt, greedy(4));
+    const auto again = s.generate(prompt, greedy(4));  // the session goes on from what it had evaluated
+    EXPECT_EQ(again.time.cache_source, prefix_source::live);
+    EXPECT_GE(again.time.cache_n, 340);
+    expect_same(reference, again, "after the cancel, same session");
+    session fresh(m);
+    const auto restored = fresh.generate(prompt, greedy(4));
+    EXPECT_EQ(restored.time.cache_source, prefix_source::snapshot);
+    expect_same(reference, restored, "after the cancel, restored");
+}
+
+}  // namespace
+}  // namespace strata
