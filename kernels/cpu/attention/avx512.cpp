@@ -6,7 +6,8 @@
 //   vf[n][head_dim]        its values, f32 (rows padded by kRowPad);
 //   score[kRows][n_pad]    scale * q_r . k_t, one lane per position; then p = exp(score - max) in place;
 //   acc[kRows][head_dim]   sum_t p_t v_t, one lane per dimension;
-// each row's (max, sum, acc) then folded into the state with the shared attn_merge_row.
+// each row's (max, sum, acc) then folded into the state with the shared attn_merge_row. Calls of at most
+// kFewRows rows (decode) take attn_tile_few instead, which streams the tile with the same arithmetic.
 //
 // NOTE: as in avx2.cpp: each score one FMA chain over the dimensions in order, each acc element one FMA
 // chain over the positions in order (a row's positions past its own visible count carry p = 0, which
@@ -14,7 +15,9 @@
 // state depends only on its q, its last_pos and the tile. AVX512-BF16 dot products are not used: they
 // would round f16 keys to 8 mantissa bits.
 #include <algorithm>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "cpu/attention/tile_convert.hpp"
 #include "cpu/detail/kernel_table.hpp"
@@ -22,8 +25,10 @@
 namespace strata::kernels::cpu::detail {
 namespace {
 
-constexpr int kRows = 8;      // query rows per register block
-constexpr int kPosStep = 32;  // positions per score register block (2 vectors); n_pad is a multiple
+constexpr int kRows = 8;        // query rows per register block
+constexpr int kPosStep = 32;    // positions per score register block (2 vectors); n_pad is a multiple
+constexpr int kFewRows = 16;    // calls with at most this many rows (decode) take attn_tile_few
+constexpr int kValueRows = 4;   // query rows per register block of attn_tile_few's weighted values
 
 // exp(x): the Cephes polynomial of vecops/avx2.cpp on 16 lanes, 2^n applied with scalef.
 static inline __m512 exp_ps(__m512 x) {
@@ -47,15 +52,16 @@ static inline __mmask16 first_lanes(int n_valid) {
     return n_valid >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n_valid) - 1);
 }
 
-// score[i][t] = scale * (q_i . k_t) for the block's R rows (q: [R][head_dim]), t < n_score.
+// score[i][t] = scale * (q_i . k_t) for the block's R rows (q: [R][head_dim]), t < n_score
+// (kt: [head_dim][ldk] transposed keys; score: [R][lds]).
 template <int R>
-static void scores(const float* q, int64_t head_dim, const float* kt, int n_pad, int n_score, float scale,
-                   float* score) {
+static void scores(const float* q, int64_t head_dim, const float* kt, int64_t ldk, int n_score, float scale,
+                   float* score, int lds) {
     for (int t = 0; t < n_score; t += kPosStep) {
         __m512 acc[R][2];
         for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
-        const float* k = kt + t;  // k[j * (n_pad + kRowPad) + 0..31] = k_{t..t+31}[j]
-        for (int64_t j = 0; j < head_dim; ++j, k += n_pad + kRowPad) {
+        const float* k = kt + t;  // k[j * ldk + 0..31] = k_{t..t+31}[j]
+        for (int64_t j = 0; j < head_dim; ++j, k += ldk) {
             const __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16);
             for (int i = 0; i < R; ++i) {
                 const __m512 qj = _mm512_set1_ps(q[i * head_dim + j]);
@@ -65,8 +71,8 @@ static void scores(const float* q, int64_t head_dim, const float* kt, int n_pad,
         }
         const __m512 s = _mm512_set1_ps(scale);
         for (int i = 0; i < R; ++i) {
-            _mm512_storeu_ps(score + i * n_pad + t, _mm512_mul_ps(acc[i][0], s));
-            _mm512_storeu_ps(score + i * n_pad + t + 16, _mm512_mul_ps(acc[i][1], s));
+            _mm512_storeu_ps(score + i * lds + t, _mm512_mul_ps(acc[i][0], s));
+            _mm512_storeu_ps(score + i * lds + t + 16, _mm512_mul_ps(acc[i][1], s));
         }
     }
 }
@@ -89,34 +95,89 @@ static float softmax_row(float* s, int n_vis, int n_score, float* max_out) {
     return _mm512_reduce_add_ps(sum);
 }
 
-// acc[i][:] = sum_{t < n_t} p[i][t] vf[t][:] for the block's R rows (p: [R][n_pad]).
-template <int R>
-static void weighted_values(const float* p, int n_pad, int n_t, const float* vf, int64_t head_dim, float* acc) {
+// Elements j..j+15 (j a multiple of 16) of one tile row, as f32: the values load8 gives, 16 at a time.
+template <ggml_type T>
+static inline __m512 load16(const uint8_t* row, int64_t j) {
+    if constexpr (T == ggml_type::F16) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
+    } else {
+        const auto* b = reinterpret_cast<const formats::block_q8_0*>(row) + j / formats::QK8_0;
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + j % formats::QK8_0));
+        uint16_t d;
+        std::memcpy(&d, &b->d, sizeof(d));
+        const __m512 scale = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(d)));
+        return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+    }
+}
+
+// r[i][j] -> r[j][i] for a 16 x 16 block of floats.
+static inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    // u[4 g + c]: in 128-bit lane L, column 4 L + c of rows 4 g .. 4 g + 3
+    __m512 u[16];
+    for (int g = 0; g < 4; ++g) {
+        u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; ++c) {
+        const __m512 a = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), b = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+        const __m512 e = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88), d = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_f32x4(a, e, 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(a, e, 0xDD);
+        r[4 + c] = _mm512_shuffle_f32x4(b, d, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(b, d, 0xDD);
+    }
+}
+
+// convert_keys on 16 lanes (the same values): positions [t_begin, t_begin + n_t) transposed, n_t a multiple
+// of 16, kt[j][t - t_begin] with row stride ldk, zero past the tile.
+template <ggml_type T>
+static void convert_keys16(const kv_tile& kv, int64_t head_dim, int t_begin, int n_t, float* kt, int64_t ldk) {
+    const auto* k = static_cast<const uint8_t*>(kv.k);
+    for (int t0 = 0; t0 < n_t; t0 += 16)
+        for (int64_t j0 = 0; j0 < head_dim; j0 += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; ++i) {
+                const int t = t_begin + t0 + i;
+                r[i] = t < kv.n ? load16<T>(k + t * kv.row_bytes, j0) : _mm512_setzero_ps();
+            }
+            transpose16(r);
+            for (int i = 0; i < 16; ++i) _mm512_store_ps(kt + (j0 + i) * ldk + t0, r[i]);
+        }
+}
+
+// acc[i][:] = sum_{t < n_t} p[i][t] v_t[:] for the block's R rows (p: [R][ldp]); value(t, j) gives
+// v_t[j..j+15] as f32.
+template <int R, int D = 2, class Value>
+static void weighted_values(const float* p, int ldp, int n_t, int64_t head_dim, float* acc, Value value) {
     int64_t j = 0;
-    for (; j + 32 <= head_dim; j += 32) {
-        __m512 a[R][2];
-        for (auto& x : a) x[0] = x[1] = _mm512_setzero_ps();
-        const float* v = vf + j;
-        for (int t = 0; t < n_t; ++t, v += head_dim + kRowPad) {
-            const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+    for (; j + 16 * D <= head_dim; j += 16 * D) {
+        __m512 a[R][D];
+        for (auto& x : a)
+            for (auto& y : x) y = _mm512_setzero_ps();
+        for (int t = 0; t < n_t; ++t) {
+            __m512 vt[D];
+            for (int c = 0; c < D; ++c) vt[c] = value(t, j + 16 * c);
             for (int i = 0; i < R; ++i) {
-                const __m512 pt = _mm512_set1_ps(p[i * n_pad + t]);
-                a[i][0] = _mm512_fmadd_ps(pt, v0, a[i][0]);
-                a[i][1] = _mm512_fmadd_ps(pt, v1, a[i][1]);
+                const __m512 pt = _mm512_set1_ps(p[i * ldp + t]);
+                for (int c = 0; c < D; ++c) a[i][c] = _mm512_fmadd_ps(pt, vt[c], a[i][c]);
             }
         }
-        for (int i = 0; i < R; ++i) {
-            _mm512_storeu_ps(acc + i * head_dim + j, a[i][0]);
-            _mm512_storeu_ps(acc + i * head_dim + j + 16, a[i][1]);
-        }
+        for (int i = 0; i < R; ++i)
+            for (int c = 0; c < D; ++c) _mm512_storeu_ps(acc + i * head_dim + j + 16 * c, a[i][c]);
     }
-    if (j < head_dim) {  // head_dim = 32 m + 16
+    for (; j < head_dim; j += 16) {  // head_dim not a multiple of 16 D
         __m512 a[R];
         for (auto& x : a) x = _mm512_setzero_ps();
-        const float* v = vf + j;
-        for (int t = 0; t < n_t; ++t, v += head_dim + kRowPad) {
-            const __m512 v0 = _mm512_loadu_ps(v);
-            for (int i = 0; i < R; ++i) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * n_pad + t]), v0, a[i]);
+        for (int t = 0; t < n_t; ++t) {
+            const __m512 v0 = value(t, j);
+            for (int i = 0; i < R; ++i) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * ldp + t]), v0, a[i]);
         }
         for (int i = 0; i < R; ++i) _mm512_storeu_ps(acc + i * head_dim + j, a[i]);
     }
@@ -132,10 +193,12 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
     for (int i = 0; i < R; ++i) max_vis = std::max(max_vis, n_vis[i] = visible(kv, last_pos[r0 + i]));
     if (max_vis == 0) return;
     const int n_score = (max_vis + kPosStep - 1) / kPosStep * kPosStep;
-    scores<R>(q + r0 * head_dim, head_dim, kt, n_pad, n_score, scale, p);
+    scores<R>(q + r0 * head_dim, head_dim, kt, n_pad + kRowPad, n_score, scale, p, n_pad);
     float max[R], sum[R];
     for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * n_pad, n_vis[i], n_score, max + i);
-    weighted_values<R>(p, n_pad, max_vis, vf, head_dim, acc);
+    const int64_t ldv = head_dim + kRowPad;
+    weighted_values<R>(p, n_pad, max_vis, head_dim, acc,
+                       [=](int t, int64_t j) { return _mm512_loadu_ps(vf + t * ldv + j); });
     for (int i = 0; i < R; ++i)
         if (n_vis[i] > 0)
             attn_merge_row(head_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * head_dim, max[i], sum[i],
@@ -152,12 +215,64 @@ static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const 
     }
 }
 
+// f(std::integral_constant<int, n>{}) for 1 <= n <= R.
+template <int R, class F>
+static void with_rows(int n, F&& f) {
+    if constexpr (R > 1)
+        if (n < R) return with_rows<R - 1>(n, f);
+    f(std::integral_constant<int, R>{});
+}
+
+// NOTE: calls with few rows (decode: one token's query heads of a kv head) never convert the whole tile:
+// keys are converted kPosStep positions at a time (16 x 16 register transposes) into an L1-sized block
+// and scored for every row at once, and values are read from the tile and converted in registers, in
+// blocks of kValueRows rows x 64 dimensions (4 vectors, so each p broadcast feeds 4 FMAs). Every score,
+// exp, sum and acc element is still the same operation sequence as row_block's (p = 0 past a row's
+// visible positions leaves acc unchanged), so prompts and decode agree bitwise. Software prefetching of
+// the next rows was measured and gave nothing over the hardware prefetchers, so there is none.
+template <ggml_type T>
+static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
+                          float scale, const attn_state& st) {
+    alignas(64) float kt[kSimdMaxHeadDim * kPosStep];     // [head_dim][kPosStep] one block of keys, transposed
+    alignas(64) float p[kFewRows * attn_tile_max];        // [n_rows][n_pad] scores, then probabilities
+    alignas(64) float acc[kValueRows * kSimdMaxHeadDim];  // [kValueRows][head_dim]
+    int n_vis[kFewRows], max_vis = 0;
+    for (int r = 0; r < n_rows; ++r) max_vis = std::max(max_vis, n_vis[r] = visible(kv, last_pos[r]));
+    if (max_vis == 0) return;
+    const int n_pad = (max_vis + kPosStep - 1) / kPosStep * kPosStep;
+    for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
+        convert_keys16<T>(kv, head_dim, t0, kPosStep, kt, kPosStep);
+        for (int r0 = 0; r0 < n_rows; r0 += kRows)
+            with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
+                scores<rows()>(q + r0 * head_dim, head_dim, kt, kPosStep, kPosStep, scale, p + r0 * n_pad + t0, n_pad);
+            });
+    }
+    const auto* v = static_cast<const uint8_t*>(kv.v);
+    for (int r0 = 0; r0 < n_rows; r0 += kValueRows) {
+        const int nr = std::min(kValueRows, n_rows - r0);
+        int block_vis = 0;
+        for (int i = 0; i < nr; ++i) block_vis = std::max(block_vis, n_vis[r0 + i]);
+        if (block_vis == 0) continue;
+        float max[kValueRows], sum[kValueRows];
+        for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * n_pad, n_vis[r0 + i], n_pad, max + i);
+        with_rows<kValueRows>(nr, [&](auto rows) {
+            weighted_values<rows(), 4>(p + r0 * n_pad, n_pad, block_vis, head_dim, acc,
+                                       [=](int t, int64_t j) { return load16<T>(v + t * kv.row_bytes, j); });
+        });
+        for (int i = 0; i < nr; ++i)
+            if (n_vis[r0 + i] > 0)
+                attn_merge_row(head_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * head_dim, max[i],
+                               sum[i], acc + i * head_dim);
+    }
+}
+
 template <ggml_type T>
 static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                         float scale, const attn_state& st) {
     bool any = false;
     for (int r = 0; r < n_rows && !any; ++r) any = visible(kv, last_pos[r]) > 0;
     if (!any) return;
+    if (n_rows <= kFewRows) return attn_tile_few<T>(kv, head_dim, q, n_rows, last_pos, scale, st);
     alignas(64) float kt[kTileFloats];  // [head_dim][n_pad + kRowPad]
     alignas(64) float vf[kTileFloats];  // [n][head_dim + kRowPad]
     const int n_pad = (kv.n + kPosStep - 1) / kPosStep * kPosStep;

@@ -184,7 +184,7 @@ TEST_P(AttentionTest, EveryIsaMatchesDoubleReferenceAndIsBitwiseStable) {
             for (int64_t j = 0; j < hd; ++j) worst = std::max(worst, std::fabs(out[r * hd + j] - ref[r][j]));
         EXPECT_LE(worst, tol) << "largest |out - ref| over all rows";
 
-        for (int rows_per_call : {1, 3, 5, 8})
+        for (int rows_per_call : {1, 3, 5, 8, 16})
             EXPECT_TRUE(bitwise_equal(all, pb.fold(t, rows_per_call))) << rows_per_call << " rows per call";
         EXPECT_TRUE(bitwise_equal(all, pb.merged_later(t))) << "tile states merged afterwards";
     }
