@@ -29,6 +29,7 @@ constexpr int kRows = 8;        // query rows per register block
 constexpr int kPosStep = 32;    // positions per score register block (2 vectors); n_pad is a multiple
 constexpr int kFewRows = 16;    // calls with at most this many rows (decode) take attn_tile_few
 constexpr int kValueRows = 4;   // query rows per register block of attn_tile_few's weighted values
+constexpr int kPrefetchPos = 2 * kPosStep;  // how far ahead of its key block attn_tile_few prefetches
 
 // exp(x): the Cephes polynomial of vecops/avx2.cpp on 16 lanes, 2^n applied with scalef.
 static inline __m512 exp_ps(__m512 x) {
@@ -215,6 +216,13 @@ static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const 
     }
 }
 
+// Asks for rows [t_begin, t_end) (clamped to the tile) of a tile's k or v ([n][row_bytes], contiguous).
+static inline void prefetch_rows(const kv_tile& kv, const void* rows, int t_begin, int t_end) {
+    const auto* b = static_cast<const char*>(rows);
+    const size_t end = static_cast<size_t>(std::min(t_end, kv.n)) * kv.row_bytes;
+    for (size_t off = static_cast<size_t>(t_begin) * kv.row_bytes; off < end; off += 64) _mm_prefetch(b + off, _MM_HINT_T0);
+}
+
 // f(std::integral_constant<int, n>{}) for 1 <= n <= R.
 template <int R, class F>
 static void with_rows(int n, F&& f) {
@@ -228,8 +236,9 @@ static void with_rows(int n, F&& f) {
 // and scored for every row at once, and values are read from the tile and converted in registers, in
 // blocks of kValueRows rows x 64 dimensions (4 vectors, so each p broadcast feeds 4 FMAs). Every score,
 // exp, sum and acc element is still the same operation sequence as row_block's (p = 0 past a row's
-// visible positions leaves acc unchanged), so prompts and decode agree bitwise. Software prefetching of
-// the next rows was measured and gave nothing over the hardware prefetchers, so there is none.
+// visible positions leaves acc unchanged), so prompts and decode agree bitwise. The key rows are
+// prefetched kPrefetchPos positions ahead and the value rows during the score pass: a 16-row block of
+// f16 keys is one 4 KiB page, where the hardware prefetchers stop (measured: +60 % decode GB/s on F16).
 template <ggml_type T>
 static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                           float scale, const attn_state& st) {
@@ -240,7 +249,10 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
     for (int r = 0; r < n_rows; ++r) max_vis = std::max(max_vis, n_vis[r] = visible(kv, last_pos[r]));
     if (max_vis == 0) return;
     const int n_pad = (max_vis + kPosStep - 1) / kPosStep * kPosStep;
+    prefetch_rows(kv, kv.k, 0, kPrefetchPos);
     for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
+        prefetch_rows(kv, kv.k, t0 + kPrefetchPos, t0 + kPrefetchPos + kPosStep);
+        prefetch_rows(kv, kv.v, 2 * t0, 2 * (t0 + kPosStep));  // all values requested by mid-tile
         convert_keys16<T>(kv, head_dim, t0, kPosStep, kt, kPosStep);
         for (int r0 = 0; r0 < n_rows; r0 += kRows)
             with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
