@@ -25,6 +25,7 @@ namespace {
 
 constexpr int kRows = 4;      // query rows per register block
 constexpr int kPosStep = 16;  // positions per score register block (2 vectors); n_pad is a multiple
+constexpr int kFewRows = 16;  // calls with at most this many rows (decode) prefetch the tile as they convert it
 
 // exp(x), Cephes-style polynomial as in vecops/avx2.cpp (about 1 ulp on [-87, 88], clamped there).
 static inline __m256 exp_ps(__m256 x) {
@@ -171,7 +172,7 @@ static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int
     alignas(32) float kt[kTileFloats];  // [head_dim][n_pad + kRowPad]
     alignas(32) float vf[kTileFloats];  // [n][head_dim + kRowPad]
     const int n_pad = (kv.n + kPosStep - 1) / kPosStep * kPosStep;
-    convert_tile<T>(kv, head_dim, n_pad, kt, vf);
+    convert_tile<T>(kv, head_dim, n_pad, kt, vf, /*prefetch=*/n_rows <= kFewRows);
     int r0 = 0;
     for (; r0 + kRows <= n_rows; r0 += kRows) row_block<kRows>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
     row_tail<kRows - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_rows - r0, kt, vf, n_pad);

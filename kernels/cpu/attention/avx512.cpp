@@ -216,13 +216,6 @@ static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const 
     }
 }
 
-// Asks for rows [t_begin, t_end) (clamped to the tile) of a tile's k or v ([n][row_bytes], contiguous).
-static inline void prefetch_rows(const kv_tile& kv, const void* rows, int t_begin, int t_end) {
-    const auto* b = static_cast<const char*>(rows);
-    const size_t end = static_cast<size_t>(std::min(t_end, kv.n)) * kv.row_bytes;
-    for (size_t off = static_cast<size_t>(t_begin) * kv.row_bytes; off < end; off += 64) _mm_prefetch(b + off, _MM_HINT_T0);
-}
-
 // f(std::integral_constant<int, n>{}) for 1 <= n <= R.
 template <int R, class F>
 static void with_rows(int n, F&& f) {
@@ -288,7 +281,7 @@ static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int
     alignas(64) float kt[kTileFloats];  // [head_dim][n_pad + kRowPad]
     alignas(64) float vf[kTileFloats];  // [n][head_dim + kRowPad]
     const int n_pad = (kv.n + kPosStep - 1) / kPosStep * kPosStep;
-    convert_tile<T>(kv, head_dim, n_pad, kt, vf);
+    convert_tile<T>(kv, head_dim, n_pad, kt, vf, /*prefetch=*/false);  // attn_tile_few prefetches for decode
     int r0 = 0;
     for (; r0 + kRows <= n_rows; r0 += kRows) row_block<kRows>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
     row_tail<kRows - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_rows - r0, kt, vf, n_pad);

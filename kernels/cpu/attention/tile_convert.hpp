@@ -20,6 +20,21 @@ inline constexpr int64_t kSimdMaxHeadDim = 256;
 inline constexpr int kRowPad = 16;
 inline constexpr size_t kTileFloats = (kSimdMaxHeadDim + kRowPad) * attn_tile_max;
 
+// How many rows ahead convert_tile prefetches when asked (decode, where the tile is read from memory
+// and little arithmetic hides it): the hardware prefetchers stop at 4 KiB pages (16 f16 rows of 128
+// dimensions).
+inline constexpr int kPrefetchRows = 16;
+
+// Asks for rows [t_begin, t_end) (clamped to [0, n)) of a tile's k or v ([n][row_bytes], contiguous).
+static inline void prefetch_rows(const kv_tile& kv, const void* rows, int t_begin, int t_end) {
+    t_begin = t_begin > 0 ? t_begin : 0;
+    t_end = t_end < kv.n ? t_end : kv.n;
+    if (t_begin >= t_end) return;
+    const auto* b = static_cast<const char*>(rows);
+    const size_t begin = static_cast<size_t>(t_begin) * kv.row_bytes, end = static_cast<size_t>(t_end) * kv.row_bytes;
+    for (size_t off = begin; off < end; off += 64) _mm_prefetch(b + off, _MM_HINT_T0);
+}
+
 // Elements j..j+7 (j a multiple of 8) of one tile row, as f32. Q8_0: d * q, exactly as kv_value.
 template <ggml_type T>
 static inline __m256 load8(const uint8_t* row, int64_t j) {
@@ -60,13 +75,19 @@ static inline void transpose8(__m256 r[8]) {
 //   kt[head_dim][ldk]  kt[j][t] = k_t[j], positions n..n_pad-1 zero;
 //   vf[n][ldv]         vf[t][j] = v_t[j].
 template <ggml_type T>
-static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* kt, float* vf) {
+static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* kt, float* vf, bool prefetch) {
     const auto* k = static_cast<const uint8_t*>(kv.k);
     const auto* v = static_cast<const uint8_t*>(kv.v);
     const int64_t ldk = n_pad + kRowPad, ldv = head_dim + kRowPad;
-    for (int t = 0; t < kv.n; ++t)
+    for (int t = 0; t < kv.n; ++t) {
+        if (prefetch) {
+            prefetch_rows(kv, v, t + kPrefetchRows, t + kPrefetchRows + 1);
+            prefetch_rows(kv, k, t - kv.n + kPrefetchRows, t - kv.n + kPrefetchRows + 1);  // the first keys, at the end
+        }
         for (int64_t j = 0; j < head_dim; j += 8) _mm256_store_ps(vf + t * ldv + j, load8<T>(v + t * kv.row_bytes, j));
-    for (int t0 = 0; t0 < n_pad; t0 += 8)
+    }
+    for (int t0 = 0; t0 < n_pad; t0 += 8) {
+        if (prefetch) prefetch_rows(kv, k, t0 + kPrefetchRows, t0 + kPrefetchRows + 8);
         for (int64_t j0 = 0; j0 < head_dim; j0 += 8) {
             __m256 r[8];
             for (int i = 0; i < 8; ++i)
@@ -74,6 +95,7 @@ static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* 
             transpose8(r);
             for (int i = 0; i < 8; ++i) _mm256_store_ps(kt + (j0 + i) * ldk + t0, r[i]);
         }
+    }
 }
 
 // Positions of the tile row r sees: t <= last_pos - pos0, clamped to [0, n].
