@@ -18,6 +18,7 @@
 #include <limits>
 
 #include "cpu/attention/tile_convert.hpp"
+#include "cpu/detail/exp_avx2.hpp"
 #include "cpu/detail/kernel_table.hpp"
 
 namespace strata::kernels::cpu::detail {
@@ -26,24 +27,6 @@ namespace {
 constexpr int kRows = 4;      // query rows per register block
 constexpr int kPosStep = 16;  // positions per score register block (2 vectors); n_pad is a multiple
 constexpr int kFewRows = 16;  // calls with at most this many rows (decode) prefetch the tile as they convert it
-
-// exp(x), Cephes-style polynomial as in vecops/avx2.cpp (about 1 ulp on [-87, 88], clamped there).
-static inline __m256 exp_ps(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // x - n ln2, Cody-Waite
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
-}
 
 static inline float hmax(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -91,7 +74,7 @@ static float softmax_row(float* s, int n_vis, int n_score, float* max_out) {
     __m256 sum = _mm256_setzero_ps();
     int t = 0;
     for (; t < n_vis; t += 8) {
-        const __m256 p = _mm256_and_ps(exp_ps(_mm256_sub_ps(_mm256_load_ps(s + t), vmax)), first_lanes(n_vis - t));
+        const __m256 p = _mm256_and_ps(exp_avx2(_mm256_sub_ps(_mm256_load_ps(s + t), vmax)), first_lanes(n_vis - t));
         _mm256_store_ps(s + t, p);
         sum = _mm256_add_ps(sum, p);
     }

@@ -3,33 +3,16 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/detail/exp_avx2.hpp"
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
 
 namespace strata::kernels::cpu::detail {
 namespace {
 
-static inline __m256 exp_ps(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    // r = x - n * ln2 in two parts (Cody-Waite).
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
-}
-
 static inline float exp_scalar(float x) {
     alignas(32) float v[8] = {x};
-    _mm256_store_ps(v, exp_ps(_mm256_load_ps(v)));
+    _mm256_store_ps(v, exp_avx2(_mm256_load_ps(v)));
     return v[0];
 }
 
@@ -61,7 +44,7 @@ void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* out) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 g = _mm256_loadu_ps(gate + i);
-        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
         const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
         _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
     }
@@ -81,7 +64,7 @@ void softmax_avx2(float* x, int64_t n) {
     const __m256 m = _mm256_set1_ps(max);
     __m256 vsum = _mm256_setzero_ps();
     for (i = 0; i + 8 <= n; i += 8) {
-        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
         _mm256_storeu_ps(x + i, e);
         vsum = _mm256_add_ps(vsum, e);
     }
