@@ -272,6 +272,7 @@ int run(int argc, char** argv) {
         mo.kv_type = arm.kv;
         mo.n_batch = a["batch"].as<int>();
         mo.n_ctx = depths.back() + std::max(n_prompt, n_gen) + 8;  // set, not the file's: the depth needs it
+        mo.cache_ram_mib = 0;  // no conversation snapshots: each timed prompt pays only its own evaluation
         if (arm.residency) {
             mo.gpu = gpu;
             mo.expert_cache = expert_cache_for(*arm.residency, expert_bytes);
