@@ -153,11 +153,12 @@ void run_rows(const isa_table& t, const matrix& w, int64_t row_begin, int64_t ro
             const int64_t r1 = std::min(row_end, r0 + row_tile);
             for (int64_t g = 0; g < n_tile; g += group) {
                 const int k = static_cast<int>(std::min<int64_t>(group, n_tile - g));
-                float* y_group = y + (t0 + g) * y_stride - row_begin;  // y_group[i * y_stride + r]
+                // Token t0 + g + i, row r goes to y[(t0 + g + i) * y_stride + (r - row_begin)].
+                float* y_group = y + (t0 + g) * y_stride;
                 for (int64_t r = r0; r < r1; ++r) {
                     float out[max_dot_tokens];
                     dot(w.n_cols, base + r * w.row_stride, act_rows + g, k, out);
-                    for (int i = 0; i < k; ++i) y_group[i * y_stride + r] = out[i];
+                    for (int i = 0; i < k; ++i) y_group[i * y_stride + (r - row_begin)] = out[i];
                 }
             }
         }
