@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -67,6 +68,10 @@ void writer::set(const std::string& key, value v) {
             return;
         }
     kv_.emplace_back(key, std::move(v));
+}
+
+bool writer::erase(const std::string& key) {
+    return std::erase_if(kv_, [&](const auto& kv) { return kv.first == key; }) > 0;
 }
 
 void writer::add_tensor(const std::string& name, formats::ggml_type type, std::vector<int64_t> ne, fill_fn fill) {

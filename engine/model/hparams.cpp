@@ -80,7 +80,15 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
         hp.n_ff_exp = read_int(f, p + "expert_feed_forward_length", read_int(f, p + "feed_forward_length"));
     else
         hp.n_ff_exp = read_int(f, p + "expert_feed_forward_length");
-    if (hp.arch.shared_expert) hp.n_ff_shexp = read_int(f, p + "expert_shared_feed_forward_length", 0);
+    // As llama.cpp: without its own key the shared expert is feed_forward_length wide, and its tensors
+    // are required either way (weights.cpp checks their shapes).
+    if (hp.arch.shared_expert) {
+        const std::string key = p + "expert_shared_feed_forward_length";
+        hp.n_ff_shexp = f.find(key) ? read_int(f, key) : read_int(f, p + "feed_forward_length");
+        if (hp.n_ff_shexp < 1)
+            throw std::runtime_error(fmt::format("{}: the shared expert's width ({} or {}feed_forward_length) is {}",
+                                                 f.path(), key, p, hp.n_ff_shexp));
+    }
     hp.n_ctx_train = read_int(f, p + "context_length");
     hp.rms_eps = static_cast<float>(f.get_f64(p + "attention.layer_norm_rms_epsilon", 1e-6));
     hp.rope = read_rope(f, g, hp.n_ctx_train, rope);

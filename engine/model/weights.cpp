@@ -138,7 +138,7 @@ model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
         l.gate = b.experts(p, "gate", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
         l.up = b.experts(p, "up", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
         l.down = b.experts(p, "down", hp.n_ff_exp, hp.n_embd, hp.n_expert, "n_ff_exp, n_embd, n_expert");
-        if (hp.arch.shared_expert && hp.n_ff_shexp > 0) {
+        if (hp.arch.shared_expert) {
             l.shexp_gate_inp = b.vec(p + "ffn_gate_inp_shexp.weight", hp.n_embd, "n_embd");
             l.shexp_gate = b.mat(p + "ffn_gate_shexp.weight", hp.n_embd, hp.n_ff_shexp, "n_embd, n_ff_shexp");
             l.shexp_up = b.mat(p + "ffn_up_shexp.weight", hp.n_embd, hp.n_ff_shexp, "n_embd, n_ff_shexp");

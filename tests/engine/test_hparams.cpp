@@ -7,6 +7,7 @@
 #include "generate.hpp"
 #include "gguf/gguf_writer.hpp"
 #include "model/hparams.hpp"
+#include "model/weights.hpp"
 #include "model_info.hpp"
 #include "strata/engine.hpp"
 
@@ -161,6 +162,46 @@ TEST(RopeHparams, InfoSummaryShowsTheScaling) {
     const std::string bad =
         summarize(file_with(tiny(), {{"qwen3moe.rope.scaling.type", gguf::value::str("su")}})).rope_scaling;
     EXPECT_NE(bad.find("'su' is not supported"), std::string::npos) << bad;
+}
+
+}  // namespace
+}  // namespace strata::engine
+
+namespace strata::engine {
+namespace {
+
+// qwen2moe without expert_shared_feed_forward_length: llama.cpp's fallback to feed_forward_length,
+// and the shared-expert tensors required at that width.
+gguf::reader qwen2moe_without_shexp_key(int n_ff_shexp) {
+    make_model::model_spec s = make_model::preset("tiny");
+    s.architecture = make_model::arch::qwen2moe;
+    s.n_layer = 1;
+    s.n_ff_shexp = n_ff_shexp;
+    gguf::writer w = make_model::build_model(s);
+    EXPECT_TRUE(w.erase("qwen2moe.expert_shared_feed_forward_length"));
+    return gguf::reader::from_bytes(w.write_to_memory(), "shexp.gguf");
+}
+
+TEST(SharedExpertHparams, WidthFallsBackToTheFeedForwardLength) {
+    // The generator writes feed_forward_length = n_ff_exp * n_expert_used = 512 for the tiny preset.
+    const gguf::reader f = qwen2moe_without_shexp_key(512);
+    const hparams hp = read_hparams(f);
+    EXPECT_EQ(hp.n_ff_shexp, 512);
+    const model_weights w = bind_weights(f, hp);
+    EXPECT_TRUE(w.layers[0].shexp_gate.present());
+}
+
+TEST(SharedExpertHparams, TensorsOfAnotherWidthAreALoadErrorNamingThem) {
+    const gguf::reader f = qwen2moe_without_shexp_key(256);
+    const hparams hp = read_hparams(f);
+    try {
+        bind_weights(f, hp);
+        FAIL() << "shared-expert tensors 256 wide were accepted for a width of 512";
+    } catch (const std::runtime_error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("blk.0.ffn_gate_shexp.weight"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("expected [256, 512]"), std::string::npos) << msg;
+    }
 }
 
 }  // namespace
