@@ -100,6 +100,7 @@ model_info describe(const model::impl& m, const arenas::pool_plan& plan) {
     i.file_bytes = m.file.file_size();
     i.kv_bytes_per_session = engine::kv_cache::bytes_needed(hp.n_layer, m.options.n_ctx, hp.n_head_kv, hp.head_dim, m.kv);
     i.kv_chunk_tokens = engine::kv_cache::chunk_tokens;
+    i.kv_bytes_per_token = engine::kv_cache::bytes_per_token(hp.n_layer, hp.n_head_kv, hp.head_dim, m.kv);
     i.pool_split = plan.split;
     i.pool_test_mode = plan.test_mode;
     i.pool_reason = plan.reason;

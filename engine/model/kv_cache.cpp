@@ -86,25 +86,21 @@ void kv_cache::store(int layer, int pos, const float* k, const float* v) {
     if (pos < 0 || pos >= capacity())
         throw kv_cache_full(fmt::format("KV cache: position {} is outside the {} positions it has room for (context {})",
                                         pos, capacity(), n_ctx_));
-    uint8_t* chunk = chunk_data(layer, pos / chunk_tokens);
+    const int chunk = pos / chunk_tokens;
     const size_t slot = static_cast<size_t>(pos % chunk_tokens) * head_row_bytes_;
-    const size_t head_stride = static_cast<size_t>(chunk_tokens) * head_row_bytes_;
-    uint8_t* k_base = chunk + slot;
-    uint8_t* v_base = chunk + static_cast<size_t>(n_head_kv_) * head_stride + slot;
     const ggml_type t = element_type(type_);
     for (int g = 0; g < n_head_kv_; ++g) {
-        formats::quantize_row(t, k + static_cast<size_t>(g) * head_dim_, k_base + g * head_stride, head_dim_);
-        formats::quantize_row(t, v + static_cast<size_t>(g) * head_dim_, v_base + g * head_stride, head_dim_);
+        formats::quantize_row(t, k + static_cast<size_t>(g) * head_dim_, tile_rows(layer, chunk, g) + slot, head_dim_);
+        formats::quantize_row(t, v + static_cast<size_t>(g) * head_dim_, tile_rows(layer, chunk, n_head_kv_ + g) + slot,
+                              head_dim_);
     }
 }
 
 kernels::cpu::kv_tile kv_cache::tile(int layer, int g, int chunk, int n_pos) const {
-    const uint8_t* base = chunk_data(layer, chunk);
-    const size_t head_stride = static_cast<size_t>(chunk_tokens) * head_row_bytes_;
     const int64_t pos0 = int64_t{chunk} * chunk_tokens;
     return {element_type(type_),
-            base + static_cast<size_t>(g) * head_stride,
-            base + static_cast<size_t>(n_head_kv_ + g) * head_stride,
+            tile_rows(layer, chunk, g),
+            tile_rows(layer, chunk, n_head_kv_ + g),
             head_row_bytes_,
             pos0,
             static_cast<int>(std::min<int64_t>(chunk_tokens, n_pos - pos0))};

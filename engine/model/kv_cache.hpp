@@ -43,7 +43,7 @@ public:
     int capacity() const;                       // positions with memory (a whole number of chunks, <= n_ctx)
     size_t bytes() const;                       // allocated now
     size_t max_bytes() const { return bytes_needed(n_layer_, n_ctx_, n_head_kv_, head_dim_, type_); }
-    size_t chunk_bytes() const { return 2 * static_cast<size_t>(n_head_kv_) * chunk_tokens * head_row_bytes_; }
+    size_t chunk_bytes() const { return 2 * static_cast<size_t>(n_head_kv_) * tile_bytes(); }
     // Bytes of a cache holding n_ctx positions (whole chunks).
     static size_t bytes_needed(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type type);
     // Bytes one position takes over every layer (keys and values), as attention reads them.
@@ -60,13 +60,18 @@ public:
     // Positions [chunk * chunk_tokens, min(n_pos, (chunk + 1) * chunk_tokens)) of kv head g.
     kernels::cpu::kv_tile tile(int layer, int g, int chunk, int n_pos) const;
 
-    // The raw chunk (chunk_bytes()), for parking and restoring conversations.
-    uint8_t* chunk_data(int layer, int chunk) { return chunks_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)].get(); }
-    const uint8_t* chunk_data(int layer, int chunk) const {
-        return chunks_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)].get();
+    // Row 0 of tile t of a chunk, t in [0, 2 * n_head_kv): the keys of kv head t, then the values of kv
+    // head t - n_head_kv; chunk_tokens rows of head_row_bytes() each. For parking and restoring conversations.
+    uint8_t* tile_rows(int layer, int chunk, int t) {
+        return chunks_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)].get() + static_cast<size_t>(t) * tile_bytes();
+    }
+    const uint8_t* tile_rows(int layer, int chunk, int t) const {
+        return chunks_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)].get() + static_cast<size_t>(t) * tile_bytes();
     }
 
 private:
+    size_t tile_bytes() const { return static_cast<size_t>(chunk_tokens) * head_row_bytes_; }
+
     int n_layer_, n_ctx_, n_head_kv_, head_dim_;
     kv_type type_;
     size_t head_row_bytes_;   // one position of one kv head

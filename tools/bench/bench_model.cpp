@@ -44,15 +44,6 @@ double bytes_per_token(const gguf::reader& f, const model_info& info) {
     return bytes;
 }
 
-// Bytes of keys and values one decode token reads per position of context: K and V of every layer.
-double kv_bytes_per_position(const model_info& info) {
-    double per_element = 0;
-    if (info.kv_type == "f16") per_element = 2;
-    else if (info.kv_type == "int8") per_element = 34.0 / 32;  // Q8_0: 32 int8 values and one f16 scale
-    else throw std::invalid_argument("no KV bytes per element for --kv '" + info.kv_type + "' (valid: f16, int8)");
-    return 2.0 * info.n_layer * info.n_head_kv * info.head_dim * per_element;
-}
-
 // Bytes of every routed expert tensor: what 100 % residency puts in VRAM.
 double routed_expert_bytes(const gguf::reader& f) {
     double bytes = 0;
@@ -295,7 +286,7 @@ int run(int argc, char** argv) {
                                         what, depths.back(), std::max(n_prompt, n_gen), m->info().n_ctx_train));
         // Read bandwidth on the arm's threads, once per arm: bytes from RAM per token mean something only
         // when every weight is read there (CPU-only arms).
-        const std::string kv_line = fmt::format("{:.2f} KiB ({})", kv_bytes_per_position(m->info()) / 1024, arm.kv);
+        const std::string kv_line = fmt::format("{:.2f} KiB ({})", double(m->info().kv_bytes_per_token) / 1024, arm.kv);
         if (kv_per_position.find(kv_line) == std::string::npos)
             kv_per_position += (kv_per_position.empty() ? "" : ", ") + kv_line;
         const double bw = arm.residency ? 0 : read_bandwidth_gbs(std::max(pool_threads(m->info()), 1));
@@ -309,7 +300,7 @@ int run(int argc, char** argv) {
                                                 p.hi, g.median, g.lo, g.hi);
             if (!arm.residency) cpu_decode[{arm.label(), r.depth}] = g.median;
             // KV read by the timed decode passes, at positions depth + 1 .. depth + n - 1: their mean context.
-            const double kv_bpt = kv_bytes_per_position(m->info()) * (r.depth + 1 + n_gen / 2.0);
+            const double kv_bpt = double(m->info().kv_bytes_per_token) * (r.depth + 1 + n_gen / 2.0);
             std::string bandwidth = "- | - | - | -";
             if (!arm.residency) {
                 const double bpt = bytes_per_token(file, m->info());

@@ -156,6 +156,7 @@ struct model_info {
     uint64_t file_bytes = 0;
     uint64_t kv_bytes_per_session = 0;   // a full context's KV cache (allocated as the context fills)
     int kv_chunk_tokens = 0;             // positions per KV cache allocation
+    uint64_t kv_bytes_per_token = 0;     // keys and values of one position, every layer
     // The CPU expert pool.
     bool pool_split = false;
     bool pool_test_mode = false;
