@@ -40,6 +40,35 @@ static inline float hsum(__m256 v) {
     return hsum(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
 }
 
+// Lane t (t < 8) = the sum of the 16 lanes of a[t], added in _mm512_reduce_add_ps's order (lanes l + l+8,
+// then + 4, + 2, + 1), for 8 vectors at once: 24 instructions instead of 8 separate reductions.
+static inline __m256 reduce_add_8x16(const __m512 a[8]) {
+    __m512 s[4];
+    for (int i = 0; i < 4; ++i)
+        s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    // 128-bit chunk c of t0123 (t4567): vector c (4 + c) folded to 4 lanes
+    const __m512 t0123 = _mm512_add_ps(_mm512_shuffle_f32x4(s[0], s[1], 0x88), _mm512_shuffle_f32x4(s[0], s[1], 0xDD));
+    const __m512 t4567 = _mm512_add_ps(_mm512_shuffle_f32x4(s[2], s[3], 0x88), _mm512_shuffle_f32x4(s[2], s[3], 0xDD));
+    // chunk c: [c: x0+x2, x1+x3, 4+c: x0+x2, x1+x3], then lanes 0 and 2 hold the sums of c and 4 + c
+    const __m512 u = _mm512_add_ps(_mm512_shuffle_ps(t0123, t4567, 0x44), _mm512_shuffle_ps(t0123, t4567, 0xEE));
+    const __m512 v = _mm512_add_ps(u, _mm512_permute_ps(u, 0xB1));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, v));
+}
+
+// out[t] = the lane sum of acc[t], t < NT, in _mm512_reduce_add_ps's order whatever NT (so a token's
+// result does not depend on how many tokens share the call); acc[t >= NT] must be zero.
+template <int NT>
+static inline void store_lane_sums(const __m512 acc[8], float* out) {
+    if constexpr (NT < 4) {
+        for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
+    } else {
+        alignas(32) float sums[8];
+        _mm256_store_ps(sums, reduce_add_8x16(acc));
+        for (int t = 0; t < NT; ++t) out[t] = sums[t];
+    }
+}
+
 // The packed 6-bit scales and mins of Q4_K / Q5_K (12 bytes at `packed`; reads 16, the block goes on)
 // -> bytes 0..7 = the 8 sub-block scales, bytes 8..15 = the 8 mins:
 //   sc[0..3] = p[0..3] & 63,                 m[0..3] = p[4..7] & 63,

@@ -45,8 +45,8 @@ struct iq4_xs_avx512 {
         const __m512i first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
         const __m512i second = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
         const __m512i pair_index[4] = {scale_pair_index(0), scale_pair_index(2), scale_pair_index(4), scale_pair_index(6)};
-        __m512 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+        __m512 acc[8];  // tokens >= NT stay 0
+        for (auto& v : acc) v = _mm512_setzero_ps();
 
         for (int64_t i = 0; i < n / QK_K; ++i) {
             prefetch_weights<sizeof(block_iq4_xs)>(x + i);
@@ -74,7 +74,7 @@ struct iq4_xs_avx512 {
             for (int t = 0; t < NT; ++t)
                 acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * y[t][i].d), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
         }
-        for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
+        store_lane_sums<NT>(acc, out);
     }
 };
 

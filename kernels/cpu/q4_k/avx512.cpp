@@ -28,9 +28,8 @@ struct q4_k_avx512 {
         const __m512i pair_index[4] = {scale_pair_index(0), scale_pair_index(2), scale_pair_index(4), scale_pair_index(6)};
         const __m128i dup_mins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
 
-        __m512 acc[NT];    // d * sum(sc * q . a)
-        __m256 acc_m[NT];  // -dmin * sum(m * bsum)
-        for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps(), acc_m[t] = _mm256_setzero_ps();
+        __m512 acc[8];  // y.d * (d * sum(sc * q . a) - dmin * sum(m * bsum)) (the mins in lanes 0..7); tokens >= NT stay 0
+        for (auto& v : acc) v = _mm512_setzero_ps();
 
         for (int64_t i = 0; i < n / QK_K; ++i) {
             prefetch_weights<sizeof(block_q4_K)>(x + i);
@@ -40,12 +39,6 @@ struct q4_k_avx512 {
             const __m512i scales = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(scales_mins));  // words 0..7
 
             __m512i sumi[NT];
-            for (int t = 0; t < NT; ++t) {
-                const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums));
-                acc_m[t] = _mm256_fmadd_ps(_mm256_set1_ps(-y[t][i].d * dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums)),
-                                           acc_m[t]);
-                sumi[t] = _mm512_setzero_si512();
-            }
             for (int k = 0; k < 2; ++k) {
                 // 64 bytes: low nibbles = sub-blocks 4k, 4k+2 (lanes 0-1, 2-3), high = 4k+1, 4k+3.
                 const __m512i q4 = _mm512_loadu_si512(x[i].qs + 64 * k);
@@ -57,14 +50,22 @@ struct q4_k_avx512 {
                 const __m512i s1 = _mm512_permutexvar_epi16(pair_index[2 * k + 1], scales);
                 for (int t = 0; t < NT; ++t) {
                     const int8_t* q8 = y[t][i].qs + 128 * k;
-                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(w0, _mm512_loadu_si512(q8)), s0);
+                    const __m512i p0 = _mm512_madd_epi16(_mm512_maddubs_epi16(w0, _mm512_loadu_si512(q8)), s0);
+                    sumi[t] = k == 0 ? p0 : _mm512_add_epi32(sumi[t], p0);
                     sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(w1, _mm512_loadu_si512(q8 + 64)), s1);
                 }
             }
-            for (int t = 0; t < NT; ++t)
-                acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y[t][i].d * d), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+            // acc += y.d * (d * sumi - dmin * (m . bsums))
+            const __m512 dv = _mm512_set1_ps(d);
+            const __m256 dminv = _mm256_set1_ps(dmin);
+            for (int t = 0; t < NT; ++t) {
+                const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums));
+                const __m256 m = _mm256_mul_ps(dminv, _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums)));
+                const __m512 z = _mm512_fmsub_ps(dv, _mm512_cvtepi32_ps(sumi[t]), _mm512_zextps256_ps512(m));
+                acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y[t][i].d), z, acc[t]);
+            }
         }
-        for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]) + hsum(acc_m[t]);
+        store_lane_sums<NT>(acc, out);
     }
 };
 

@@ -28,8 +28,8 @@ struct q6_k_avx512 {
         const __m512i low4 = _mm512_set1_epi8(0x0F), low2 = _mm512_set1_epi8(0x03);
         const __m512i quad_index[4] = {scale_quad_index(0), scale_quad_index(4), scale_quad_index(8), scale_quad_index(12)};
 
-        __m512 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+        __m512 acc[8];  // tokens >= NT stay 0
+        for (auto& v : acc) v = _mm512_setzero_ps();
 
         for (int64_t i = 0; i < n / QK_K; ++i) {
             prefetch_weights<sizeof(block_q6_K)>(x + i);
@@ -38,11 +38,6 @@ struct q6_k_avx512 {
             const __m512i scales = _mm512_castsi256_si512(sc16);
 
             __m512i sumi[NT];
-            __m256i bias[NT];  // sum(sc * bsum) per pair of sub-blocks
-            for (int t = 0; t < NT; ++t) {
-                bias[t] = _mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums)));
-                sumi[t] = _mm512_setzero_si512();
-            }
             for (int j = 0; j < QK_K / 128; ++j) {
                 const __m512i ql = _mm512_loadu_si512(x[i].ql + 64 * j);
                 const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * j));
@@ -54,17 +49,20 @@ struct q6_k_avx512 {
                 const __m512i s1 = _mm512_permutexvar_epi16(quad_index[2 * j + 1], scales);
                 for (int t = 0; t < NT; ++t) {
                     const int8_t* q8 = y[t][i].qs + 128 * j;
-                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(w0, _mm512_loadu_si512(q8)), s0);
+                    const __m512i p0 = _mm512_madd_epi16(_mm512_maddubs_epi16(w0, _mm512_loadu_si512(q8)), s0);
+                    sumi[t] = j == 0 ? p0 : _mm512_add_epi32(sumi[t], p0);
                     sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(w1, _mm512_loadu_si512(q8 + 64)), s1);
                 }
             }
             for (int t = 0; t < NT; ++t) {
+                // sum(sc * bsum) per pair of sub-blocks: the -32 offset of the 6-bit values
+                const __m256i bias = _mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums)));
                 const __m512i total =
-                    _mm512_sub_epi32(sumi[t], _mm512_zextsi256_si512(_mm256_slli_epi32(bias[t], 5)));
+                    _mm512_sub_epi32(sumi[t], _mm512_zextsi256_si512(_mm256_slli_epi32(bias, 5)));
                 acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y[t][i].d * d), _mm512_cvtepi32_ps(total), acc[t]);
             }
         }
-        for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
+        store_lane_sums<NT>(acc, out);
     }
 };
 
