@@ -1,6 +1,7 @@
 #include "model/kv_cache.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <new>
 
 #include <spdlog/fmt/fmt.h>
@@ -54,6 +55,15 @@ size_t kv_cache::bytes_per_token(int n_layer, int n_head_kv, int head_dim, kv_ty
            formats::row_size(element_type(type), head_dim);
 }
 
+void kv_cache::chunk_free::operator()(uint8_t* p) const { std::free(p); }
+
+kv_cache::chunk_ptr kv_cache::allocate_chunk() const {
+    const size_t bytes = (chunk_bytes() + chunk_align - 1) / chunk_align * chunk_align;
+    auto* p = static_cast<uint8_t*>(std::aligned_alloc(chunk_align, bytes));
+    if (p == nullptr) throw std::bad_alloc();
+    return chunk_ptr(p);
+}
+
 void kv_cache::reserve(int n_pos) {
     if (n_pos > n_ctx_)
         throw kv_cache_full(fmt::format("the context is full: {} positions asked for, the context holds {}", n_pos,
@@ -63,7 +73,7 @@ void kv_cache::reserve(int n_pos) {
     try {
         for (auto& layer : chunks_) {
             layer.reserve(static_cast<size_t>(chunks_for(n_ctx_)));
-            while (static_cast<int>(layer.size()) < want) layer.emplace_back(new uint8_t[chunk_bytes()]);
+            while (static_cast<int>(layer.size()) < want) layer.push_back(allocate_chunk());
         }
     } catch (const std::bad_alloc&) {
         for (auto& layer : chunks_) layer.resize(static_cast<size_t>(n_chunks_));

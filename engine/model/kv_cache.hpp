@@ -72,11 +72,20 @@ public:
 private:
     size_t tile_bytes() const { return static_cast<size_t>(chunk_tokens) * head_row_bytes_; }
 
+    // Chunks start on a page: an f16 tile row (a cache-line multiple) never straddles two lines, and
+    // every page of a tile holds whole rows. (A plain new[] of this size returns a page plus 16 bytes.)
+    static constexpr size_t chunk_align = 4096;
+    struct chunk_free {
+        void operator()(uint8_t* p) const;
+    };
+    using chunk_ptr = std::unique_ptr<uint8_t[], chunk_free>;
+    chunk_ptr allocate_chunk() const;
+
     int n_layer_, n_ctx_, n_head_kv_, head_dim_;
     kv_type type_;
     size_t head_row_bytes_;   // one position of one kv head
     int n_chunks_ = 0;
-    std::vector<std::vector<std::unique_ptr<uint8_t[]>>> chunks_;  // [n_layer][n_chunks]
+    std::vector<std::vector<chunk_ptr>> chunks_;  // [n_layer][n_chunks]
 };
 
 }  // namespace strata::engine

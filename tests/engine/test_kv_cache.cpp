@@ -2,6 +2,7 @@
 // and hands attention tiles of one kv head per chunk.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,19 @@ TEST(KvCache, GrowsInChunksUpToTheContext) {
     EXPECT_EQ(kv.n_chunks(), 2);
     kv.shrink(0);
     EXPECT_EQ(kv.bytes(), 0u);
+}
+
+// f16 rows are whole cache lines: a tile that starts off a line boundary splits every row load in two.
+TEST(KvCache, TilesStartOnAPage) {
+    kv_cache kv(kLayers, 1000, kHeads, 128, kv_type::f16);
+    kv.reserve(1000);
+    for (int l = 0; l < kLayers; ++l)
+        for (int c = 0; c < kv.n_chunks(); ++c)
+            for (int g = 0; g < kHeads; ++g) {
+                const auto t = kv.tile(l, g, c, 1000);
+                EXPECT_EQ(reinterpret_cast<uintptr_t>(t.k) % 4096, 0u) << "layer " << l << " chunk " << c << " head " << g;
+                EXPECT_EQ(reinterpret_cast<uintptr_t>(t.v) % 4096, 0u) << "layer " << l << " chunk " << c << " head " << g;
+            }
 }
 
 TEST(KvCache, RefusesPastTheContextWithTheNumbers) {
