@@ -107,8 +107,12 @@ void attention_runner::run_chunks(const kv_cache& kv, int layer, const float* q,
             const int g = static_cast<int>(item / n_chunks), c = static_cast<int>(item % n_chunks);
             const cpu::attn_state st = state_at(states + item * state_floats, rows, hd);
             cpu::attn_clear(st, hd, rows);
-            cpu::attn_tile(kv.tile(layer, g, c, n_pos), hd, q_rows + static_cast<size_t>(g) * rows * hd, rows, last,
-                           scale_, st);
+            cpu::kv_tile tile = kv.tile(layer, g, c, n_pos);
+            if (item + 1 < i1) {
+                const int g1 = static_cast<int>((item + 1) / n_chunks), c1 = static_cast<int>((item + 1) % n_chunks);
+                tile.next_k = kv.tile(layer, g1, c1, n_pos).k;
+            }
+            cpu::attn_tile(tile, hd, q_rows + static_cast<size_t>(g) * rows * hd, rows, last, scale_, st);
         }
     });
     // Fold the chunks of each kv head in order into its chunk-0 state, then normalise.

@@ -27,6 +27,9 @@ struct kv_tile {
     size_t row_bytes;
     int64_t pos0;
     int n;               // 1..attn_tile_max
+    // The keys of the tile the caller folds next with the same row layout, or null: decode prefetches
+    // their first rows while it computes this tile's values, so the memory is not idle between tiles.
+    const void* next_k = nullptr;
 };
 
 // The online-softmax state of n_rows query rows over the positions folded in so far:

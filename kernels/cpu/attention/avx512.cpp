@@ -28,7 +28,8 @@ namespace {
 constexpr int kRows = 8;        // query rows per register block
 constexpr int kPosStep = 32;    // positions per score register block (2 vectors); n_pad is a multiple
 constexpr int kFewRows = 16;    // calls with at most this many rows (decode) take attn_tile_few
-constexpr int kValueRows = 4;   // query rows per register block of attn_tile_few's weighted values
+constexpr int kValueRows = 8;   // query rows per register block of attn_tile_few's weighted values
+constexpr int kValueVectors = 2;  // 16-float vectors per value row and pass: 8 x 2 accumulators
 constexpr int kPrefetchPos = 2 * kPosStep;  // how far ahead of its key block attn_tile_few prefetches
 
 // exp(x): the Cephes polynomial of vecops/avx2.cpp on 16 lanes, 2^n applied with scalef.
@@ -227,7 +228,7 @@ static void with_rows(int n, F&& f) {
 // NOTE: calls with few rows (decode: one token's query heads of a kv head) never convert the whole tile:
 // keys are converted kPosStep positions at a time (16 x 16 register transposes) into an L1-sized block
 // and scored for every row at once, and values are read from the tile and converted in registers, in
-// blocks of kValueRows rows x 64 dimensions (4 vectors, so each p broadcast feeds 4 FMAs). Every score,
+// blocks of kValueRows rows x 32 dimensions (so a value row is converted once for all the group's rows). Every score,
 // exp, sum and acc element is still the same operation sequence as row_block's (p = 0 past a row's
 // visible positions leaves acc unchanged), so prompts and decode agree bitwise. The key rows are
 // prefetched kPrefetchPos positions ahead and the value rows during the score pass: a 16-row block of
@@ -253,6 +254,10 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
             });
     }
     const auto* v = static_cast<const uint8_t*>(kv.v);
+    if (kv.next_k) {
+        const auto* next = static_cast<const char*>(kv.next_k);
+        for (size_t off = 0; off < kPrefetchPos * kv.row_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+    }
     for (int r0 = 0; r0 < n_rows; r0 += kValueRows) {
         const int nr = std::min(kValueRows, n_rows - r0);
         int block_vis = 0;
@@ -261,7 +266,7 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         float max[kValueRows], sum[kValueRows];
         for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * n_pad, n_vis[r0 + i], n_pad, max + i);
         with_rows<kValueRows>(nr, [&](auto rows) {
-            weighted_values<rows(), 4>(p + r0 * n_pad, n_pad, block_vis, head_dim, acc,
+            weighted_values<rows(), kValueVectors>(p + r0 * n_pad, n_pad, block_vis, head_dim, acc,
                                        [=](int t, int64_t j) { return load16<T>(v + t * kv.row_bytes, j); });
         });
         for (int i = 0; i < nr; ++i)
