@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -133,7 +134,10 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
     constexpr int max_tok = cpu::max_matvec_tokens;
 
     // Phase 0: every slice quantizes each token's x once and copies it to the token's positions.
+    double* const clock = phase_seconds_;
     std::vector<size_t> n_items(n_slices, static_cast<size_t>(n_tok));
+    std::optional<scoped_seconds> timer;
+    timer.emplace(clock);
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
         slice_buffers& b = *slices_[static_cast<size_t>(s)];
         for (size_t t = begin; t < end; ++t) {
@@ -154,6 +158,7 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
         }
     });
 
+    timer.emplace(clock ? clock + 1 : nullptr);
     // Phase 1: items are (active expert, block of the slice's n_ff rows). Gate goes straight into h,
     // up into a block-sized scratch, then h = silu(h) * up in place.
     std::vector<size_t> ff_blocks(n_slices);
@@ -184,6 +189,7 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
         }
     });
 
+    timer.emplace(clock);
     // Phase 1b: every slice quantizes all of h for its own down rows.
     for (size_t s = 0; s < n_slices; ++s) n_items[s] = static_cast<size_t>(n_pos_);
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
@@ -192,6 +198,7 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
             cpu::quantize_activation(l.down.type, h_.data() + pos * static_cast<size_t>(n_ff), b.h.row(static_cast<int64_t>(pos)), n_ff);
     });
 
+    timer.emplace(clock ? clock + 2 : nullptr);
     // Phase 2: items are blocks of the slice's n_embd rows; each computes those rows of every active
     // expert, then sums the experts per token in routing order (a fixed order: bitwise reproducible).
     for (size_t s = 0; s < n_slices; ++s)

@@ -8,6 +8,7 @@
 // Thread-safety: run() is called by the pool's host thread, one call at a time.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,6 +47,23 @@ struct moe_shape {
     int n_ff = 0;
     int n_expert = 0;
     int n_expert_used = 0;
+};
+
+// Adds the wall time of its scope to *seconds; with seconds null it reads no clock.
+class scoped_seconds {
+public:
+    explicit scoped_seconds(double* seconds) : seconds_(seconds) {
+        if (seconds_) t0_ = std::chrono::steady_clock::now();
+    }
+    ~scoped_seconds() {
+        if (seconds_) *seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    }
+    scoped_seconds(const scoped_seconds&) = delete;
+    scoped_seconds& operator=(const scoped_seconds&) = delete;
+
+private:
+    double* seconds_;
+    std::chrono::steady_clock::time_point t0_;
 };
 
 struct row_range {
@@ -89,6 +107,12 @@ public:
     // is >= n_expert, and rethrows what a phase threw.
     void run(int layer, int n_tok, const float* x, const int32_t* ids, const float* weights, float* out);
 
+    // While set: run() adds the wall seconds of its quantize phases (x and h) to seconds[0], of gate/up
+    // to seconds[1] and of down to seconds[2]. nullptr: no clock reads.
+    void set_phase_seconds(double* seconds) { phase_seconds_ = seconds; }
+    // Experts the last run() computed (with at least one slot).
+    size_t n_active() const { return active_.size(); }
+
     const std::vector<row_range>& ff_ranges() const { return ff_ranges_; }
     const std::vector<row_range>& embd_ranges() const { return embd_ranges_; }
 
@@ -114,6 +138,7 @@ private:
     int32_t n_pos_ = 0;
     std::vector<float> h_;              // [n_pos][n_ff] silu(gate x) * up x
     std::vector<float> y_;              // [n_pos][n_embd] down h, before the routing weights
+    double* phase_seconds_ = nullptr;
 };
 
 }  // namespace strata::arenas

@@ -146,6 +146,15 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
     result.time.prompt_ms = ms_since(t0);
 
     const auto t1 = clock_type::now();
+    // Decode passes by part (model_options::phase_timing, CPU forward pass only).
+    engine::phase_clock parts;
+    struct clock_attachment {
+        engine::forward_pass* f;
+        ~clock_attachment() {
+            if (f) f->set_clock(nullptr);
+        }
+    } attached{m.options.phase_timing && m.forward && !m.hybrid ? m.forward.get() : nullptr};
+    if (attached.f) attached.f->set_clock(&parts);
     const int n_ctx = m.options.n_ctx;
     tok::stream_decoder decoder(m.tokenizer);
     std::string text;        // everything decoded so far
@@ -205,6 +214,11 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
     result.text = std::move(text);
     result.time.predicted_n = static_cast<int>(result.tokens.size());
     result.time.predicted_ms = ms_since(t1);
+    if (attached.f) {
+        for (int p = 0; p < engine::phase_clock::n_parts; ++p)
+            result.time.decode_phases.push_back({engine::phase_clock::name(p), 1e3 * parts.seconds[p], parts.bytes[p]});
+        result.time.decode_passes = parts.passes;
+    }
     return result;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include <spdlog/fmt/fmt.h>
 
@@ -19,6 +20,8 @@ namespace {
 constexpr int64_t kDenseGrain = 16;  // rows per work item of a dense matmul
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+uint64_t bytes_of(const weight_matrix& w) { return w.present() ? static_cast<uint64_t>(w.n_rows) * w.m.row_stride : 0; }
 
 }  // namespace
 
@@ -56,6 +59,18 @@ forward_pass::forward_pass(arenas::expert_pool& pool, const hparams& hp, const m
     routing_.counts.assign(static_cast<size_t>(hp.n_layer) * hp.n_expert, 0);
 }
 
+const char* phase_clock::name(int p) {
+    static const char* const names[n_parts] = {"attention projections", "attention", "router", "experts: quantize",
+                                               "experts: gate+up", "experts: down", "shared expert", "output head",
+                                               "other"};
+    return p >= 0 && p < n_parts ? names[p] : "?";
+}
+
+void forward_pass::set_clock(phase_clock* clock) {
+    clock_ = clock;
+    moe_.set_phase_seconds(clock ? &clock->seconds[phase_clock::experts_quantize] : nullptr);
+}
+
 void forward_pass::matmul(const weight_matrix& w, int n_tok, const float* in, float* y) {
     const cpu::matrix& m = w.m;
     const size_t act_bytes = cpu::activation_row_size(m.type, m.n_cols);
@@ -88,6 +103,24 @@ void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv,
 
 void forward_pass::eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits,
                               bool all_logits) {
+    double total = 0, parts_before = 0;
+    if (clock_) {
+        for (double x : clock_->seconds) parts_before += x;
+        ++clock_->passes;
+    }
+    {
+        arenas::scoped_seconds whole(clock_ ? &total : nullptr);
+        eval_layers(tokens, n_tok, pos0, kv, logits, all_logits);
+    }
+    if (clock_) {
+        double parts = 0;
+        for (double x : clock_->seconds) parts += x;
+        clock_->seconds[phase_clock::other] += total - (parts - parts_before);
+    }
+}
+
+void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits,
+                               bool all_logits) {
     const size_t n_embd = static_cast<size_t>(hp_.n_embd);
     const size_t nt = static_cast<size_t>(n_tok);
     x_.resize(nt * n_embd);
@@ -112,7 +145,11 @@ void forward_pass::eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cac
         for (int t = 0; t < n_tok; ++t)
             cpu::rms_norm(x_.data() + t * n_embd, l.attn_norm, hp_.rms_eps, hp_.n_embd, xn_.data() + t * n_embd);
         attention(il, n_tok, pos0, kv);
-        matmul(l.wo, n_tok, att_.data(), tmp_.data());
+        {
+            arenas::scoped_seconds t(seconds(phase_clock::attn_proj));
+            matmul(l.wo, n_tok, att_.data(), tmp_.data());
+        }
+        add_bytes(phase_clock::attn_proj, bytes_of(l.wq) + bytes_of(l.wk) + bytes_of(l.wv) + bytes_of(l.wo));
         for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
 
         for (int t = 0; t < n_tok; ++t)
@@ -120,6 +157,8 @@ void forward_pass::eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cac
         moe(il, n_tok);
         for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
         if (l.shexp_gate.present()) {
+            arenas::scoped_seconds t(seconds(phase_clock::shared_expert));
+            add_bytes(phase_clock::shared_expert, bytes_of(l.shexp_gate) + bytes_of(l.shexp_up) + bytes_of(l.shexp_down));
             shared_expert(il, n_tok);
             for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
         }
@@ -127,6 +166,8 @@ void forward_pass::eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cac
     if (!logits) return;
     const int first = all_logits ? 0 : n_tok - 1;
     const int n_out = n_tok - first;
+    arenas::scoped_seconds t_head(seconds(phase_clock::head));
+    add_bytes(phase_clock::head, bytes_of(w_.output));
     for (int t = first; t < n_tok; ++t)
         cpu::rms_norm(x_.data() + t * n_embd, w_.output_norm, hp_.rms_eps, hp_.n_embd,
                       xn_.data() + (t - first) * n_embd);
@@ -136,9 +177,15 @@ void forward_pass::eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cac
 void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
     const layer_weights& l = w_.layers[static_cast<size_t>(il)];
     const int hd = hp_.head_dim, n_q = hp_.n_q(), n_kv = hp_.n_kv();
-    matmul(l.wq, n_tok, xn_.data(), q_.data());
-    matmul(l.wk, n_tok, xn_.data(), k_.data());
-    matmul(l.wv, n_tok, xn_.data(), v_.data());
+    {
+        arenas::scoped_seconds t(seconds(phase_clock::attn_proj));
+        matmul(l.wq, n_tok, xn_.data(), q_.data());
+        matmul(l.wk, n_tok, xn_.data(), k_.data());
+        matmul(l.wv, n_tok, xn_.data(), v_.data());
+    }
+    arenas::scoped_seconds t(seconds(phase_clock::attention));
+    add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, hp_.n_head_kv, hd, kv.type()) *
+                                          static_cast<uint64_t>(pos0 + n_tok));
     for (int t = 0; t < n_tok; ++t) {
         float* q = q_.data() + static_cast<size_t>(t) * n_q;
         float* k = k_.data() + static_cast<size_t>(t) * n_kv;
@@ -162,6 +209,9 @@ void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
 void forward_pass::moe(int il, int n_tok) {
     const layer_weights& l = w_.layers[static_cast<size_t>(il)];
     const int k = hp_.n_expert_used;
+    std::optional<arenas::scoped_seconds> t;
+    t.emplace(seconds(phase_clock::router));
+    add_bytes(phase_clock::router, bytes_of(l.router));
     matmul(l.router, n_tok, xn_.data(), router_.data());
     uint64_t* counts = routing_.counts.data() + static_cast<size_t>(il) * hp_.n_expert;
     for (int t = 0; t < n_tok; ++t) {
@@ -169,7 +219,15 @@ void forward_pass::moe(int il, int n_tok) {
                     ids_.data() + t * k, weights_.data() + t * k);
         for (int j = 0; j < k; ++j) ++counts[ids_[static_cast<size_t>(t * k + j)]];
     }
+    t.reset();
     moe_.run(il, n_tok, xn_.data(), ids_.data(), weights_.data(), tmp_.data());
+    if (clock_) {
+        const arenas::moe_layer& e = moe_layers_[static_cast<size_t>(il)];
+        const uint64_t n = moe_.n_active();
+        clock_->bytes[phase_clock::experts_gate_up] +=
+            n * (static_cast<uint64_t>(e.gate.n_rows) * e.gate.row_stride + static_cast<uint64_t>(e.up.n_rows) * e.up.row_stride);
+        clock_->bytes[phase_clock::experts_down] += n * static_cast<uint64_t>(e.down.n_rows) * e.down.row_stride;
+    }
 }
 
 void forward_pass::shared_expert(int il, int n_tok) {

@@ -2,6 +2,7 @@
 // keys and values into the KV cache and producing logits.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -20,6 +21,27 @@ struct routing_counts {
     std::vector<uint64_t> counts;  // [n_layer][n_expert]
 };
 
+// Wall seconds and bytes read per part of the forward pass, summed while attached to a forward_pass.
+struct phase_clock {
+    enum part : int {
+        attn_proj,         // q, k, v and output projections
+        attention,         // RoPE, KV store and attention over the cache
+        router,            // router matmul and top-k
+        experts_quantize,  // routed experts: activations quantized (x, then h)
+        experts_gate_up,
+        experts_down,      // down and the weighted sum
+        shared_expert,
+        head,              // output norm and matmul
+        other,             // the rest of the pass: embedding, norms, residual adds
+        n_parts
+    };
+    static const char* name(int p);
+
+    std::array<double, n_parts> seconds{};
+    std::array<uint64_t, n_parts> bytes{};
+    int passes = 0;
+};
+
 class forward_pass {
 public:
     // `rows` says where the pool's slices read expert rows (the mapped file, or placed copies);
@@ -35,8 +57,12 @@ public:
 
     const routing_counts& routing() const { return routing_; }
 
+    // Times every later pass into `clock` (nullptr: off, no clock reads).
+    void set_clock(phase_clock* clock);
+
 private:
     void eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
+    void eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
     void attention(int layer, int n_tok, int pos0, kv_cache& kv);
     void moe(int layer, int n_tok);
     void shared_expert(int layer, int n_tok);
@@ -44,6 +70,11 @@ private:
     void matmul(const weight_matrix& w, int n_tok, const float* in, float* y);
 
     arenas::expert_pool& pool_;
+    phase_clock* clock_ = nullptr;
+    double* seconds(phase_clock::part p) { return clock_ ? &clock_->seconds[p] : nullptr; }
+    void add_bytes(phase_clock::part p, uint64_t b) {
+        if (clock_) clock_->bytes[p] += b;
+    }
     const hparams& hp_;
     const model_weights& w_;
     std::vector<arenas::moe_layer> moe_layers_;

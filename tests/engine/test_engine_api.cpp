@@ -211,6 +211,38 @@ TEST(EngineApi, LoadErrorsNameTheProblem) {
     }
 }
 
+// The decode passes by part: one pass per token after the first, the attention part reads exactly the
+// KV bytes of the positions it attends to, and the parts' times fit in the decode time.
+TEST(EngineApi, PhaseTimingCoversTheDecodePassesByPart) {
+    model_options o;
+    o.path = model_path();
+    o.numa_pool = "off";
+    o.n_ctx = 128;
+    o.phase_timing = true;
+    const auto m = model::load(o);
+    const auto prompt = m->tokenize("Hello there");
+    const generation_result r = session(m).generate(prompt, greedy(5));
+    EXPECT_EQ(r.time.decode_passes, 4);
+    ASSERT_EQ(r.time.decode_phases.size(), 9u);
+    double ms = 0;
+    uint64_t attention = 0, gate_up = 0, down = 0;
+    for (const auto& p : r.time.decode_phases) {
+        EXPECT_GE(p.ms, 0.0) << p.name;
+        ms += p.ms;
+        if (p.name == "attention") attention = p.bytes;
+        if (p.name == "experts: gate+up") gate_up = p.bytes;
+        if (p.name == "experts: down") down = p.bytes;
+    }
+    EXPECT_GT(ms, 0.0);
+    EXPECT_LE(ms, r.time.predicted_ms);
+    const uint64_t p0 = prompt.size();  // passes attend to p0 + 1 .. p0 + 4 positions
+    EXPECT_EQ(attention, m->info().kv_bytes_per_token * (4 * p0 + 1 + 2 + 3 + 4));
+    EXPECT_EQ(gate_up, 2 * down);  // gate and up have down's shape transposed, per routed expert
+    EXPECT_GT(down, 0u);
+
+    EXPECT_TRUE(session(load()).generate(prompt, greedy(3)).time.decode_phases.empty());  // off by default
+}
+
 TEST(EngineApi, StatisticsCountRoutedExperts) {
     const auto m = load();
     session s(m);

@@ -109,6 +109,8 @@ struct measured {
     int threads = 0;
     figure prompt, decode;
     std::optional<double> hit_rate;  // hybrid only
+    std::vector<phase_time> phases;  // --breakdown: the decode passes of every repeat, by part
+    int passes = 0;
 };
 
 // Figures at each depth (ascending) on one session: the context at depth D is the first D tokens of
@@ -131,6 +133,8 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
     session s(m);
     std::vector<measured> out;
     for (const int depth : depths) {
+        std::vector<phase_time> phases;
+        int passes = 0;
         const std::span<const int32_t> before(context.data(), static_cast<size_t>(depth));
         go.max_tokens = 1;
         if (depth > 0) {
@@ -154,8 +158,15 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
             go.max_tokens = n_gen;
             const generation_result dr = s.generate(prompt, go);
             tg.push_back((dr.time.predicted_n - 1) * 1000.0 / dr.time.predicted_ms);
+            if (phases.empty()) phases = dr.time.decode_phases;
+            else
+                for (size_t i = 0; i < phases.size() && i < dr.time.decode_phases.size(); ++i) {
+                    phases[i].ms += dr.time.decode_phases[i].ms;
+                    phases[i].bytes += dr.time.decode_phases[i].bytes;
+                }
+            passes += dr.time.decode_passes;
         }
-        measured d{depth, threads, summarize(pp), summarize(tg), std::nullopt};
+        measured d{depth, threads, summarize(pp), summarize(tg), std::nullopt, std::move(phases), passes};
         if (m->info().gpu_hybrid) {
             const expert_stats stats1 = m->statistics();
             const uint64_t lookups = stats1.expert_lookups - stats0.expert_lookups;
@@ -204,6 +215,7 @@ int run(int argc, char** argv) {
                       "--expert-cache auto), cpu for the CPU-only baseline, which always runs; default with "
                       "--gpu: cpu,100,50,20",
          cxxopts::value<std::string>()->default_value(""))
+        ("breakdown", "time each part of the decode forward passes (CPU arms): ms, MiB and GB/s per token by part")
         ("json", "print JSON instead of a markdown table")
         ("h,help", "show help");
     const auto a = opts.parse(argc, argv);
@@ -249,6 +261,7 @@ int run(int argc, char** argv) {
     std::vector<std::string> notes;            // lines after the table (JSON: {"note": ...} entries)
     double cpu_bytes_per_token = 0;
     std::string kv_per_position;               // the header's KV cache bytes per token of context, per --kv
+    std::string breakdowns;                    // --breakdown tables, after the main one
     for (size_t ai = 0; ai < arms.size(); ++ai) {
         const arm& arm = arms[ai];
         const std::string what = fmt::format("arm {}/{} ({}, {})", ai + 1, arms.size(), arm.label(), arm.residency_label());
@@ -264,6 +277,7 @@ int run(int argc, char** argv) {
         mo.n_batch = a["batch"].as<int>();
         mo.n_ctx = depths.back() + std::max(n_prompt, n_gen) + 8;  // set, not the file's: the depth needs it
         mo.cache_ram_mib = 0;  // no conversation snapshots: each timed prompt pays only its own evaluation
+        mo.phase_timing = a.count("breakdown") > 0;
         if (arm.residency) {
             mo.gpu = gpu;
             mo.expert_cache = expert_cache_for(*arm.residency, expert_bytes);
@@ -311,6 +325,24 @@ int run(int argc, char** argv) {
                 row.update({{"bytes_per_token", bpt}, {"kv_bytes_per_token", kv_bpt}, {"decode_gbs", implied},
                             {"read_bandwidth_gbs", bw}, {"bandwidth_ratio", implied / bw}});
             }
+            if (r.passes > 0) {
+                double total_ms = 0;
+                for (const auto& ph : r.phases) total_ms += ph.ms;
+                std::string t = fmt::format("\ndecode by part: {}, depth {}, {} passes ({:.2f} ms per token)\n\n"
+                                            "| part | ms per token | share | MiB per token | GB/s |\n|---|---|---|---|---|\n",
+                                            arm.label(), r.depth, r.passes, total_ms / r.passes);
+                nlohmann::ordered_json parts = nlohmann::ordered_json::array();
+                for (const auto& ph : r.phases) {
+                    const double ms = ph.ms / r.passes, mib = double(ph.bytes) / r.passes / (1 << 20);
+                    const double gbs = ph.ms > 0 ? double(ph.bytes) / (ph.ms * 1e-3) / 1e9 : 0;
+                    t += fmt::format("| {} | {:.3f} | {:.1f} % | {:.1f} | {} |\n", ph.name, ms,
+                                     total_ms > 0 ? 100.0 * ph.ms / total_ms : 0.0, mib,
+                                     ph.bytes ? fmt::format("{:.1f}", gbs) : std::string("-"));
+                    parts.push_back({{"part", ph.name}, {"ms_per_token", ms}, {"mib_per_token", mib}, {"gbs", gbs}});
+                }
+                breakdowns += t;
+                row["breakdown"] = parts;
+            }
             if (!hybrid) {
                 table += fmt::format("| {} | {} | {} | {} | {} |\n", arm.label(), r.depth, r.threads, tps, bandwidth);
                 out.push_back(row);
@@ -347,7 +379,7 @@ int run(int argc, char** argv) {
     std::printf("model %s: %.1f MiB of weights read per decode token; KV cache read per token of context: %s",
                 path.c_str(), cpu_bytes_per_token / (1 << 20), kv_per_position.c_str());
     if (hybrid) std::printf("; routed experts %.1f MiB (residency = that share in VRAM)", expert_bytes / (1 << 20));
-    std::printf("\n\n%s", table.c_str());
+    std::printf("\n\n%s%s", table.c_str(), breakdowns.c_str());
     for (const auto& n : notes) std::printf("%s\n", n.c_str());
     return 0;
 }

@@ -56,6 +56,9 @@ struct model_options {
     // --cache-ram MIB: memory for parked conversation snapshots (the conversation cache); -1: the
     // smaller of 25 % of MemAvailable and 8 GiB; 0: off.
     int cache_ram_mib = -1;
+    // Time each part of the CPU forward pass during decode (timings::decode_phases; strata-bench model
+    // --breakdown). Costs two clock reads per part and layer.
+    bool phase_timing = false;
 };
 
 struct sampling_options {
@@ -109,6 +112,14 @@ enum class prefix_source { none, live, snapshot };
 std::string_view prefix_source_name(prefix_source s);  // "none" | "live" | "snapshot"
 std::string_view stop_reason_name(stop_reason r);  // "stop" | "stop" | "length" | "cancelled"
 
+// One part of the decode forward passes of a generation (model_options::phase_timing): wall time and
+// the weight and KV bytes that part read, summed over the passes.
+struct phase_time {
+    std::string name;
+    double ms = 0;
+    uint64_t bytes = 0;
+};
+
 struct timings {
     int prompt_n = 0;                // prompt tokens evaluated (after reuse)
     int cache_n = 0;                 // prompt tokens reused: the session's KV cache or a restored snapshot
@@ -121,6 +132,10 @@ struct timings {
     uint64_t vram_hits = 0;
     prefix_source cache_source = prefix_source::none;
     uint64_t cache_snapshot = 0;     // the snapshot restored (cache_source snapshot)
+    // With model_options::phase_timing on a CPU-only model: the decode passes (predicted_n - 1 of them)
+    // by part, in forward order; "other" is what no part covers (embedding, norms, residual adds).
+    std::vector<phase_time> decode_phases;
+    int decode_passes = 0;
     double prompt_per_second() const { return prompt_ms > 0 ? prompt_n * 1000.0 / prompt_ms : 0; }
     double predicted_per_second() const { return predicted_ms > 0 ? predicted_n * 1000.0 / predicted_ms : 0; }
 };
