@@ -227,5 +227,35 @@ TEST(MakeModel, RopeScalingKeysAsLlamaCppsConverterWrites) {
     EXPECT_THROW(parse_rope_scaling("longrope"), std::invalid_argument);
 }
 
+TEST(MakeModel, FileTypeIsLlamaCppsValueForTheDominantWeightType) {
+    // llama.cpp's enum llama_ftype: Q4_K files are MOSTLY_Q4_K_M (15), Q8_0 7, BF16 32, IQ4_XS 30, Q5_0 8.
+    model_spec s = tiny(arch::qwen3moe);
+    EXPECT_EQ(generate(s).at("general.file_type").as_u64(), 15u);
+    const std::pair<ggml_type, uint64_t> cases[] = {
+        {ggml_type::Q8_0, 7}, {ggml_type::BF16, 32}, {ggml_type::IQ4_XS, 30}};
+    for (const auto& [type, ftype] : cases) {
+        s.type_experts = type;
+        EXPECT_EQ(generate(s).at("general.file_type").as_u64(), ftype) << formats::info(type).name;
+    }
+    s = tiny(arch::mixtral);
+    s.type_experts = ggml_type::Q5_0;
+    EXPECT_EQ(generate(s).at("general.file_type").as_u64(), 8u);
+}
+
+TEST(MakeModel, DominantTypeCountsBytesOfMatricesOnly) {
+    const std::vector<tensor_spec> t = {
+        {"norm", ggml_type::F32, {1 << 20}, init::norm, 1.0f},           // a vector: not counted
+        {"small", ggml_type::F16, {256, 64}, init::matrix, 1.0f},        // 32 KiB
+        {"large", ggml_type::Q4_0, {256, 256, 2}, init::matrix, 1.0f}};  // 72 KiB
+    EXPECT_EQ(dominant_type(t), ggml_type::Q4_0);
+    EXPECT_EQ(dominant_type({t[0], t[1]}), ggml_type::F16);
+    try {
+        llama_file_type(ggml_type::Q8_K);
+        FAIL() << "Q8_K has no llama.cpp file type";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("Q8_K"), std::string::npos) << e.what();
+    }
+}
+
 }  // namespace
 }  // namespace strata::make_model
