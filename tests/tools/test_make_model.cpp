@@ -1,6 +1,7 @@
 // strata-make-model: round trips per architecture, determinism, tokenizer and shape errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -254,6 +255,22 @@ TEST(MakeModel, DominantTypeCountsBytesOfMatricesOnly) {
         FAIL() << "Q8_K has no llama.cpp file type";
     } catch (const std::invalid_argument& e) {
         EXPECT_NE(std::string(e.what()).find("Q8_K"), std::string::npos) << e.what();
+    }
+}
+
+TEST(MakeModel, DemoVocabularyIsMostlyLearnedTokens) {
+    // Placeholders (unused type, <|reserved_N|>) are tokens a random model can still emit: the demo's
+    // vocabulary size is one the built-in corpus fills, for both tokenizers.
+    for (const tokenizer_kind kind : {tokenizer_kind::gpt2, tokenizer_kind::llama}) {
+        model_spec s = preset("tiny");  // the demo's vocabulary on the tiny model's tensors
+        s.n_vocab = preset("demo").n_vocab;
+        s.tokenizer = kind;
+        const gguf::reader r = generate(s);
+        const auto& types = r.at("tokenizer.ggml.token_type").as_array();
+        ASSERT_EQ(types.size(), static_cast<size_t>(s.n_vocab));
+        const auto unused = std::count_if(types.begin(), types.end(), [](const gguf::value& t) { return t.as_i64() == 5; });
+        EXPECT_LT(static_cast<double>(unused) / static_cast<double>(types.size()), 0.10)
+            << unused << " of " << types.size() << " tokens are placeholders (tokenizer " << static_cast<int>(kind) << ")";
     }
 }
 
