@@ -10,42 +10,93 @@ jobs=$(nproc)
 
 tools/install-deps.sh
 
+# Each lane prints its counts and adds them to the final line; in CI (CI=true) a lane that skips
+# although tools/install-deps.sh installs what it needs is a failure.
+lanes=()
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# ctest_lane NAME CTEST_ARGS...: runs ctest, reads its summary ("100% tests passed, 0 tests failed
+# out of N") and its skipped tests into lane_passed and lane_skipped, and records the lane (unless
+# NAME is empty).
+ctest_lane() {
+  local name=$1 total
+  shift
+  ctest "$@" | tee "$log"
+  total=$(sed -n 's/^[0-9]*% tests passed, [0-9]* tests* failed out of \([0-9]*\)$/\1/p' "$log" | tail -1)
+  [ -n "$total" ] || { echo "== $name lane: ctest printed no summary line" >&2; exit 1; }
+  lane_skipped=$(grep -cE '^[[:space:]]*[0-9]+ - .* \(Skipped\)$' "$log" || true)  # disabled ones are not in N
+  lane_passed=$((total - lane_skipped))
+  [ -z "$name" ] || record_lane "$name" "$lane_passed passed$([ "$lane_skipped" -eq 0 ] || echo " ($lane_skipped skipped)")"
+}
+# gtest_run BINARY [ARGS...]: runs a GoogleTest binary; sets gtest_passed from its "[  PASSED  ] N tests".
+gtest_run() {
+  "$@" | tee "$log"
+  gtest_passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests*\.$/\1/p' "$log" | tail -1)
+  [ -n "$gtest_passed" ] || { echo "== $1 printed no passed count" >&2; exit 1; }
+}
+record_lane() {
+  echo "== $1 lane: $2"
+  lanes+=("$1 $2")
+}
+# skipped_in_ci LANE WHY: a lane whose tools tools/install-deps.sh installs must not skip in CI.
+skipped_in_ci() {
+  if [ "${CI:-}" = true ]; then
+    echo "== $1 lane: FAILED: skipped in CI ($2) although tools/install-deps.sh installs what it needs" >&2
+    exit 1
+  fi
+}
+
 echo "== build (Release, warnings as errors)"
-# The CUDA code (when nvcc is present) is compiled for one architecture here to keep CI short.
-# Tests on explicitly: tools/run-demo.sh configures the same build/ with them off.
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=ON -DSTRATA_BUILD_TESTS=ON \
-  -DSTRATA_CUDA_ARCHITECTURES=90 >/dev/null
+tools/configure-tests.sh build >/dev/null
 cmake --build build -j"$jobs"
 
 echo "== tests"
-ctest --test-dir build --output-on-failure --no-tests=error -j"$jobs" -LE 'numa-vm'
+ctest_lane unit+model+server+readme+install --test-dir build --output-on-failure --no-tests=error -j"$jobs" -LE 'numa-vm'
 
 if ctest --test-dir build -N -L numa-vm | grep -q 'Total Tests: [1-9]'; then
   echo "== real NUMA lane (VM with 2 and 4 virtual nodes)"
-  ctest --test-dir build --output-on-failure --no-tests=error -L numa-vm
+  ctest_lane numa-vm --test-dir build --output-on-failure --no-tests=error -L numa-vm
+  if [ "$lane_skipped" -gt 0 ]; then
+    missing=()
+    for tool in qemu-system-x86_64 cpio busybox; do
+      command -v "$tool" >/dev/null || [ -x "/bin/$tool" ] || missing+=("$tool")
+    done
+    why="$lane_skipped of its tests skipped${missing[*]:+: ${missing[*]} not found}"
+    echo "== numa-vm lane: $why"
+    skipped_in_ci numa-vm "$why"
+  fi
 else
   echo "== numa-vm lane: skipped: no numa-vm tests are registered in build/"
+  skipped_in_ci numa-vm "no numa-vm tests are registered"
+  record_lane numa-vm "skipped"
 fi
 
 echo "== address/undefined-behaviour sanitizer build, unit tests and the engine API tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=address -DSTRATA_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs" --target strata-unit-tests test_engine_api
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
-ctest --test-dir build-asan --output-on-failure --no-tests=error -j"$jobs" -L unit
-build-asan/tests/engine/test_engine_api
+ctest_lane "" --test-dir build-asan --output-on-failure --no-tests=error -j"$jobs" -L unit
+asan_unit=$lane_passed
+gtest_run build-asan/tests/engine/test_engine_api
 unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
+record_lane asan "$((asan_unit + gtest_passed)) passed"
 
 echo "== thread sanitizer build, pool tests"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=thread -DSTRATA_CUDA=OFF >/dev/null
 pool_tests=(strata_test_arenas_pool strata_test_arenas_moe strata_test_arenas_store)
 cmake --build build-tsan -j"$jobs" --target "${pool_tests[@]}"
+tsan_tests=0
 for t in "${pool_tests[@]}"; do
-  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "build-tsan/tests/arenas/$t"
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" gtest_run "build-tsan/tests/arenas/$t"
+  tsan_tests=$((tsan_tests + gtest_passed))
 done
+record_lane tsan "${#pool_tests[@]} binaries passed ($tsan_tests tests)"
 
 echo "== CUDA backend on the CPU emulator: gpu-labelled tests (docs/GPU.md, \"CUDA emulator\")"
 cmake -S . -B build-emu -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=ON -DSTRATA_CUDA=EMU >/dev/null
 cmake --build build-emu -j"$jobs" --target strata-gpu-tests
-ctest --test-dir build-emu --output-on-failure --no-tests=error -j"$jobs" -L gpu
+ctest_lane gpu-emulator --test-dir build-emu --output-on-failure --no-tests=error -j"$jobs" -L gpu
 
-echo "== all test lanes passed"
+summary=$(printf '%s, ' "${lanes[@]}")
+echo "== all test lanes passed: ${summary%, }"

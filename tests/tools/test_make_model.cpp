@@ -1,6 +1,7 @@
 // strata-make-model: round trips per architecture, determinism, tokenizer and shape errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -225,6 +226,52 @@ TEST(MakeModel, RopeScalingKeysAsLlamaCppsConverterWrites) {
     s.rope_factor = 0.0f;
     EXPECT_THROW(build_model(s), std::invalid_argument);
     EXPECT_THROW(parse_rope_scaling("longrope"), std::invalid_argument);
+}
+
+TEST(MakeModel, FileTypeIsLlamaCppsValueForTheDominantWeightType) {
+    // llama.cpp's enum llama_ftype: Q4_K files are MOSTLY_Q4_K_M (15), Q8_0 7, BF16 32, IQ4_XS 30, Q5_0 8.
+    model_spec s = tiny(arch::qwen3moe);
+    EXPECT_EQ(generate(s).at("general.file_type").as_u64(), 15u);
+    const std::pair<ggml_type, uint64_t> cases[] = {
+        {ggml_type::Q8_0, 7}, {ggml_type::BF16, 32}, {ggml_type::IQ4_XS, 30}};
+    for (const auto& [type, ftype] : cases) {
+        s.type_experts = type;
+        EXPECT_EQ(generate(s).at("general.file_type").as_u64(), ftype) << formats::info(type).name;
+    }
+    s = tiny(arch::mixtral);
+    s.type_experts = ggml_type::Q5_0;
+    EXPECT_EQ(generate(s).at("general.file_type").as_u64(), 8u);
+}
+
+TEST(MakeModel, DominantTypeCountsBytesOfMatricesOnly) {
+    const std::vector<tensor_spec> t = {
+        {"norm", ggml_type::F32, {1 << 20}, init::norm, 1.0f},           // a vector: not counted
+        {"small", ggml_type::F16, {256, 64}, init::matrix, 1.0f},        // 32 KiB
+        {"large", ggml_type::Q4_0, {256, 256, 2}, init::matrix, 1.0f}};  // 72 KiB
+    EXPECT_EQ(dominant_type(t), ggml_type::Q4_0);
+    EXPECT_EQ(dominant_type({t[0], t[1]}), ggml_type::F16);
+    try {
+        llama_file_type(ggml_type::Q8_K);
+        FAIL() << "Q8_K has no llama.cpp file type";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("Q8_K"), std::string::npos) << e.what();
+    }
+}
+
+TEST(MakeModel, DemoVocabularyIsMostlyLearnedTokens) {
+    // Placeholders (unused type, <|reserved_N|>) are tokens a random model can still emit: the demo's
+    // vocabulary size is one the built-in corpus fills, for both tokenizers.
+    for (const tokenizer_kind kind : {tokenizer_kind::gpt2, tokenizer_kind::llama}) {
+        model_spec s = preset("tiny");  // the demo's vocabulary on the tiny model's tensors
+        s.n_vocab = preset("demo").n_vocab;
+        s.tokenizer = kind;
+        const gguf::reader r = generate(s);
+        const auto& types = r.at("tokenizer.ggml.token_type").as_array();
+        ASSERT_EQ(types.size(), static_cast<size_t>(s.n_vocab));
+        const auto unused = std::count_if(types.begin(), types.end(), [](const gguf::value& t) { return t.as_i64() == 5; });
+        EXPECT_LT(static_cast<double>(unused) / static_cast<double>(types.size()), 0.10)
+            << unused << " of " << types.size() << " tokens are placeholders (tokenizer " << static_cast<int>(kind) << ")";
+    }
 }
 
 }  // namespace

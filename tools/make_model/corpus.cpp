@@ -1,5 +1,6 @@
 // The text strata-make-model learns its BPE merges from: plain English in several registers (prose,
-// dialogue, numbers, a little code) so ordinary words and chat phrases become single tokens.
+// dialogue, letters, recipes, facts), code (Python, C++, SQL, shell) and JSON, so ordinary words, chat
+// phrases and common programming tokens become single tokens.
 #include "corpus.hpp"
 
 namespace strata::make_model {
@@ -94,6 +95,114 @@ slowly or ride fast on flat roads. You steer with the handlebars and stop with t
 I think the answer is yes, but I am not sure. Let me check and get back to you. Yes, that is correct.
 No, I do not think so. Maybe later. Sorry, I do not know. That is a good question. Let us think about it
 step by step. First, we read the problem. Second, we write down what we know. Third, we solve it.
+
+Dear team, the quarterly report is attached. Revenue grew in every region except the north, where two
+large customers delayed their orders until January. Please review the figures before Thursday's meeting
+and send questions to Maria or Daniel. Kind regards, Jonathan.
+
+Recipe: pancakes for four people. Mix two cups of flour, one spoonful of sugar, a pinch of salt and two
+teaspoons of baking powder. Whisk the eggs with milk and melted butter, then pour the liquid into the dry
+ingredients and stir gently. Heat a frying pan, add a little oil, and cook each pancake until bubbles
+appear on the surface. Flip it once, serve warm with honey, berries, or lemon juice.
+
+def fibonacci(n):
+    """Return the first n Fibonacci numbers as a list."""
+    result = []
+    a, b = 0, 1
+    while len(result) < n:
+        result.append(a)
+        a, b = b, a + b
+    return result
+
+for index, value in enumerate(fibonacci(10)):
+    print(f"{index}: {value}")
+
+import json
+with open("config.json", encoding="utf-8") as handle:
+    settings = json.load(handle)
+if settings.get("verbose", False):
+    logger.debug("loaded %d settings from %s", len(settings), handle.name)
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+int main(int argc, char** argv) {
+    std::vector<std::string> arguments(argv + 1, argv + argc);
+    for (const auto& argument : arguments) {
+        std::cout << "argument: " << argument << std::endl;
+    }
+    return arguments.empty() ? 1 : 0;
+}
+
+class Account {
+public:
+    explicit Account(double balance) : balance_(balance) {}
+    void deposit(double amount) { balance_ += amount; }
+    bool withdraw(double amount) {
+        if (amount > balance_) return false;
+        balance_ -= amount;
+        return true;
+    }
+private:
+    double balance_;
+};
+
+SELECT customer_id, COUNT(*) AS orders, SUM(total) AS revenue
+FROM purchases
+WHERE created_at >= '2024-01-01'
+GROUP BY customer_id
+ORDER BY revenue DESC
+LIMIT 20;
+
+{"id": "chatcmpl-42", "object": "chat.completion", "model": "strata", "choices": [{"index": 0,
+"message": {"role": "assistant", "content": "Sure, here is a short summary."}, "finish_reason": "stop"}],
+"usage": {"prompt_tokens": 17, "completion_tokens": 9, "total_tokens": 26}}
+{"name": "Alice", "age": 34, "email": "alice@example.com", "languages": ["English", "Spanish"], "active": true}
+{"city": "Berlin", "country": "Germany", "population": 3645000, "timezone": "Europe/Berlin", "coordinates": {"latitude": 52.52, "longitude": 13.405}}
+
+$ git status
+On branch main
+Your branch is up to date with 'origin/main'.
+$ ls -la /var/log
+$ sudo systemctl restart nginx
+$ curl -s https://example.com/api/v1/users?page=2 | jq '.items[] | .username'
+Error: connection refused. Check that the server is running and listening on port 8080.
+Warning: the configuration file is deprecated; please migrate to the new format.
+
+History: The printing press, invented around 1440, changed how knowledge travelled. Before it, monks
+copied books by hand, slowly and expensively. Afterwards, pamphlets, newspapers and scientific journals
+spread ideas across Europe within weeks. Literacy increased, universities multiplied, and governments
+struggled to control what people read.
+
+Science: Photosynthesis converts sunlight, water and carbon dioxide into glucose and oxygen. It happens
+inside chloroplasts, which contain the green pigment chlorophyll. Plants, algae and some bacteria depend
+on this process, and nearly every animal depends on plants, directly or indirectly.
+
+Geography: Mountains, rivers, deserts, forests, islands, oceans, valleys, lakes, glaciers and volcanoes
+shape where people live. Cities grow near harbours and fertile plains; villages cling to hillsides; roads
+and railways follow the easiest paths between them.
+
+Health: Drink enough water, sleep seven or eight hours, walk outside every day, and eat vegetables, fruit,
+beans, nuts and whole grains. Doctors recommend regular exercise, because strong muscles and a healthy
+heart protect against many illnesses.
+
+Music: The orchestra tuned their violins, cellos, flutes, clarinets, trumpets and drums. The conductor
+raised her baton, the audience fell silent, and the symphony began softly before building to a powerful,
+joyful finale that brought everyone to their feet.
+
+Sports: The football match ended in a draw after extra time. Both goalkeepers made brilliant saves, the
+referee showed three yellow cards, and thousands of supporters sang loudly in the rain until the final
+whistle.
+
+Travel: Our train leaves the central station at half past nine and arrives in the capital shortly before
+noon. Remember your passport, tickets, charger, umbrella and a warm jacket; the museum, the cathedral and
+the market are all within walking distance of the hotel.
+
+Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday. January, February, March, April, May,
+June, July, August, September, October, November, December. Spring, summer, autumn, winter. Red, orange,
+yellow, green, blue, purple, black, white, grey, brown, pink. One, two, three, four, five, six, seven,
+eight, nine, ten, eleven, twelve, twenty, thirty, hundred, thousand, million, billion.
 )corpus";
 }
 

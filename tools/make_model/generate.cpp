@@ -287,6 +287,46 @@ void set_llama_tokenizer(gguf::writer& w, const model_spec& s) {
 
 }  // namespace
 
+uint32_t llama_file_type(formats::ggml_type type) {
+    // llama.cpp's enum llama_ftype; a K type stands for its _M mix, as llama.cpp guesses without the key.
+    switch (type) {
+        case formats::ggml_type::F32: return 0;      // ALL_F32
+        case formats::ggml_type::F16: return 1;      // MOSTLY_F16
+        case formats::ggml_type::Q4_0: return 2;     // MOSTLY_Q4_0
+        case formats::ggml_type::Q4_1: return 3;     // MOSTLY_Q4_1
+        case formats::ggml_type::Q8_0: return 7;     // MOSTLY_Q8_0
+        case formats::ggml_type::Q5_0: return 8;     // MOSTLY_Q5_0
+        case formats::ggml_type::Q5_1: return 9;     // MOSTLY_Q5_1
+        case formats::ggml_type::Q2_K: return 10;    // MOSTLY_Q2_K
+        case formats::ggml_type::Q3_K: return 12;    // MOSTLY_Q3_K_M
+        case formats::ggml_type::Q4_K: return 15;    // MOSTLY_Q4_K_M
+        case formats::ggml_type::Q5_K: return 17;    // MOSTLY_Q5_K_M
+        case formats::ggml_type::Q6_K: return 18;    // MOSTLY_Q6_K
+        case formats::ggml_type::IQ4_NL: return 25;  // MOSTLY_IQ4_NL
+        case formats::ggml_type::IQ4_XS: return 30;  // MOSTLY_IQ4_XS
+        case formats::ggml_type::BF16: return 32;    // MOSTLY_BF16
+        default: break;
+    }
+    throw std::invalid_argument(fmt::format("no llama.cpp file type stands for weights of type {}",
+                                            formats::info(type).name));
+}
+
+formats::ggml_type dominant_type(const std::vector<tensor_spec>& tensors) {
+    // Bytes per type over the weight matrices (vectors such as norms and biases stay F32 in every file).
+    std::map<formats::ggml_type, size_t> bytes;
+    for (const tensor_spec& t : tensors) {
+        if (t.ne.size() < 2) continue;
+        size_t rows = 1;
+        for (size_t d = 1; d < t.ne.size(); ++d) rows *= static_cast<size_t>(t.ne[d]);
+        bytes[t.type] += formats::row_size(t.type, t.ne[0]) * rows;
+    }
+    if (bytes.empty()) return formats::ggml_type::F32;
+    auto best = bytes.begin();
+    for (auto it = bytes.begin(); it != bytes.end(); ++it)
+        if (it->second > best->second) best = it;
+    return best->first;
+}
+
 gguf::writer build_model(const model_spec& spec) {
     using gguf::value;
     if (spec.n_head % spec.n_head_kv != 0)
@@ -303,6 +343,7 @@ gguf::writer build_model(const model_spec& spec) {
     w.set("general.architecture", value::str(gguf_architecture(spec.architecture)));
     w.set("general.name", value::str(spec.name));
     w.set("general.quantization_version", value::u32(2));
+    w.set("general.file_type", value::u32(llama_file_type(dominant_type(tensors))));
     w.set("general.alignment", value::u32(32));
     set_hparams(w, spec);
     if (resolve_tokenizer(spec) == tokenizer_kind::llama)

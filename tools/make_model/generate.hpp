@@ -4,11 +4,17 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "gguf/gguf_writer.hpp"
 #include "model_spec.hpp"
 
 namespace strata::make_model {
+
+// llama.cpp's general.file_type (enum llama_ftype) for a file whose weights are mostly `type`.
+uint32_t llama_file_type(formats::ggml_type type);
+// The type holding the most bytes among the weight matrices (tensors of two or more dimensions).
+formats::ggml_type dominant_type(const std::vector<tensor_spec>& tensors);
 
 // The same spec (seed included) always gives the same bytes, whatever the thread count.
 gguf::writer build_model(const model_spec& spec);

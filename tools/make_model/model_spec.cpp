@@ -59,7 +59,7 @@ model_spec preset(const std::string& name) {
         s.n_expert_used = 4;
         s.n_ff_exp = 512;
         s.n_ff_shexp = 512;
-        s.n_vocab = 4096;
+        s.n_vocab = 2048;  // what the built-in corpus fills with learned tokens (no placeholders)
         s.n_ctx = 4096;
     } else if (name == "bench") {
         s.name = "strata bench";
