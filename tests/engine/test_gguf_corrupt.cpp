@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "gguf/gguf_reader.hpp"
 #include "gguf/gguf_writer.hpp"
@@ -136,7 +137,9 @@ TEST(GgufCorrupt, EveryTruncationIsRejected) {
 }
 
 std::string temp_file(const std::string& name, const std::vector<uint8_t>& bytes) {
-    const auto path = std::filesystem::temp_directory_path() / ("strata_corrupt_" + name + ".gguf");
+    // The process id keeps concurrent runs of this test (several build trees) off each other's files.
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("strata_corrupt_" + std::to_string(getpid()) + "_" + name + ".gguf");
     std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
                                                  static_cast<std::streamsize>(bytes.size()));
     return path.string();
