@@ -1,5 +1,6 @@
 #include "model/hparams.hpp"
 
+#include <cmath>
 #include <optional>
 #include <stdexcept>
 
@@ -50,6 +51,8 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
                                              "and llama-style MoE such as Mixtral)",
                                              f.path(), g.empty() ? "(none)" : g));
     }
+    // Absent keys take llama.cpp's defaults (llama-model.cpp and src/models/*.cpp); the keys it requires
+    // are load errors here too. docs/DETAILS.md lists every key.
     const std::string p = g + ".";
     hp.n_layer = read_int(f, p + "block_count");
     hp.n_embd = read_int(f, p + "embedding_length");
@@ -57,6 +60,9 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
     hp.n_head_kv = read_int(f, p + "attention.head_count_kv", hp.n_head);
     hp.n_expert = read_int(f, p + "expert_count", 0);
     hp.n_expert_used = read_int(f, p + "expert_used_count", 0);
+    if (hp.n_layer < 1 || hp.n_embd < 1)
+        throw std::runtime_error(fmt::format("{}: {}block_count is {} and {}embedding_length is {}; both must be positive",
+                                             f.path(), p, hp.n_layer, p, hp.n_embd));
     if (hp.n_expert == 0)
         throw std::runtime_error(fmt::format("{}: '{}' has no experts ({}expert_count is missing or 0); strata runs "
                                              "Mixture-of-Experts models only",
@@ -68,29 +74,52 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
         throw std::runtime_error(fmt::format("{}: {}expert_used_count is {}, must be 1..{} (the expert count)",
                                              f.path(), p, hp.n_expert_used, hp.n_expert));
     hp.head_dim = read_int(f, p + "attention.key_length", hp.n_embd / hp.n_head);
-    const int v_len = read_int(f, p + "attention.value_length", hp.head_dim);
+    const int v_len = read_int(f, p + "attention.value_length", hp.n_embd / hp.n_head);
     if (v_len != hp.head_dim)
-        throw std::runtime_error(fmt::format("{}: key length {} and value length {} differ; strata needs them equal",
-                                             f.path(), hp.head_dim, v_len));
+        throw std::runtime_error(fmt::format("{}: key length {} and value length {} differ ({}attention.key_length, "
+                                             "{}attention.value_length, each n_embd / n_head = {} when absent); "
+                                             "strata needs them equal",
+                                             f.path(), hp.head_dim, v_len, p, p, hp.n_embd / hp.n_head));
     hp.n_rot = read_int(f, p + "rope.dimension_count", hp.head_dim);
     if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
         throw std::runtime_error(fmt::format("{}: rope.dimension_count {} must be even and at most the head size {}",
                                              f.path(), hp.n_rot, hp.head_dim));
-    if (hp.arch.id == arch::mixtral)
-        hp.n_ff_exp = read_int(f, p + "expert_feed_forward_length", read_int(f, p + "feed_forward_length"));
-    else
-        hp.n_ff_exp = read_int(f, p + "expert_feed_forward_length");
+    const std::string ff_key = p + "feed_forward_length", ff_exp_key = p + "expert_feed_forward_length";
+    if (hp.arch.id == arch::mixtral) {
+        // llama.cpp's llama architecture sizes its experts by feed_forward_length alone.
+        hp.n_ff_exp = read_int(f, ff_key);
+        if (f.find(ff_exp_key) && read_int(f, ff_exp_key) != hp.n_ff_exp)
+            throw std::runtime_error(fmt::format("{}: {} is {} but {} is {}; llama-style MoE experts are "
+                                                 "feed_forward_length wide",
+                                                 f.path(), ff_exp_key, read_int(f, ff_exp_key), ff_key, hp.n_ff_exp));
+    } else if (f.find(ff_exp_key)) {
+        hp.n_ff_exp = read_int(f, ff_exp_key);
+    } else if (f.find(ff_key)) {
+        hp.n_ff_exp = read_int(f, ff_key) / hp.n_expert_used;  // as llama.cpp: the dense width over the experts used
+    } else {
+        throw std::runtime_error(fmt::format("{}: the experts' width is unknown: neither {} nor {} (divided by the "
+                                             "experts used) is in the file",
+                                             f.path(), ff_exp_key, ff_key));
+    }
+    if (hp.n_ff_exp < 1)
+        throw std::runtime_error(fmt::format("{}: the experts' width ({} or {} / {}expert_used_count) is {}", f.path(),
+                                             ff_exp_key, ff_key, p, hp.n_ff_exp));
     // As llama.cpp: without its own key the shared expert is feed_forward_length wide, and its tensors
     // are required either way (weights.cpp checks their shapes).
     if (hp.arch.shared_expert) {
         const std::string key = p + "expert_shared_feed_forward_length";
-        hp.n_ff_shexp = f.find(key) ? read_int(f, key) : read_int(f, p + "feed_forward_length");
+        hp.n_ff_shexp = f.find(key) ? read_int(f, key) : read_int(f, ff_key);
         if (hp.n_ff_shexp < 1)
-            throw std::runtime_error(fmt::format("{}: the shared expert's width ({} or {}feed_forward_length) is {}",
-                                                 f.path(), key, p, hp.n_ff_shexp));
+            throw std::runtime_error(fmt::format("{}: the shared expert's width ({} or {}) is {}", f.path(), key,
+                                                 ff_key, hp.n_ff_shexp));
     }
     hp.n_ctx_train = read_int(f, p + "context_length");
-    hp.rms_eps = static_cast<float>(f.get_f64(p + "attention.layer_norm_rms_epsilon", 1e-6));
+    const std::string eps_key = p + "attention.layer_norm_rms_epsilon";
+    if (!f.find(eps_key))
+        throw std::runtime_error(fmt::format("{}: required metadata key '{}' is missing", f.path(), eps_key));
+    hp.rms_eps = static_cast<float>(f.get_f64(eps_key, 0.0));
+    if (!std::isfinite(hp.rms_eps) || hp.rms_eps < 0.0f)
+        throw std::runtime_error(fmt::format("{}: {} is {}, must be 0 or more", f.path(), eps_key, hp.rms_eps));
     hp.rope = read_rope(f, g, hp.n_ctx_train, rope);
     if (const gguf::value* tokens = f.find("tokenizer.ggml.tokens"))
         hp.n_vocab = static_cast<int>(tokens->as_array("tokenizer.ggml.tokens").size());

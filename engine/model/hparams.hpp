@@ -47,7 +47,8 @@ struct hparams {
     int n_kv() const { return n_head_kv * head_dim; }
 };
 
-// Reads and checks the hyper-parameters; throws std::runtime_error naming the key and the numbers
+// Reads and checks the hyper-parameters, llama.cpp's default for an absent optional key (docs/DETAILS.md
+// lists them); throws std::runtime_error naming the key and the numbers
 // (missing key, an architecture strata does not run, a dense llama file, inconsistent head counts, an
 // unknown RoPE scaling type). `rope` replaces the file's RoPE settings where given.
 hparams read_hparams(const gguf::reader& file, const rope_overrides& rope = {});

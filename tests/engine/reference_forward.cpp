@@ -34,7 +34,7 @@ void softmax(std::vector<float>& v) {
     for (float& x : v) x = float(x / sum);
 }
 
-// RoPE on one head of hd values at position pos: "normal" rotates (2i, 2i+1), "neox" (i, i + hd/2).
+// RoPE on the first hd values of one head at position pos: "normal" rotates (2i, 2i+1), "neox" (i, i + hd/2).
 // Scaled as ggml_rope_ext: angles divided by the factor; under YaRN, pairs below the fast correction
 // dim (beta 32) keep the undivided angle, a linear ramp up to the slow one (beta 1), and cos/sin grow
 // by 1 + 0.1 ln(factor).
@@ -73,6 +73,7 @@ reference_model::reference_model(const gguf::reader& f) : f_(f) {
     n_head_ = int(f.at(p + "attention.head_count").as_u64());
     n_head_kv_ = int(f.at(p + "attention.head_count_kv").as_u64());
     head_dim_ = int(f.get_u64(p + "attention.key_length", uint64_t(n_embd_ / n_head_)));
+    n_rot_ = int(f.get_u64(p + "rope.dimension_count", uint64_t(head_dim_)));
     n_expert_ = int(f.at(p + "expert_count").as_u64());
     n_used_ = int(f.at(p + "expert_used_count").as_u64());
     n_ff_ = int(arch_ == "llama" ? f.at(p + "feed_forward_length").as_u64()
@@ -100,7 +101,8 @@ std::vector<float> reference_model::matrix::apply(const std::vector<float>& x) c
     return y;
 }
 
-reference_model::matrix reference_model::load(const std::string& name) const {
+const reference_model::matrix& reference_model::load(const std::string& name) const {
+    if (const auto it = dequantized_.find(name); it != dequantized_.end()) return it->second;
     const gguf::tensor_info* t = f_.find_tensor(name);
     if (!t) throw std::runtime_error("reference: missing " + name);
     matrix m;
@@ -108,7 +110,7 @@ reference_model::matrix reference_model::load(const std::string& name) const {
     m.rows = t->n_elements / t->ne[0];
     m.w.resize(size_t(t->n_elements));
     formats::dequantize_row(t->type, f_.tensor_data(*t).data(), m.w.data(), t->n_elements);
-    return m;
+    return dequantized_.emplace(name, std::move(m)).first->second;
 }
 
 std::vector<float> reference_model::vec(const std::string& name) const { return load(name).w; }
@@ -116,7 +118,7 @@ std::vector<float> reference_model::vec(const std::string& name) const { return 
 reference_model::matrix reference_model::expert(const std::string& merged, const std::string& split_name, int e,
                                                 bool down) const {
     if (f_.find_tensor(merged)) {
-        matrix all = load(merged);
+        const matrix& all = load(merged);
         matrix m;
         m.cols = down ? n_ff_ : n_embd_;
         m.rows = down ? n_embd_ : n_ff_;
@@ -173,8 +175,9 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
                     std::copy(o.begin(), o.end(), k.begin() + h * hd);
                 }
             }
-            for (int h = 0; h < n_head_; ++h) rope(q.data() + h * hd, hd, int(pos), freq_base_, neox, scaling_);
-            for (int h = 0; h < n_head_kv_; ++h) rope(k.data() + h * hd, hd, int(pos), freq_base_, neox, scaling_);
+            // The first n_rot dims of each head turn (neox pairs i, i + n_rot/2), the rest pass through.
+            for (int h = 0; h < n_head_; ++h) rope(q.data() + h * hd, n_rot_, int(pos), freq_base_, neox, scaling_);
+            for (int h = 0; h < n_head_kv_; ++h) rope(k.data() + h * hd, n_rot_, int(pos), freq_base_, neox, scaling_);
             kcache[size_t(il)].push_back(k);
             vcache[size_t(il)].push_back(v);
             std::vector<float> att(static_cast<size_t>(n_q), 0.0f);

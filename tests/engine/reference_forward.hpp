@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,16 +39,17 @@ private:
         std::vector<float> w;  // [rows][cols]
         std::vector<float> apply(const std::vector<float>& x) const;
     };
-    matrix load(const std::string& name) const;
+    const matrix& load(const std::string& name) const;
     std::vector<float> vec(const std::string& name) const;
     std::vector<float> ffn(const matrix& gate, const matrix& up, const matrix& down, const std::vector<float>& x) const;
     matrix expert(const std::string& merged, const std::string& split_fmt, int e, bool down) const;
 
     const gguf::reader& f_;
     std::string arch_;
-    int n_layer_, n_embd_, n_head_, n_head_kv_, head_dim_, n_expert_, n_used_, n_ff_, n_vocab_;
+    int n_layer_, n_embd_, n_head_, n_head_kv_, head_dim_, n_rot_, n_expert_, n_used_, n_ff_, n_vocab_;
     float eps_, freq_base_;
     rope_scaling scaling_;
+    mutable std::map<std::string, matrix> dequantized_;  // load()'s cache, by tensor name
     std::vector<float> margins_;
     std::vector<std::vector<std::vector<int>>> ids_;
 };

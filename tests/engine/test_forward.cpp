@@ -28,9 +28,11 @@ struct loaded {
     std::unique_ptr<arenas::mapped_expert_rows> rows;
 };
 
-std::unique_ptr<loaded> load(const make_model::model_spec& spec) {
-    auto m = std::make_unique<loaded>(loaded{gguf::reader::from_bytes(make_model::build_model(spec).write_to_memory()),
-                                             {}, {}, {}, {}});
+// n_rot: rope.dimension_count written over the generator's (0: none written, the head width).
+std::unique_ptr<loaded> load(const make_model::model_spec& spec, int n_rot = 0) {
+    gguf::writer w = make_model::build_model(spec);
+    if (n_rot > 0) w.set(make_model::gguf_architecture(spec.architecture) + ".rope.dimension_count", gguf::value::u32(n_rot));
+    auto m = std::make_unique<loaded>(loaded{gguf::reader::from_bytes(w.write_to_memory()), {}, {}, {}, {}});
     m->hp = read_hparams(m->file);
     m->w = bind_weights(m->file, m->hp);
     m->layers = moe_layers(m->w);
@@ -79,24 +81,61 @@ double rel_err(const float* a, const std::vector<float>& b) {
 // different experts: the hidden state differs by ~1-2 %, router logits are a few units large.
 constexpr float kTieMargin = 0.15f;
 
+// Model shapes: the tiny preset, and two with what real models have and the tiny one lacks.
+enum class shape {
+    tiny,
+    many_experts,  // 128 experts with 8 used, GQA ratio 8, n_rot < head_dim; narrow experts (n_ff 64)
+    wide_ff,       // experts 1,536 wide, GQA ratio 8, n_rot < head_dim
+};
+
 struct parity_case {
     arch a;
     ggml_type experts;
     ggml_type attn;
     double tolerance;  // relative to the largest reference logit
+    shape sh = shape::tiny;
 };
+
+struct shaped_spec {
+    make_model::model_spec spec;
+    int n_rot = 0;  // 0: the head width
+};
+
+shaped_spec spec_for(const parity_case& c) {
+    shaped_spec s{make_model::preset("tiny")};
+    if (c.sh != shape::tiny) {
+        s.spec.n_head = 8;
+        s.spec.n_head_kv = 1;
+        s.spec.head_dim = 32;  // n_head * head_dim = n_embd, as qwen2moe and llama require
+        s.n_rot = 16;
+    }
+    if (c.sh == shape::many_experts) {
+        s.spec.n_expert = 128;
+        s.spec.n_expert_used = 8;
+        s.spec.n_ff_exp = s.spec.n_ff_shexp = 64;
+    } else if (c.sh == shape::wide_ff) {
+        s.spec.n_ff_exp = s.spec.n_ff_shexp = 1536;
+    }
+    s.spec.architecture = c.a;
+    s.spec.type_experts = c.experts;
+    s.spec.type_shexp = c.experts;
+    s.spec.type_attn = c.attn;
+    return s;
+}
 
 class ForwardParity : public ::testing::TestWithParam<parity_case> {};
 
 TEST_P(ForwardParity, MatchesNaiveReference) {
     const parity_case& c = GetParam();
-    make_model::model_spec spec = make_model::preset("tiny");
-    spec.architecture = c.a;
-    spec.type_experts = c.experts;
-    spec.type_shexp = c.experts;
-    spec.type_attn = c.attn;
-    auto m = load(spec);
-    const auto tokens = some_tokens(m->hp.n_vocab, 12);
+    const shaped_spec s = spec_for(c);
+    auto m = load(s.spec, s.n_rot);
+    ASSERT_EQ(m->hp.n_rot, s.n_rot > 0 ? s.n_rot : s.spec.head_dim);
+    ASSERT_EQ(m->hp.n_expert_used, s.spec.n_expert_used);
+    // With 128 experts the gap between the 8th and 9th is often below kTieMargin: more positions, and
+    // a margin nearer the router logits' real error (~0.01 here), keep enough of them compared.
+    const bool many = c.sh == shape::many_experts;
+    const float tie_margin = many ? 0.05f : kTieMargin;
+    const auto tokens = some_tokens(m->hp.n_vocab, many ? 24 : 12);
     auto pool = make_pool("off", 2);
     const std::vector<float> got = run(*m, *pool, tokens, kv_type::f16, 512);
     testing::reference_model ref(m->file);
@@ -112,7 +151,7 @@ TEST_P(ForwardParity, MatchesNaiveReference) {
         for (int il = 0; il < m->hp.n_layer; ++il)
             for (int e : ref.route_ids()[p][static_cast<size_t>(il)]) {
                 const size_t i = static_cast<size_t>(il) * m->hp.n_expert + e;
-                if (ref.route_margins()[p] > kTieMargin) {
+                if (ref.route_margins()[p] > tie_margin) {
                     EXPECT_EQ(fwd.routing().counts[i], before[i] + 1) << "position " << p << " layer " << il << " expert " << e;
                 }
             }
@@ -124,8 +163,8 @@ TEST_P(ForwardParity, MatchesNaiveReference) {
     for (size_t p = 0; p < tokens.size(); ++p) {
         const float* g = got.data() + p * static_cast<size_t>(m->hp.n_vocab);
         const double err = rel_err(g, want[p]);
-        // Where two experts' router logits are within kTieMargin, quantized activations may route differently.
-        if (ref.route_margins()[p] <= kTieMargin) {
+        // Where two experts' router logits are within tie_margin, quantized activations may route differently.
+        if (ref.route_margins()[p] <= tie_margin) {
             std::printf("  position %zu: routing near-tie (margin %.4f), not compared\n", p, ref.route_margins()[p]);
             continue;
         }
@@ -150,7 +189,19 @@ INSTANTIATE_TEST_SUITE_P(
                       parity_case{arch::qwen2moe, ggml_type::Q8_0, ggml_type::Q8_0, 0.03},
                       parity_case{arch::qwen2moe, ggml_type::Q5_K, ggml_type::Q4_0, 0.03},
                       parity_case{arch::mixtral, ggml_type::Q4_K, ggml_type::Q8_0, 0.03},
-                      parity_case{arch::mixtral, ggml_type::Q4_0, ggml_type::BF16, 0.03}));
+                      parity_case{arch::mixtral, ggml_type::Q4_0, ggml_type::BF16, 0.03},
+                      parity_case{arch::qwen3moe, ggml_type::Q8_0, ggml_type::Q8_0, 0.03, shape::many_experts},
+                      parity_case{arch::qwen2moe, ggml_type::Q4_0, ggml_type::Q8_0, 0.03, shape::many_experts},
+                      parity_case{arch::mixtral, ggml_type::IQ4_NL, ggml_type::F16, 0.03, shape::many_experts},
+                      parity_case{arch::qwen3moe, ggml_type::Q4_K, ggml_type::Q6_K, 0.03, shape::wide_ff},
+                      parity_case{arch::qwen2moe, ggml_type::Q6_K, ggml_type::Q8_0, 0.03, shape::wide_ff},
+                      parity_case{arch::mixtral, ggml_type::Q5_K, ggml_type::Q8_0, 0.03, shape::wide_ff}),
+    [](const auto& info) {
+        const parity_case& c = info.param;
+        const char* sh = c.sh == shape::tiny ? "tiny" : c.sh == shape::many_experts ? "many_experts" : "wide_ff";
+        return make_model::arch_name(c.a) + "_" + std::string(formats::info(c.experts).name) + "_" +
+               std::string(formats::info(c.attn).name) + "_" + sh;
+    });
 
 TEST(Forward, BitwiseAcrossPoolModesWorkersAndBatches) {
     make_model::model_spec spec = make_model::preset("tiny");

@@ -1,7 +1,8 @@
-// RoPE settings read from the file with llama.cpp's defaults, the unknown-type error, and the
-// command-line overrides (model_options -> rope_overrides) applied over the file's values.
+// Hyper-parameters read from the file with llama.cpp's defaults or load errors naming the key, the
+// RoPE settings and their overrides (model_options -> rope_overrides) applied over the file's values.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "generate.hpp"
@@ -202,6 +203,119 @@ TEST(SharedExpertHparams, TensorsOfAnotherWidthAreALoadErrorNamingThem) {
         EXPECT_NE(msg.find("blk.0.ffn_gate_shexp.weight"), std::string::npos) << msg;
         EXPECT_NE(msg.find("expected [256, 512]"), std::string::npos) << msg;
     }
+}
+
+
+// ---- every key read: llama.cpp's default when absent, else a load error naming the key ----
+
+using make_model::arch;
+
+struct arch_case {
+    arch a;
+    const char* prefix;  // general.architecture + "."
+};
+
+const arch_case kArchCases[] = {{arch::qwen3moe, "qwen3moe."}, {arch::qwen2moe, "qwen2moe."}, {arch::mixtral, "llama."}};
+
+gguf::reader without(arch a, const std::vector<std::string>& keys,
+                     const std::vector<std::pair<std::string, gguf::value>>& set = {}) {
+    static std::map<arch, gguf::writer> built;  // generating the tensors is the slow part
+    if (!built.contains(a)) {
+        make_model::model_spec s = tiny();
+        s.architecture = a;
+        built.emplace(a, make_model::build_model(s));
+    }
+    gguf::writer w = built.at(a);
+    for (const auto& k : keys) w.erase(k);
+    for (const auto& [k, v] : set) w.set(k, v);
+    return gguf::reader::from_bytes(w.write_to_memory(), "hparams.gguf");
+}
+
+std::string load_error(const gguf::reader& f) {
+    try {
+        const hparams hp = read_hparams(f);
+        bind_weights(f, hp);
+    } catch (const std::runtime_error& e) {
+        return e.what();
+    }
+    return "accepted";
+}
+
+TEST(Hparams, AbsentOptionalKeysTakeLlamaCppDefaults) {
+    for (const auto& c : kArchCases) {
+        SCOPED_TRACE(c.prefix);
+        const std::string p = c.prefix;
+        // The tiny preset: n_embd 256, 4 heads of 64, 2 kv heads, rope.freq_base 1e6.
+        const hparams base = read_hparams(without(c.a, {}));
+        EXPECT_EQ(base.n_head_kv, 2);
+        EXPECT_EQ(base.rope.freq_base, 1e6f);
+        const hparams hp = read_hparams(without(
+            c.a, {p + "attention.head_count_kv", p + "attention.key_length", p + "attention.value_length",
+                  p + "rope.dimension_count", p + "rope.freq_base"}));
+        EXPECT_EQ(hp.n_head_kv, hp.n_head);  // head_count_kv: head_count
+        EXPECT_EQ(hp.head_dim, 256 / 4);      // key_length, value_length: n_embd / n_head
+        EXPECT_EQ(hp.n_rot, hp.head_dim);     // rope.dimension_count: the key length
+        EXPECT_EQ(hp.rope.freq_base, 10000.0f);
+    }
+}
+
+TEST(Hparams, ExpertWidthWithoutItsKeyIsTheDenseWidthOverTheExpertsUsed) {
+    // qwen: feed_forward_length 512 = 256 * 2 used, as the generator writes it; llama.cpp divides.
+    for (arch a : {arch::qwen3moe, arch::qwen2moe}) {
+        const std::string p = a == arch::qwen3moe ? "qwen3moe." : "qwen2moe.";
+        const gguf::reader f = without(a, {p + "expert_feed_forward_length"});
+        const hparams hp = read_hparams(f);
+        EXPECT_EQ(hp.n_ff_exp, 256) << p;
+        EXPECT_EQ(load_error(f), "accepted") << p;
+        const std::string msg = load_error(without(a, {p + "expert_feed_forward_length", p + "feed_forward_length"}));
+        EXPECT_NE(msg.find(p + "expert_feed_forward_length"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(p + "feed_forward_length"), std::string::npos) << msg;
+    }
+}
+
+TEST(Hparams, LlamaStyleExpertsAreFeedForwardLengthWide) {
+    // llama.cpp reads no expert_feed_forward_length for llama: a different one would change nothing
+    // there, so here it is an error rather than a silent second width.
+    EXPECT_EQ(load_error(without(arch::mixtral, {}, {{"llama.expert_feed_forward_length", gguf::value::u32(256)}})),
+              "accepted");
+    const std::string msg =
+        load_error(without(arch::mixtral, {}, {{"llama.expert_feed_forward_length", gguf::value::u32(128)}}));
+    EXPECT_NE(msg.find("llama.expert_feed_forward_length is 128 but llama.feed_forward_length is 256"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(load_error(without(arch::mixtral, {"llama.feed_forward_length"})).find("'llama.feed_forward_length'"),
+              std::string::npos);
+}
+
+TEST(Hparams, RequiredKeysAreLoadErrorsNamingThem) {
+    for (const auto& c : kArchCases) {
+        SCOPED_TRACE(c.prefix);
+        const std::string p = c.prefix;
+        for (const char* key : {"block_count", "embedding_length", "attention.head_count", "context_length",
+                                "attention.layer_norm_rms_epsilon"}) {
+            const std::string msg = load_error(without(c.a, {p + key}));
+            EXPECT_NE(msg.find("'" + p + key + "' is missing"), std::string::npos) << msg;
+        }
+        EXPECT_NE(load_error(without(c.a, {p + "expert_count"})).find(p + "expert_count is missing"), std::string::npos);
+        EXPECT_NE(load_error(without(c.a, {p + "expert_used_count"})).find(p + "expert_used_count is 0"),
+                  std::string::npos);
+    }
+}
+
+TEST(Hparams, ValueLengthDefaultsToTheHeadWidthNotTheKeyLength) {
+    // key_length 128 with n_embd / n_head = 64: llama.cpp's value length stays 64, so the file is refused.
+    const std::string msg = load_error(
+        without(arch::qwen3moe, {"qwen3moe.attention.value_length"}, {{"qwen3moe.attention.key_length", gguf::value::u32(128)}}));
+    EXPECT_NE(msg.find("key length 128 and value length 64 differ"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("qwen3moe.attention.value_length"), std::string::npos) << msg;
+}
+
+TEST(Hparams, RmsEpsilonIsReadNotDefaulted) {
+    const hparams hp = read_hparams(without(arch::qwen3moe, {}, {{"qwen3moe.attention.layer_norm_rms_epsilon", gguf::value::f32(1e-5f)}}));
+    EXPECT_EQ(hp.rms_eps, 1e-5f);
+    const std::string msg = load_error(
+        without(arch::qwen3moe, {}, {{"qwen3moe.attention.layer_norm_rms_epsilon", gguf::value::f32(-1.0f)}}));
+    EXPECT_NE(msg.find("qwen3moe.attention.layer_norm_rms_epsilon is -1"), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -52,7 +52,6 @@ TEST_P(VecDot, MatchesDotOfDequantizedRows) {
         const double tol = (at == ggml_type::Q8_1 ? 2e-3 : 1e-5) * mag + 1e-6;
         const float got = vec_dot_ref(wt, n, w.bytes.data(), a.bytes.data());
         EXPECT_NEAR(got, ref, tol) << info(wt).name << " n=" << n;
-        EXPECT_EQ(got, vec_dot_ref(wt, n, w.bytes.data(), a.bytes.data())) << "not deterministic";
     }
 }
 
