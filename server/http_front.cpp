@@ -28,7 +28,7 @@ using clock_type = std::chrono::steady_clock;
 using phase = request_reader::phase;
 
 constexpr size_t recv_chunk = 64 * 1024;
-constexpr size_t max_read_per_event = 1u << 20;  // then the next ready connection has its turn
+constexpr size_t max_read_per_event = 256 * 1024;  // then the next ready connection has its turn
 constexpr auto sweep_period = std::chrono::milliseconds(50);
 constexpr auto linger_time = std::chrono::seconds(2);
 constexpr auto log_window = std::chrono::seconds(60);
@@ -204,7 +204,9 @@ struct http_front::impl {
             c.deadline = now + opt.header_timeout;
         }
         if (before != phase::body && after == phase::body) c.deadline = now + opt.body_timeout;
-        if (c.reader.take_continue() && c.in.empty()) send_some(c.fd, "HTTP/1.1 100 Continue\r\n\r\n");
+        // A client that waits for "100 Continue" has sent nothing of its body yet.
+        if (c.reader.take_continue() && after == phase::body && c.reader.body_received() == 0)
+            send_some(c.fd, "HTTP/1.1 100 Continue\r\n\r\n");
         if (after == phase::failed) return answer_error(c, c.reader.error());
         if (after == phase::done) return dispatch(c);
         if (eof) {

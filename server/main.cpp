@@ -63,8 +63,8 @@ server::server_options server_options_from(const cxxopts::ParseResult& a) {
     s.header_timeout_s = a["header-timeout"].as<double>();
     s.body_timeout_s = a["body-timeout"].as<double>();
     if (!(s.header_timeout_s >= 0.1) || !(s.body_timeout_s >= 0.1))
-        throw std::invalid_argument(fmt::format("--header-timeout and --body-timeout must be at least 0.1 s, got {:g} and {:g}",
-                                                s.header_timeout_s, s.body_timeout_s));
+        throw std::invalid_argument(fmt::format("--header-timeout and --body-timeout must be at least 0.1 s, got {:g} "
+                                                "and {:g}", s.header_timeout_s, s.body_timeout_s));
     s.default_sampling = cli::sampling_options_from(a);
     return s;
 }

@@ -300,6 +300,21 @@ TEST(ServerConnections, ExpectContinueOverTheLimitIs413AtOnce) {
     EXPECT_EQ(after_continue.find("100 Continue"), std::string::npos) << "one 100 Continue only";
 }
 
+TEST(ServerConnections, PipelinedRequestsOnAKeptAliveConnection) {
+    test_server s;
+    const std::string body = chat_body("hi", 2).dump();
+    client c("127.0.0.1", s.port());
+    // Sent in one piece: each is answered in order, and the connection stays open for a third.
+    c.send_all("GET /health HTTP/1.1\r\nHost: test\r\n\r\n" + post_head("/v1/chat/completions", body.size()) + body);
+    ASSERT_TRUE(c.read_until("chat.completion")) << c.received();
+    EXPECT_EQ(c.received().rfind("HTTP/1.1 200", 0), 0u) << c.received();
+    EXPECT_NE(c.received().find("HTTP/1.1 200", 10), std::string::npos) << c.received();
+    c.send_all("GET /health HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    ASSERT_TRUE(c.read_to_close());
+    EXPECT_NE(c.received().find("{\"status\":\"ok\"}", c.received().find("chat.completion")), std::string::npos)
+        << c.received();
+}
+
 TEST(ServerConnections, Http10StreamIsNotChunked) {
     test_server s;
     const std::string body = chat_body("hi", 4, true).dump();
