@@ -1,17 +1,41 @@
 // The client connection behind a request, so a generation can stop at the next token when its
-// client goes away. cpp-httplib 0.11 hands handlers no socket and keeps its connection loop private;
-// the connection is found by its TCP 4-tuple (unique per connection) among this process's sockets.
-// The descriptor stays valid while the handler (or its content provider) runs: cpp-httplib closes it
-// only after both have returned.
+// client goes away. The HTTP front's worker answers each request on one thread and marks it with a
+// connection_scope for that time; a handler (and its content provider, which runs inside the same
+// answer) asks for the socket here. The descriptor stays open until the answer is written.
 #pragma once
 
 #include <string>
 
 namespace strata::server {
 
-// The descriptor of the server-side socket connected to remote_addr:remote_port on local_port, or -1
-// when none is found (then a disconnect shows only as a failed write).
+// Marks the calling thread as answering a request that arrived on `fd`, until destroyed.
+class connection_scope {
+public:
+    explicit connection_scope(int fd);
+    ~connection_scope();
+    connection_scope(const connection_scope&) = delete;
+    connection_scope& operator=(const connection_scope&) = delete;
+
+    // Set by close_after_answer(): the connection must not be kept alive after this answer.
+    bool close_requested() const { return close_; }
+
+private:
+    friend void close_after_answer();
+    friend int find_connection_socket(const std::string&, int, int);
+    int fd_;
+    int remote_port_ = -1;
+    bool close_ = false;
+    connection_scope* outer_;
+};
+
+// The socket of the connection the calling thread is answering, when its peer port is `remote_port`
+// (the request's, as a check that the request is the one being answered); -1 otherwise.
+// (The address arguments are those cpp-httplib gives the handler; only the port is compared.)
 int find_connection_socket(const std::string& remote_addr, int remote_port, int local_port);
+
+// The answer on the calling thread's connection ends when the connection closes (a body without
+// length or chunks): the connection is closed after it.
+void close_after_answer();
 
 // True once the peer has closed or reset the connection (POLLRDHUP/POLLHUP/POLLERR); never blocks.
 bool peer_closed(int fd);

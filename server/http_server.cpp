@@ -1,46 +1,208 @@
+#include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include <httplib.h>
 #include <spdlog/fmt/fmt.h>
 
+#include "api_error.hpp"
+#include "connection.hpp"
+#include "http_front.hpp"
+#include "openai_response.hpp"
 #include "routes.hpp"
 #include "server_state.hpp"
 #include "strata/server.hpp"
 
 namespace strata::server {
+namespace {
 
-// cpp-httplib 0.11 listens with a backlog of 5: a burst of new connections overflows it and the
-// dropped SYNs are retried only after a second. The listening socket is a protected member; this
-// subclass reaches it to raise the backlog (listen() again on a listening socket just updates it).
-class listener : public httplib::Server {
+using clock_type = std::chrono::steady_clock;
+
+// The HTTP front owns every accepted connection; cpp-httplib's accept loop only hands them over, so
+// its task queue runs each hand-over at once on the accepting thread.
+class hand_over_queue : public httplib::TaskQueue {
 public:
+    void enqueue(std::function<void()> fn) override { fn(); }
+    void shutdown() override {}
+};
+
+void address_of(int fd, bool remote, std::string& ip, int& port) {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    const int got = remote ? getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+                           : getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    if (got != 0 || getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, serv, sizeof serv,
+                                NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        return;
+    ip = host;
+    port = std::atoi(serv);
+}
+
+// One request read whole by the front, as cpp-httplib's process_request reads it: the head comes from
+// memory and ends there (the body is handed over already decoded); answers go to the socket, which is
+// non-blocking, with the write timeout per write.
+class request_stream : public httplib::Stream {
+public:
+    request_stream(int fd, const std::string& head, std::chrono::milliseconds write_timeout)
+        : fd_(fd), head_(head), write_timeout_(write_timeout) {}
+
+    bool is_readable() const override { return pos_ < head_.size(); }
+    bool is_writable() const override { return wait_writable(clock_type::now() + write_timeout_); }
+
+    ssize_t read(char* ptr, size_t size) override {
+        const size_t n = std::min(size, head_.size() - pos_);
+        std::memcpy(ptr, head_.data() + pos_, n);
+        pos_ += n;
+        return static_cast<ssize_t>(n);
+    }
+
+    ssize_t write(const char* ptr, size_t size) override {
+        const auto deadline = clock_type::now() + write_timeout_;
+        size_t sent = 0;
+        while (sent < size) {
+            const ssize_t n = ::send(fd_, ptr + sent, size - sent, MSG_NOSIGNAL);
+            if (n > 0) sent += static_cast<size_t>(n);
+            else if (n < 0 && errno == EINTR) continue;
+            else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_writable(deadline)) continue;
+            else return -1;
+        }
+        return static_cast<ssize_t>(size);
+    }
+
+    void get_remote_ip_and_port(std::string& ip, int& port) const override { address_of(fd_, true, ip, port); }
+    void get_local_ip_and_port(std::string& ip, int& port) const override { address_of(fd_, false, ip, port); }
+    socket_t socket() const override { return fd_; }
+
+private:
+    bool wait_writable(clock_type::time_point deadline) const {
+        for (;;) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+            if (left.count() <= 0) return false;
+            pollfd p{fd_, POLLOUT, 0};
+            const int r = poll(&p, 1, static_cast<int>(left.count()));
+            if (r < 0 && errno == EINTR) continue;
+            return r > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL)) == 0;
+        }
+    }
+
+    int fd_;
+    const std::string& head_;
+    size_t pos_ = 0;
+    std::chrono::milliseconds write_timeout_;
+};
+
+// cpp-httplib's server with the front in place of its per-connection loop. process_and_close_socket
+// is a private virtual of httplib::Server, overridden here to hand each accepted socket to the front.
+class front_server : public httplib::Server {
+public:
+    // cpp-httplib 0.11 listens with a backlog of 5: a burst of new connections overflows it and the
+    // dropped SYNs are retried only after a second. listen() again on a listening socket updates it.
     void raise_backlog() {
         if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, SOMAXCONN);
     }
+
+    void attach(http_front* front) { front_ = front; }
+
+    // On a front worker: answers one request; false when the connection must close after it.
+    bool answer(front_request& r, std::chrono::milliseconds write_timeout) {
+        request_stream stream(r.fd, r.head, write_timeout);
+        const connection_scope scope(r.fd);
+        bool closed = false;
+        const bool ok = process_request(stream, r.last, closed, [&r](httplib::Request& req) {
+            // The front read and decoded the body and answered any Expect: nothing of it is left on the
+            // socket for cpp-httplib to read.
+            req.headers.erase("Content-Length");
+            req.headers.erase("Transfer-Encoding");
+            req.headers.erase("Expect");
+            req.body = std::move(r.body);
+        });
+        return ok && !closed && !scope.close_requested();
+    }
+
+private:
+    bool process_and_close_socket(socket_t sock) override {
+        front_->adopt(sock);
+        return true;
+    }
+
+    http_front* front_ = nullptr;
 };
+
+std::string_view reason_phrase(int status) {
+    switch (status) {
+        case 400: return "Bad Request";
+        case 408: return "Request Timeout";
+        case 413: return "Payload Too Large";
+        case 415: return "Unsupported Media Type";
+        case 417: return "Expectation Failed";
+        case 431: return "Request Header Fields Too Large";
+        case 501: return "Not Implemented";
+        default: return "Error";
+    }
+}
+
+// The whole response for an error the front answers before a handler runs; the connection closes after it.
+std::string rejection(server_state& state, const request_error& e, const std::string& peer) {
+    const std::string body = to_text(error_body(api_error(e.status, e.message, "invalid_request_error", "", e.code)));
+    state.counters.count_request("rejected", e.status);
+    if (e.status != 408)  // the front sums those up itself
+        state.log->info("A request from {} was answered {} before it was read whole: {}", peer, e.status, e.message);
+    return fmt::format("HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close"
+                       "\r\n\r\n{}", e.status, reason_phrase(e.status), body.size(), body);
+}
+
+std::chrono::milliseconds to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
+
+constexpr int keep_alive_s = 5;
+constexpr int max_requests_per_connection = 1000;
+
+}  // namespace
 
 struct http_server::impl {
     server_state state;
-    listener http;
+    front_server http;
+    std::unique_ptr<http_front> front;  // after http: destroyed (and its workers joined) first
     int port = -1;
 
     explicit impl(server_options o) : state(std::move(o)) {
-        const auto threads = static_cast<size_t>(std::max(state.options.http_threads, 2));
-        http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-        http.set_payload_max_length(state.options.max_body_bytes);
+        const server_options& so = state.options;
+        front_options f;
+        f.max_body_bytes = so.max_body_bytes;
+        f.header_timeout = to_ms(so.header_timeout_s);
+        f.body_timeout = to_ms(so.body_timeout_s);
+        f.keep_alive_timeout = std::chrono::seconds(keep_alive_s);
+        // A streamed token waits this long for a client that stopped reading before counting as gone.
+        f.write_timeout = std::chrono::seconds(30);
+        f.workers = std::max(so.http_threads, 2);
+        f.max_requests_per_connection = max_requests_per_connection;
+        front = std::make_unique<http_front>(
+            f, [this, wt = f.write_timeout](front_request& r) { return http.answer(r, wt); },
+            [this](const request_error& e, const std::string& peer) { return rejection(state, e, peer); }, state.log);
+        http.attach(front.get());
+        http.new_task_queue = [] { return new hand_over_queue; };
         // Answers and SSE events are small writes: without TCP_NODELAY, Nagle's algorithm holds each one
         // back until the client's delayed ACK.
         http.set_tcp_nodelay(true);
-        http.set_keep_alive_max_count(1000);
-        // An idle keep-alive connection holds its thread this long, and cpp-httplib's stop() waits for it:
-        // short, so a shutdown is quick.
-        http.set_keep_alive_timeout(2);
-        // A streamed token waits this long for a client that stopped reading before counting as gone.
-        http.set_write_timeout(30, 0);
+        // Only what the Keep-Alive response header announces; the front enforces both.
+        http.set_keep_alive_max_count(max_requests_per_connection);
+        http.set_keep_alive_timeout(keep_alive_s);
         add_routes(http, state);
+        http.set_post_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+            if (req.version != "HTTP/1.0" || !res.is_chunked_content_provider_) return;
+            // HTTP/1.0 has no chunked encoding: the body ends where the connection does.
+            res.is_chunked_content_provider_ = false;
+            res.headers.erase("Transfer-Encoding");
+            res.headers.erase("Content-Encoding");
+            res.headers.erase("Keep-Alive");
+            res.set_header("Connection", "close");
+            close_after_answer();
+        });
     }
 };
 
@@ -63,6 +225,7 @@ int http_server::bind() {
 void http_server::run() {
     if (impl_->port <= 0) throw std::logic_error("http_server::run() needs a successful bind() first");
     impl_->http.listen_after_bind();
+    impl_->front->stop();
 }
 
 void http_server::set_model(std::shared_ptr<model> m) { impl_->state.set_model(std::move(m)); }

@@ -4,6 +4,7 @@
 // token, and the process exits 0 once the open requests have been answered.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -36,8 +37,12 @@ cxxopts::Options make_options() {
         ("timeout", "seconds a generation request may take, queue wait included (0: no limit)",
          cxxopts::value<double>()->default_value("600"))
         ("max-body", "largest request body in bytes (larger: 413)", cxxopts::value<size_t>()->default_value("8388608"))
-        ("http-threads", "connections served at once (each waiting request holds one)",
+        ("http-threads", "requests answered at once (each waiting request holds one)",
          cxxopts::value<int>()->default_value("32"))
+        ("header-timeout", "seconds a client has to send its request headers (else 408)",
+         cxxopts::value<double>()->default_value("10"))
+        ("body-timeout", "seconds a client has to send its request body after the headers (else 408)",
+         cxxopts::value<double>()->default_value("30"))
         ("h,help", "show help");
     return o;
 }
@@ -55,6 +60,11 @@ server::server_options server_options_from(const cxxopts::ParseResult& a) {
     if (s.max_body_bytes < 1024) throw std::invalid_argument("--max-body must be at least 1024 bytes");
     s.http_threads = a["http-threads"].as<int>();
     if (s.http_threads < 2) throw std::invalid_argument("--http-threads must be at least 2");
+    s.header_timeout_s = a["header-timeout"].as<double>();
+    s.body_timeout_s = a["body-timeout"].as<double>();
+    if (!(s.header_timeout_s >= 0.1) || !(s.body_timeout_s >= 0.1))
+        throw std::invalid_argument(fmt::format("--header-timeout and --body-timeout must be at least 0.1 s, got {:g} "
+                                                "and {:g}", s.header_timeout_s, s.body_timeout_s));
     s.default_sampling = cli::sampling_options_from(a);
     return s;
 }
@@ -84,6 +94,11 @@ int serve(const cxxopts::ParseResult& args) {
     sigaddset(&signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     signal(SIGPIPE, SIG_IGN);
+    // Every open connection holds a descriptor, idle ones included: use the hard limit, not the soft 1024.
+    if (rlimit nofile{}; getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
 
     server::http_server srv(so);
     const int port = srv.bind();

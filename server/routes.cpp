@@ -10,6 +10,7 @@
 
 #include "api_error.hpp"
 #include "completions.hpp"
+#include "json_depth.hpp"
 #include "openai_response.hpp"
 #include "status.hpp"
 #include "text.hpp"
@@ -155,6 +156,7 @@ httplib::Server::Handler guarded(server_state& state, const route& r) {
             if (!r.open) check_api_key(state, req);
             if (state.shutting_down.load() && !r.during_shutdown)
                 throw api_error(503, "the server is shutting down", "unavailable_error", "", "shutting_down");
+            check_json_depth(req.body);
             r.run(state, req, res);
         } catch (const api_error& e) {
             send_error(res, e);

@@ -1,8 +1,15 @@
 // strata-bench server: N concurrent clients x M short completions against strata-server, either a
 // running one (--url) or one started in-process on a generated tiny model (the default). Prints
 // requests/s next to the engine alone doing the same generations one after another (in-process
-// only), p50/p99 latency, and the server's resident memory before and after the requests.
+// only), p50/p99 latency, and the server's resident memory before and after the requests. With
+// --abuse it runs the same load again beside idle connections and slow clients that trickle their
+// headers or body, and prints both latencies.
+#include <netdb.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <algorithm>
 #include <chrono>
@@ -90,6 +97,59 @@ load_result run_load(const std::string& host, int port, const std::string& api_k
     return out;
 }
 
+// Connections that hold a server's attention without finishing a request: `idle` send nothing,
+// `slow` send a request line and then a header line (even ones) or a body byte (odd ones) every 200 ms
+// for as long as this lives.
+class abusers {
+public:
+    abusers(const std::string& host, int port, int idle, int slow) {
+        rlimit r{};
+        const rlim_t need = static_cast<rlim_t>(idle + slow) * 2 + 512;
+        if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < need && r.rlim_max >= need) {
+            r.rlim_cur = need;
+            setrlimit(RLIMIT_NOFILE, &r);
+        }
+        for (int i = 0; i < idle; ++i) idle_.push_back(connect_to(host, port));
+        for (int i = 0; i < slow; ++i) {
+            slow_.push_back(connect_to(host, port));
+            send_text(slow_.back(), i % 2 ? "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n"
+                                          : "POST /v1/completions HTTP/1.1\r\nHost: x\r\n");
+        }
+        trickle_ = std::thread([this] {
+            while (running_) {
+                for (size_t i = 0; i < slow_.size(); ++i) send_text(slow_[i], i % 2 ? "[" : "X-Slow: 1\r\n");
+                std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            }
+        });
+    }
+    ~abusers() {
+        running_ = false;
+        trickle_.join();
+        for (const int fd : idle_) ::close(fd);
+        for (const int fd : slow_) ::close(fd);
+    }
+    abusers(const abusers&) = delete;
+    abusers& operator=(const abusers&) = delete;
+
+private:
+    static int connect_to(const std::string& host, int port) {
+        addrinfo hints{}, *found = nullptr;
+        hints.ai_socktype = SOCK_STREAM;
+        if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found)
+            throw std::runtime_error(fmt::format("cannot resolve {}", host));
+        const int fd = socket(found->ai_family, SOCK_STREAM, 0);
+        const bool ok = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0;
+        freeaddrinfo(found);
+        if (!ok) throw std::runtime_error(fmt::format("cannot connect to {}:{} ({} open)", host, port, fd));
+        return fd;
+    }
+    static void send_text(int fd, const std::string& s) { (void)!::send(fd, s.data(), s.size(), MSG_NOSIGNAL); }
+
+    std::vector<int> idle_, slow_;
+    std::atomic<bool> running_{true};
+    std::thread trickle_;
+};
+
 // The same generations through the engine API alone, one after another: the ceiling the server's
 // queue can reach, since it runs one generation at a time.
 double engine_requests_per_second(const std::shared_ptr<model>& m, int n, int max_tokens) {
@@ -122,6 +182,10 @@ int run(int argc, char** argv) {
         ("turns", "with --conversations: turns per conversation", cxxopts::value<int>()->default_value("3"))
         ("cache-ram", "with --conversations: the cache-on arm's budget in MiB (default: the engine's)",
          cxxopts::value<int>())
+        ("abuse", "run the load again beside --idle idle connections and --slow clients trickling headers or a body")
+        ("idle", "with --abuse: connections that send nothing", cxxopts::value<int>()->default_value("500"))
+        ("slow", "with --abuse: clients sending a header line or a body byte every 200 ms",
+         cxxopts::value<int>()->default_value("64"))
         ("h,help", "show help");
     const auto a = opts.parse(argc, argv);
     if (a.count("help")) {
@@ -186,6 +250,8 @@ int run(int argc, char** argv) {
         where = fmt::format("in-process server on {} (resident memory includes the bench's clients)", path);
     }
 
+    // With --abuse the two runs are compared: a short warm-up first, so the first is not the colder.
+    if (a.count("abuse")) run_load(host, port, api_key, clients, std::max(1, per_client / 10), max_tokens);
     const double rss_before = server_pid > 0 ? resident_mib(server_pid) : -1;
     const load_result r = run_load(host, port, api_key, clients, per_client, max_tokens);
     const double rss_after = server_pid > 0 ? resident_mib(server_pid) : -1;
@@ -204,6 +270,21 @@ int run(int argc, char** argv) {
     fmt::print("  server RSS : before {}, after {} requests {}", rss_text(rss_before), n, rss_text(rss_after));
     if (rss_before > 0 && rss_after > 0) fmt::print(" ({:+.1f} MiB)", rss_after - rss_before);
     fmt::print("\n  errors     : {}\n", r.errors);
+    int errors = r.errors;
+    if (a.count("abuse")) {
+        const int idle = std::max(0, a["idle"].as<int>()), slow = std::max(0, a["slow"].as<int>());
+        load_result b;
+        {
+            const abusers crowd(host, port, idle, slow);
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            b = run_load(host, port, api_key, clients, per_client, max_tokens);
+        }
+        const double p99 = percentile(r.latency_ms, 99), abused_p99 = percentile(b.latency_ms, 99);
+        fmt::print("  beside {} idle and {} slow connections: p50 {:.1f} ms, p99 {:.1f} ms ({:.2f}x the p99 above), "
+                   "max {:.1f} ms, {:.1f} requests/s, errors {}\n", idle, slow, percentile(b.latency_ms, 50),
+                   abused_p99, abused_p99 / std::max(p99, 1e-9), percentile(b.latency_ms, 100), n / b.wall_s, b.errors);
+        errors += b.errors;
+    }
 
     if (srv) {
         srv->begin_shutdown();
@@ -212,7 +293,7 @@ int run(int argc, char** argv) {
         serving.join();
     }
     if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
-    return r.errors == 0 ? 0 : 1;
+    return errors == 0 ? 0 : 1;
 }
 
 register_mode reg{{"server", "requests/s, p50/p99 latency and resident memory of strata-server under N clients", &run}};

@@ -23,7 +23,10 @@ struct server_options {
     std::string model_id;                   // the id /v1/models reports; empty: the model file's name
     size_t max_body_bytes = 8u << 20;       // larger request bodies get 413
     double request_timeout_s = 600;         // queue wait plus generation; 0: no limit
-    int http_threads = 32;                  // connections served at once (each waiting request holds one)
+    int http_threads = 32;                  // requests answered at once (each waiting request holds one)
+    double header_timeout_s = 10;           // a connection's request head must be whole this long after it
+                                            // connects (or, kept alive, after its first byte): else 408
+    double body_timeout_s = 30;             // the body must be whole this long after the head: else 408
     sampling_options default_sampling;      // for fields a request leaves out
 };
 
