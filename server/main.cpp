@@ -38,6 +38,9 @@ cxxopts::Options make_options() {
         ("max-body", "largest request body in bytes (larger: 413)", cxxopts::value<size_t>()->default_value("8388608"))
         ("http-threads", "connections served at once (each waiting request holds one)",
          cxxopts::value<int>()->default_value("32"))
+        ("cors-origin", "origins browsers may call from: '*', a comma-separated list, or '' for none (default: '*' "
+                        "on a loopback host without an API key, else none)", cxxopts::value<std::string>())
+        ("special-in-content", "treat control tokens written in chat messages as tokens (default: as text)")
         ("h,help", "show help");
     return o;
 }
@@ -56,6 +59,8 @@ server::server_options server_options_from(const cxxopts::ParseResult& a) {
     s.http_threads = a["http-threads"].as<int>();
     if (s.http_threads < 2) throw std::invalid_argument("--http-threads must be at least 2");
     s.default_sampling = cli::sampling_options_from(a);
+    if (a.count("cors-origin")) s.cors_origin = a["cors-origin"].as<std::string>();
+    s.special_in_content = a.count("special-in-content") > 0;
     return s;
 }
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "strata/engine.hpp"
@@ -25,6 +26,10 @@ struct server_options {
     double request_timeout_s = 600;         // queue wait plus generation; 0: no limit
     int http_threads = 32;                  // connections served at once (each waiting request holds one)
     sampling_options default_sampling;      // for fields a request leaves out
+    bool special_in_content = false;        // control tokens written in chat messages count as tokens
+    // Origins browsers may call from (CORS): "*", or origins separated by commas ("https://a.example,
+    // http://localhost:3000"); "" for none. Unset: "*" on a loopback host without an API key, else none.
+    std::optional<std::string> cors_origin;
 };
 
 class http_server {
