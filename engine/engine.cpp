@@ -360,29 +360,41 @@ std::vector<int32_t> model::tokenize(std::string_view text, bool add_special, bo
     return impl_->tokenizer.encode(text, {.add_special = add_special, .parse_special = parse_special});
 }
 
-std::string model::detokenize(std::span<const int32_t> ids) const {
+std::string model::detokenize(std::span<const int32_t> ids, bool render_special) const {
     for (int32_t id : ids)
         if (id < 0 || id >= impl_->tokenizer.n_vocab())
             throw request_error(fmt::format("token id {} is outside the vocabulary (0..{})", id,
                                             impl_->tokenizer.n_vocab() - 1));
-    return impl_->tokenizer.decode(ids);
+    return impl_->tokenizer.decode(ids, {.render_special = render_special});
 }
 
 std::string model::token_text(int32_t id) const { return std::string(impl_->tokenizer.token_to_piece(id, true)); }
 
 bool model::is_end_of_generation(int32_t id) const { return impl_->tokenizer.is_eog(id); }
 
-std::string model::apply_chat_template(std::span<const chat_message> messages, bool add_generation_prompt) const {
-    if (!impl_->chat)
-        throw request_error("this model has no chat template strata can apply (" + impl_->chat_error +
+static tok::rendered_chat render_chat(const model::impl& m, std::span<const chat_message> messages,
+                                       bool add_generation_prompt) {
+    if (!m.chat)
+        throw request_error("this model has no chat template strata can apply (" + m.chat_error +
                             "); pass a template name or use plain completions");
     std::vector<tok::chat_message> converted;
-    for (const auto& m : messages) converted.push_back({m.role, m.content});
+    for (const auto& msg : messages) converted.push_back({msg.role, msg.content});
     try {
-        return impl_->chat->apply(converted, add_generation_prompt);
+        return m.chat->render(converted, add_generation_prompt);
     } catch (const std::invalid_argument& e) {
         throw request_error(e.what());
     }
+}
+
+std::string model::apply_chat_template(std::span<const chat_message> messages, bool add_generation_prompt) const {
+    return render_chat(*impl_, messages, add_generation_prompt).text;
+}
+
+std::vector<int32_t> model::tokenize_chat(std::span<const chat_message> messages, bool special_in_content) const {
+    const tok::rendered_chat r = render_chat(*impl_, messages, true);
+    const std::span<const tok::text_span> plain =
+        special_in_content ? std::span<const tok::text_span>{} : std::span<const tok::text_span>(r.content);
+    return impl_->tokenizer.encode(r.text, {.add_special = true, .parse_special = true, .plain = plain});
 }
 
 }  // namespace strata

@@ -214,8 +214,10 @@ void answer_whole(job& j, httplib::Response& res) {
 }
 
 // Writes the whole event stream from inside cpp-httplib's content provider (on the connection's
-// thread); the token callback, on the engine thread, writes to the same sink while that thread waits
-// in generate(), so the sink is never used by two threads at once. False: the client is gone.
+// thread), holding the engine's turn (the handler waited for it); the token callback, on the engine
+// thread, writes to the same sink while that thread waits in generate(), so the sink is never used by
+// two threads at once. A failure once the stream has begun is an error event and [DONE]. False: the
+// client is gone.
 bool stream_events(job& j, httplib::DataSink& sink) {
     const auto write = [&](const std::string& event) {
         if (j.cut_by == cut::client_gone) return false;
@@ -227,10 +229,6 @@ bool stream_events(job& j, httplib::DataSink& sink) {
         sink.done();
         return true;
     };
-    if (!j.wait_for_engine()) {
-        if (j.cut_by == cut::client_gone) return false;
-        return finish(sse_event(error_body(j.wait_error())));
-    }
     const completion_request& rq = j.request;
     if (rq.kind == endpoint::chat && !write(sse_event(stream_chunk(j.meta, {.first = true, .usage_null = rq.include_usage}))))
         return false;
@@ -252,6 +250,9 @@ bool stream_events(job& j, httplib::DataSink& sink) {
         });
     } catch (const api_error& e) {
         return finish(sse_event(error_body(e)));
+    } catch (const std::exception& e) {
+        j.state.log->error("Request {} failed while streaming: {}", j.ticket.id(), e.what());
+        return finish(sse_event(error_body(api_error(500, fmt::format("internal error: {}", e.what()), "server_error"))));
     }
     j.record(r);
     if (j.cut_by == cut::client_gone) return false;
@@ -272,10 +273,11 @@ void handle_completion(server_state& state, const httplib::Request& req, httplib
     const std::shared_ptr<model> m = state.loaded_model();
     if (!m) throw api_error(503, "Loading model", "unavailable_error", "", "loading");
     const json body = parse_body(req.body);
-    completion_request request = parse_completion_request(body, kind, *m, state.options.default_sampling);
+    completion_request request =
+        parse_completion_request(body, kind, *m, state.options.default_sampling, state.options.special_in_content);
 
     const uint64_t id = state.next_request_id.fetch_add(1);
-    response_meta meta{kind, fmt::format("{}-{}", kind == endpoint::chat ? "chatcmpl" : "cmpl", id),
+    response_meta meta{kind, state.new_response_id(kind == endpoint::chat ? "chatcmpl" : "cmpl"),
                        std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::system_clock::now().time_since_epoch()).count(),
                        state.model_id()};
@@ -285,6 +287,16 @@ void handle_completion(server_state& state, const httplib::Request& req, httplib
     if (!stream) {
         answer_whole(*j, res);
         return;
+    }
+    // The wait happens before the stream starts, so a request that leaves the queue (shutdown,
+    // timeout) gets a plain 503 like a whole answer.
+    if (!j->wait_for_engine()) {
+        if (j->cut_by == cut::client_gone) {
+            state.log->info("Request {} left the queue: its client disconnected.", id);
+            res.status = client_closed_request;
+            return;
+        }
+        throw j->wait_error();
     }
     res.status = 200;
     res.set_header("Cache-Control", "no-cache");

@@ -43,6 +43,9 @@ cxxopts::Options make_options() {
          cxxopts::value<double>()->default_value("10"))
         ("body-timeout", "seconds a client has to send its request body after the headers (else 408)",
          cxxopts::value<double>()->default_value("30"))
+        ("cors-origin", "origins browsers may call from: '*', a comma-separated list, or '' for none (default: '*' "
+                        "on a loopback host without an API key, else none)", cxxopts::value<std::string>())
+        ("special-in-content", "treat control tokens written in chat messages as tokens (default: as text)")
         ("h,help", "show help");
     return o;
 }
@@ -66,6 +69,8 @@ server::server_options server_options_from(const cxxopts::ParseResult& a) {
         throw std::invalid_argument(fmt::format("--header-timeout and --body-timeout must be at least 0.1 s, got {:g} "
                                                 "and {:g}", s.header_timeout_s, s.body_timeout_s));
     s.default_sampling = cli::sampling_options_from(a);
+    if (a.count("cors-origin")) s.cors_origin = a["cors-origin"].as<std::string>();
+    s.special_in_content = a.count("special-in-content") > 0;
     return s;
 }
 

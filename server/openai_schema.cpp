@@ -36,13 +36,23 @@ std::optional<bool> get_bool(const json& body, const char* key) {
     return v->get<bool>();
 }
 
+// Integers as JSON numbers: 9223372036854775808 (unsigned) and 1e20 (a float with no fraction) are
+// integers too large to use, named as sent rather than wrapped or called the wrong type.
 std::optional<int64_t> get_int(const json& body, const char* key) {
     const json* v = field(body, key);
     if (!v) return std::nullopt;
+    const auto too_large = [&] {
+        return bad_field(key, fmt::format("'{}' is {}, beyond the integers strata accepts (magnitude below 9e15)", key,
+                                          v->dump()));
+    };
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) throw too_large();
     if (v->is_number_integer()) return v->get<int64_t>();
     if (v->is_number_float()) {
         const double d = v->get<double>();
-        if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return static_cast<int64_t>(d);
+        if (std::isfinite(d) && d == std::floor(d)) {
+            if (std::fabs(d) < 9.0e15) return static_cast<int64_t>(d);
+            throw too_large();
+        }
     }
     throw wrong_type(key, "an integer", *v);
 }
@@ -58,6 +68,15 @@ template <typename T>
 T in_range(const char* key, T value, T lo, T hi) {
     if (value < lo || value > hi) throw bad_field(key, fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, value));
     return value;
+}
+
+// The sampler refuses a repetition penalty of 0; a double that rounds to 0 as a float is refused too.
+float positive_float(const char* key, double value, double hi) {
+    const auto f = static_cast<float>(value);
+    if (!(value > 0.0 && value <= hi && f > 0.0f))
+        throw bad_field(key, fmt::format("'{}' must be greater than 0 and at most {}, got {}{}", key, hi, value,
+                                         value > 0.0 && f == 0.0f ? " (0 as a 32-bit float)" : ""));
+    return f;
 }
 
 void reject_unsupported(const json& body) {
@@ -80,6 +99,8 @@ void reject_unsupported(const json& body) {
     }
     if (const json* v = field(body, "logit_bias"); v && !(v->is_object() && v->empty()))
         throw bad_field("logit_bias", "'logit_bias' is not supported", "unsupported_value");
+    if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
+        throw bad_field("suffix", "'suffix' (text after the completion) is not supported", "unsupported_value");
 }
 
 sampling_options parse_sampling(const json& body, const sampling_options& defaults) {
@@ -92,10 +113,9 @@ sampling_options parse_sampling(const json& body, const sampling_options& defaul
         s.presence_penalty = static_cast<float>(in_range("presence_penalty", *v, -2.0, 2.0));
     if (auto v = get_number(body, "frequency_penalty"))
         s.frequency_penalty = static_cast<float>(in_range("frequency_penalty", *v, -2.0, 2.0));
-    if (auto v = get_number(body, "repeat_penalty"))
-        s.repeat_penalty = static_cast<float>(in_range("repeat_penalty", *v, 0.0, 10.0));
-    if (auto v = get_int(body, "repeat_last_n"))
-        s.repeat_last_n = static_cast<int>(in_range<int64_t>("repeat_last_n", *v, 0, 1 << 20));
+    if (auto v = get_number(body, "repeat_penalty")) s.repeat_penalty = positive_float("repeat_penalty", *v, 10.0);
+    if (auto v = get_int(body, "repeat_last_n"))  // -1: the whole context, as in llama.cpp
+        s.repeat_last_n = static_cast<int>(in_range<int64_t>("repeat_last_n", *v, -1, 1 << 20));
     if (auto v = get_int(body, "seed")) {
         if (*v >= 0) s.seed = static_cast<uint64_t>(*v);
         else s.seed.reset();  // llama.cpp: -1 asks for a random seed
@@ -117,12 +137,17 @@ std::vector<std::string> parse_stop(const json& body) {
     return out;
 }
 
-// OpenAI content: a string, null (assistant turns with tool calls), or an array of parts of which
-// strata reads the text ones.
+// OpenAI content: a string or an array of parts of which strata reads the text ones. Required: null
+// content belongs to assistant turns with tool calls, which strata does not serve.
 std::string message_content(const json& m, size_t i) {
     const std::string where = fmt::format("messages[{}].content", i);
+    if (const auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null() && !(calls->is_array() && calls->empty()))
+        throw bad_field(fmt::format("messages[{}].tool_calls", i),
+                        fmt::format("'messages[{}].tool_calls' is not supported: strata serves plain text generation", i),
+                        "unsupported_value");
     const auto it = m.find("content");
-    if (it == m.end() || it->is_null()) return {};
+    if (it == m.end() || it->is_null())
+        throw bad_field(where, fmt::format("'{}' is required", where), "missing_required_parameter");
     if (it->is_string()) return it->get<std::string>();
     if (!it->is_array()) throw wrong_type(where, "a string or an array of content parts", *it);
     std::string text;
@@ -169,10 +194,12 @@ std::vector<int32_t> token_ids(const json& v, const std::string& where, int n_vo
     std::vector<int32_t> ids;
     for (size_t i = 0; i < v.size(); ++i) {
         if (!v[i].is_number_integer()) throw wrong_type(fmt::format("{}[{}]", where, i), "a token id (integer)", v[i]);
-        const int64_t id = v[i].get<int64_t>();
-        if (id < 0 || id >= n_vocab)
-            throw bad_field(where, fmt::format("token id {} in '{}' is outside the vocabulary (0..{})", id, where, n_vocab - 1));
-        ids.push_back(static_cast<int32_t>(id));
+        const bool outside = v[i].is_number_unsigned() ? v[i].get<uint64_t>() >= static_cast<uint64_t>(n_vocab)
+                                                       : v[i].get<int64_t>() < 0 || v[i].get<int64_t>() >= n_vocab;
+        if (outside)
+            throw bad_field(where, fmt::format("token id {} in '{}' is outside the vocabulary (0..{})", v[i].dump(), where,
+                                               n_vocab - 1));
+        ids.push_back(static_cast<int32_t>(v[i].get<int64_t>()));
     }
     return ids;
 }
@@ -213,6 +240,28 @@ void parse_logprobs(const json& body, endpoint kind, completion_request& r) {
     r.generation.top_logprobs = r.top_logprobs;
 }
 
+// The object keys that lead to the value being parsed ("stream_options.include_usage"), kept from the
+// parser's events so that a number it cannot hold is reported with its field. Array levels add nothing.
+class key_path {
+public:
+    void see(int depth, json::parse_event_t event, const json& parsed) {
+        if (event == json::parse_event_t::key) {
+            while (!keys_.empty() && keys_.back().first >= depth) keys_.pop_back();
+            keys_.emplace_back(depth, parsed.is_string() ? parsed.get<std::string>() : std::string());
+        } else if (event == json::parse_event_t::object_end) {
+            while (!keys_.empty() && keys_.back().first > depth) keys_.pop_back();
+        }
+    }
+    std::string str() const {
+        std::string s;
+        for (const auto& [depth, key] : keys_) s += (s.empty() ? "" : ".") + key;
+        return s;
+    }
+
+private:
+    std::vector<std::pair<int, std::string>> keys_;  // (depth, key) of the open objects, outermost first
+};
+
 }  // namespace
 
 json parse_body(std::string_view body) {
@@ -220,11 +269,25 @@ json parse_body(std::string_view body) {
         throw api_error(400, fmt::format("the request body is not valid UTF-8 (first bad byte at offset {})", *bad),
                         "invalid_request_error", "", "invalid_utf8");
     json j;
+    key_path path;
     try {
-        j = json::parse(body);
+        j = json::parse(body, [&path](int depth, json::parse_event_t event, json& parsed) {
+            path.see(depth, event, parsed);
+            return true;
+        });
     } catch (const json::parse_error& e) {
         throw api_error(400, fmt::format("the request body is not valid JSON: {}", e.what()), "invalid_request_error", "",
                         "invalid_json");
+    } catch (const json::out_of_range& e) {
+        // A number beyond a double (1e999): the parser's text says which, the path says where.
+        const std::string where = path.str();
+        const std::string what = e.what();
+        const size_t quote = what.find('\'');
+        const std::string number = quote == std::string::npos ? what : what.substr(quote);
+        if (where.empty())
+            throw api_error(400, fmt::format("the request body holds a number too large for a 64-bit float: {}", number),
+                            "invalid_request_error", "", "invalid_value");
+        throw bad_field(where, fmt::format("'{}' is a number too large for a 64-bit float: {}", where, number));
     }
     if (!j.is_object()) throw api_error(400, fmt::format("the request body must be a JSON object, got {}", describe(j)),
                                         "invalid_request_error", "", "invalid_json");
@@ -232,7 +295,7 @@ json parse_body(std::string_view body) {
 }
 
 completion_request parse_completion_request(const json& body, endpoint kind, const model& m,
-                                            const sampling_options& defaults) {
+                                            const sampling_options& defaults, bool special_in_content) {
     completion_request r;
     r.kind = kind;
     if (const json* v = field(body, "model"); v && !v->is_string()) throw wrong_type("model", "a string", *v);
@@ -256,13 +319,11 @@ completion_request parse_completion_request(const json& body, endpoint kind, con
     const char* prompt_field = kind == endpoint::chat ? "messages" : "prompt";
     if (kind == endpoint::chat) {
         const std::vector<chat_message> messages = parse_messages(body);
-        std::string text;
         try {
-            text = m.apply_chat_template(messages);
+            r.prompt = m.tokenize_chat(messages, special_in_content);
         } catch (const request_error& e) {
             throw bad_field("messages", e.what());
         }
-        r.prompt = m.tokenize(text, true, true);
     } else {
         r.prompt = parse_prompt(body, m);
     }

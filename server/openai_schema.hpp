@@ -30,10 +30,11 @@ struct completion_request {
 // parser's position) or a body that is not an object.
 json parse_body(std::string_view body);
 
-// Validates the fields, renders chat messages through the model's template, tokenizes, and checks the
-// prompt and max_tokens against the context (code "context_length_exceeded", both numbers).
+// Validates the fields (sampling values within the ranges the sampler accepts), renders chat messages
+// through the model's template, tokenizes (message content as text unless special_in_content), and
+// checks the prompt and max_tokens against the context (code "context_length_exceeded", both numbers).
 completion_request parse_completion_request(const json& body, endpoint kind, const model& m,
-                                            const sampling_options& defaults);
+                                            const sampling_options& defaults, bool special_in_content = false);
 
 struct tokenize_request {
     std::string content;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -21,8 +22,8 @@ namespace {
 using handler = std::function<void(server_state&, const httplib::Request&, httplib::Response&)>;
 
 struct route {
-    std::string_view path;
-    std::string_view method;   // "GET" | "POST"
+    std::string_view path;     // a regular expression over the whole path, as cpp-httplib reads it
+    std::string_view method;   // "GET" | "POST" | "OPTIONS"
     std::string_view name;     // the label in /metrics
     bool open = false;         // served without the API key
     bool during_shutdown = false;
@@ -67,6 +68,38 @@ void check_api_key(const server_state& state, const httplib::Request& req) {
         throw api_error(401, "the API key is not valid", "authentication_error", "", "invalid_api_key");
 }
 
+// The origin a browser may read this answer from: "*", the request's own Origin when it is on the
+// list, or nothing.
+std::optional<std::string> allowed_origin(const server_state& state, const httplib::Request& req) {
+    if (!req.has_header("Origin") || state.cors_origins.empty()) return std::nullopt;
+    const std::string origin = req.get_header_value("Origin");
+    for (const std::string& o : state.cors_origins) {
+        if (o == "*") return o;
+        if (o == origin) return origin;
+    }
+    return std::nullopt;
+}
+
+void add_cors_headers(const server_state& state, const httplib::Request& req, httplib::Response& res) {
+    const auto origin = allowed_origin(state, req);
+    if (!origin) return;
+    res.set_header("Access-Control-Allow-Origin", *origin);
+    if (*origin != "*") res.set_header("Vary", "Origin");
+}
+
+// A CORS preflight (browsers send it without credentials, so it needs no key): 204, and the
+// permissions when the origin is allowed (add_cors_headers adds the origin itself).
+void handle_preflight(server_state& state, const httplib::Request& req, httplib::Response& res) {
+    res.status = 204;
+    res.set_header("Allow", "GET, POST, OPTIONS");
+    if (!allowed_origin(state, req)) return;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    // A wildcard does not cover Authorization, so the headers the browser asks for are named.
+    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+    res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type, x-api-key" : asked);
+    res.set_header("Access-Control-Max-Age", "86400");
+}
+
 void handle_health(server_state& state, const httplib::Request&, httplib::Response& res) {
     require_model(state);
     send_json(res, 200, {{"status", "ok"}});
@@ -95,10 +128,20 @@ void handle_detokenize(server_state& state, const httplib::Request& req, httplib
     const auto m = require_model(state);
     const std::vector<int32_t> ids = parse_detokenize_request(parse_body(req.body));
     try {
-        send_json(res, 200, {{"content", m->detokenize(ids)}});
+        // Control tokens as their text, as llama-server does: /tokenize's output round-trips.
+        send_json(res, 200, {{"content", m->detokenize(ids, true)}});
     } catch (const request_error& e) {
         throw bad_field("tokens", e.what());
     }
+}
+
+void handle_model(server_state& state, const httplib::Request& req, httplib::Response& res) {
+    const auto m = require_model(state);
+    const std::string id = req.matches.size() > 1 ? req.matches[1].str() : std::string();
+    if (id != state.model_id())
+        throw api_error(404, fmt::format("The model '{}' does not exist: this server serves '{}'", id, state.model_id()),
+                        "invalid_request_error", "model", "model_not_found");
+    send_json(res, 200, model_json(state, *m));
 }
 
 const std::vector<route>& route_table() {
@@ -109,6 +152,9 @@ const std::vector<route>& route_table() {
          [](server_state& s, const httplib::Request&, httplib::Response& res) { send_json(res, 200, models_json(s)); }},
         {"/models", "GET", "models", false, false,
          [](server_state& s, const httplib::Request&, httplib::Response& res) { send_json(res, 200, models_json(s)); }},
+        {"/v1/models/(.+)", "GET", "models", false, false, handle_model},
+        {"/models/(.+)", "GET", "models", false, false, handle_model},
+        {".*", "OPTIONS", "preflight", true, true, handle_preflight},
         {"/v1/status", "GET", "status", false, true,
          [](server_state& s, const httplib::Request&, httplib::Response& res) { send_json(res, 200, status_json(s)); }},
         {"/metrics", "GET", "metrics", false, true,
@@ -168,6 +214,7 @@ httplib::Server::Handler guarded(server_state& state, const route& r) {
             state.log->error("{} {} failed with an unknown exception.", req.method, req.path);
             send_error(res, api_error(500, "internal error", "server_error"));
         }
+        add_cors_headers(state, req, res);
         state.counters.count_request(std::string(r.name), res.status);
     };
 }
@@ -177,6 +224,7 @@ httplib::Server::Handler guarded(server_state& state, const route& r) {
 void add_routes(httplib::Server& http, server_state& state) {
     for (const route& r : route_table()) {
         if (r.method == "GET") http.Get(std::string(r.path), guarded(state, r));
+        else if (r.method == "OPTIONS") http.Options(std::string(r.path), guarded(state, r));
         else http.Post(std::string(r.path), guarded(state, r));
     }
     static const route unrouted{"", "", "unrouted", false, true, handle_unrouted};
@@ -186,7 +234,6 @@ void add_routes(httplib::Server& http, server_state& state) {
     http.Put(".*", fallback);
     http.Patch(".*", fallback);
     http.Delete(".*", fallback);
-    http.Options(".*", fallback);
 
     // Answers cpp-httplib gives before any handler runs (413 for a body over the limit, 400 for a
     // request it cannot parse) get an error object too; handlers' own errors already have a body.
@@ -204,6 +251,7 @@ void add_routes(httplib::Server& http, server_state& state) {
                                                 state.options.max_body_bytes), "invalid_request_error", "",
                                "request_too_large");
         send_error(res, e);
+        add_cors_headers(state, req, res);
         state.counters.count_request("rejected", res.status);
         return httplib::Server::HandlerResponse::Handled;
     }));

@@ -7,7 +7,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -35,6 +38,14 @@ struct server_state {
     session& engine_session();
     void set_model(std::shared_ptr<model> m);
     std::string model_id() const;
+    // The model file's modification time in Unix seconds (0 while loading): /v1/models' "created".
+    int64_t model_created() const;
+
+    // "chatcmpl-" + 24 random hex digits: unique across requests and restarts.
+    std::string new_response_id(std::string_view prefix);
+
+    // Origins allowed to call from a browser, resolved from options.cors_origin: {"*"}, a list, or none.
+    const std::vector<std::string> cors_origins;
 
     // Taken by the request holding the engine right after its generation (model::statistics() runs on
     // the engine thread, so reading it while a generation runs would wait for that generation).
@@ -54,6 +65,9 @@ private:
     std::shared_ptr<model> model_;
     std::unique_ptr<session> session_;
     std::string model_id_;
+    int64_t model_created_ = 0;
+    std::mutex id_mutex_;
+    std::mt19937_64 id_rng_;
     mutable std::mutex snapshot_mutex_;
     std::optional<engine_snapshot> snapshot_;
 };

@@ -17,18 +17,20 @@ static std::string state_name(const server_state& s, bool loaded) {
     return loaded ? "ready" : "loading";
 }
 
+json model_json(const server_state& state, const model& m) {
+    const model_info& i = m.info();
+    return {{"id", state.model_id()},
+            {"object", "model"},
+            {"created", state.model_created()},
+            {"owned_by", "strata"},
+            {"meta", {{"architecture", i.architecture}, {"n_ctx", i.n_ctx}, {"n_ctx_train", i.n_ctx_train},
+                      {"n_vocab", i.n_vocab}, {"n_expert", i.n_expert}, {"n_expert_used", i.n_expert_used},
+                      {"size", i.file_bytes}}}};
+}
+
 json models_json(const server_state& state) {
     json data = json::array();
-    if (const auto m = state.loaded_model()) {
-        const model_info& i = m->info();
-        data.push_back({{"id", state.model_id()},
-                        {"object", "model"},
-                        {"created", 0},
-                        {"owned_by", "strata"},
-                        {"meta", {{"architecture", i.architecture}, {"n_ctx", i.n_ctx}, {"n_ctx_train", i.n_ctx_train},
-                                  {"n_vocab", i.n_vocab}, {"n_expert", i.n_expert}, {"n_expert_used", i.n_expert_used},
-                                  {"size", i.file_bytes}}}});
-    }
+    if (const auto m = state.loaded_model()) data.push_back(model_json(state, *m));
     return {{"object", "list"}, {"data", std::move(data)}};
 }
 

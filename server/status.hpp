@@ -10,6 +10,8 @@
 namespace strata::server {
 
 nlohmann::json models_json(const server_state& state);
+// One entry of models_json: GET /v1/models/{id}.
+nlohmann::json model_json(const server_state& state, const model& m);
 nlohmann::json status_json(const server_state& state);
 std::string metrics_text(const server_state& state);
 

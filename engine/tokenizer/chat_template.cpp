@@ -24,47 +24,74 @@ std::string_view trim(std::string_view s) {
     return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
 }
 
-std::string render_chatml(std::span<const chat_message> msgs, bool add_generation_prompt) {
-    std::string out;
-    for (const chat_message& m : msgs) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-    if (add_generation_prompt) out += "<|im_start|>assistant\n";
-    return out;
+// Appends markup and content to a rendered_chat, recording where content lies.
+struct chat_writer {
+    rendered_chat out;
+    void markup(std::string_view s) { out.text += s; }
+    void content(std::string_view s) {
+        if (s.empty()) return;
+        out.content.push_back({out.text.size(), out.text.size() + s.size()});
+        out.text += s;
+    }
+};
+
+rendered_chat render_chatml(std::span<const chat_message> msgs, bool add_generation_prompt) {
+    chat_writer w;
+    for (const chat_message& m : msgs) {
+        w.markup("<|im_start|>" + m.role + "\n");
+        w.content(m.content);
+        w.markup("<|im_end|>\n");
+    }
+    if (add_generation_prompt) w.markup("<|im_start|>assistant\n");
+    return std::move(w.out);
 }
 
-std::string render_llama3(std::span<const chat_message> msgs, bool add_generation_prompt) {
-    std::string out;
+rendered_chat render_llama3(std::span<const chat_message> msgs, bool add_generation_prompt) {
+    chat_writer w;
     for (const chat_message& m : msgs) {
-        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
-        out += trim(m.content);
-        out += "<|eot_id|>";
+        w.markup("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
+        w.content(trim(m.content));
+        w.markup("<|eot_id|>");
     }
-    if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-    return out;
+    if (add_generation_prompt) w.markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return std::move(w.out);
 }
 
 // Mixtral-Instruct's template has no system role; like llama.cpp we put system text in front of the
 // first user turn, separated by a blank line.
-std::string render_mistral(std::span<const chat_message> msgs) {
-    std::string system, out;
+rendered_chat render_mistral(std::span<const chat_message> msgs) {
+    std::vector<std::string_view> system;
+    for (const chat_message& m : msgs)
+        if (m.role == "system") system.push_back(m.content);
+    const auto write_system = [&](chat_writer& w) {
+        for (size_t i = 0; i < system.size(); ++i) {
+            if (i > 0) w.markup("\n\n");
+            w.content(system[i]);
+        }
+    };
+    chat_writer w;
     bool system_used = false;
     for (const chat_message& m : msgs) {
-        if (m.role == "system") {
-            if (!system.empty()) system += "\n\n";
-            system += m.content;
-        }
-    }
-    for (const chat_message& m : msgs) {
         if (m.role == "user") {
-            out += "[INST] ";
-            if (!system.empty() && !system_used) out += system + "\n\n";
+            w.markup("[INST] ");
+            if (!system.empty() && !system_used) {
+                write_system(w);
+                w.markup("\n\n");
+            }
             system_used = true;
-            out += m.content + " [/INST]";
+            w.content(m.content);
+            w.markup(" [/INST]");
         } else if (m.role == "assistant") {
-            out += m.content + "</s>";
+            w.content(m.content);
+            w.markup("</s>");
         }
     }
-    if (!system.empty() && !system_used) out += "[INST] " + system + " [/INST]";  // a system prompt alone
-    return out;
+    if (!system.empty() && !system_used) {  // a system prompt alone
+        w.markup("[INST] ");
+        write_system(w);
+        w.markup(" [/INST]");
+    }
+    return std::move(w.out);
 }
 
 }  // namespace
@@ -105,6 +132,10 @@ chat_template chat_template::from_model(std::string_view model_template, std::st
 }
 
 std::string chat_template::apply(std::span<const chat_message> messages, bool add_generation_prompt) const {
+    return render(messages, add_generation_prompt).text;
+}
+
+rendered_chat chat_template::render(std::span<const chat_message> messages, bool add_generation_prompt) const {
     for (size_t i = 0; i < messages.size(); ++i) check_role(format_, messages[i], i);
     switch (format_) {
         case chat_format::chatml: return render_chatml(messages, add_generation_prompt);

@@ -4,13 +4,18 @@
 //
 // The rendered text carries the format's control tokens as text ("<|im_start|>", "</s>") and no bos:
 // encode it with encode_options{.add_special = true, .parse_special = true}, which adds the bos the
-// model asks for and maps those markers to their ids. Stateless; thread-safe.
+// model asks for and maps those markers to their ids, and with .plain = the rendered content spans, so
+// a control token written inside a message stays text. Stateless; thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "tokenizer/tokenizer.hpp"
 
 namespace strata::tok {
 
@@ -19,6 +24,13 @@ enum class chat_format { chatml, mistral, llama3 };
 struct chat_message {
     std::string role;  // "system", "user" or "assistant"
     std::string content;
+};
+
+// A rendered conversation: the text, and the byte ranges of it that came from message content (the
+// rest is the template's own markup).
+struct rendered_chat {
+    std::string text;
+    std::vector<text_span> content;  // ascending, not overlapping
 };
 
 std::string_view chat_format_name(chat_format f);
@@ -46,6 +58,8 @@ public:
     //   llama3:  <|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|> ...
     //            [+ <|start_header_id|>assistant<|end_header_id|>\n\n]
     std::string apply(std::span<const chat_message> messages, bool add_generation_prompt = true) const;
+    // The same text with the spans of message content marked.
+    rendered_chat render(std::span<const chat_message> messages, bool add_generation_prompt = true) const;
 
 private:
     chat_format format_;

@@ -27,7 +27,7 @@ struct tokenizer::impl {
         int32_t token = -1;
     };
     void build_pieces();
-    std::vector<fragment> partition(std::string_view text, bool parse_special) const;
+    std::vector<fragment> partition(std::string_view text, bool parse_special, std::span<const text_span> plain) const;
     void check_id(int32_t id) const {
         if (id < 0 || id >= v.n_vocab())
             throw std::out_of_range(fmt::format("token id {} is outside the vocabulary of {} tokens", id, v.n_vocab()));
@@ -52,16 +52,22 @@ void tokenizer::impl::build_pieces() {
         specials_by_first_byte[static_cast<uint8_t>(v.text[static_cast<size_t>(id)][0])].push_back(id);
 }
 
-// Cuts text at special tokens: user-defined ones always, control ones only when parse_special. At
-// each position the longest special token that matches wins.
-std::vector<tokenizer::impl::fragment> tokenizer::impl::partition(std::string_view text, bool parse_special) const {
+// Cuts text at special tokens: user-defined ones always, control ones only when parse_special and
+// outside the plain spans. At each position the longest special token that matches wins.
+std::vector<tokenizer::impl::fragment> tokenizer::impl::partition(std::string_view text, bool parse_special,
+                                                                  std::span<const text_span> plain) const {
     std::vector<fragment> out;
     size_t raw_begin = 0;
+    size_t next_plain = 0;  // the first plain span that does not end before pos
     for (size_t pos = 0; pos < text.size();) {
+        while (next_plain < plain.size() && plain[next_plain].end <= pos) ++next_plain;
         int32_t match = -1;
         for (int32_t id : specials_by_first_byte[static_cast<uint8_t>(text[pos])]) {
-            if (!parse_special && v.type[static_cast<size_t>(id)] == token_type::control) continue;
-            if (text.substr(pos).starts_with(v.text[static_cast<size_t>(id)])) {
+            const std::string& t = v.text[static_cast<size_t>(id)];
+            if (v.type[static_cast<size_t>(id)] == token_type::control &&
+                (!parse_special || (next_plain < plain.size() && plain[next_plain].begin < pos + t.size())))
+                continue;
+            if (text.substr(pos).starts_with(t)) {
                 match = id;
                 break;
             }
@@ -102,7 +108,7 @@ std::vector<int32_t> tokenizer::encode(std::string_view text, encode_options opt
     if (opt.add_special && v.add_bos) out.push_back(v.bos);
     bool prev_special = true;  // spm: a space goes in front of the text and after each special token
     std::string escaped;
-    for (const impl::fragment& f : impl_->partition(text, opt.parse_special)) {
+    for (const impl::fragment& f : impl_->partition(text, opt.parse_special, opt.plain)) {
         if (f.token >= 0) {
             out.push_back(f.token);
             prev_special = true;

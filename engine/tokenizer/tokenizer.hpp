@@ -26,12 +26,22 @@ enum class token_type : int32_t {
 
 enum class vocab_kind { bpe, spm };
 
+// Bytes [begin, end) of a text.
+struct text_span {
+    size_t begin = 0;
+    size_t end = 0;
+};
+
 struct encode_options {
     // Adds bos (and eos) when the model asks for it (tokenizer.ggml.add_bos_token / add_eos_token).
     bool add_special = true;
     // Recognises control tokens ("<|im_start|>", "</s>") written in the text. User-defined tokens are
     // recognised either way, as llama.cpp does. Off for untrusted text (a user typing "<|im_end|>").
     bool parse_special = false;
+    // With parse_special: ranges of the text (ascending, not overlapping) where control tokens are not
+    // recognised, such as the messages inside a rendered chat template. A control token is recognised
+    // only when it lies wholly outside them.
+    std::span<const text_span> plain = {};
 };
 
 struct decode_options {

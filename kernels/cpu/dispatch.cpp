@@ -1,5 +1,7 @@
 // ISA choice (once, from CPUID or STRATA_FORCE_ISA), the per-ISA kernel tables, and the row loops
 // that every matvec / matmul shape goes through.
+#include <cpuid.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -176,11 +178,17 @@ std::string_view isa_name(isa which) {
     return "unknown";
 }
 
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+static bool cpu_has_f16c() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+
 bool cpu_supports(isa which) {
     switch (which) {
         case isa::scalar: return true;
         case isa::avx2:
-            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
         case isa::avx512:
             return cpu_supports(isa::avx2) && __builtin_cpu_supports("avx512f") &&
                    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&

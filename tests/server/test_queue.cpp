@@ -76,8 +76,6 @@ TEST(ServerQueue, EightConcurrentClientsServedInArrivalOrder) {
         if (i > 0) {
             EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), reused_after_previous[size_t(i)])
                 << "client " << i << " did not run right after client " << i - 1;
-            const auto id = [&](int k) { return std::stoull(replies[size_t(k)].parsed()["id"].get<std::string>().substr(5)); };
-            EXPECT_LT(id(i - 1), id(i));
         }
     }
     EXPECT_EQ(metric(s.get("/metrics").body, "strata_generations_total{stopped_by=\"client disconnected\"}"), 1);

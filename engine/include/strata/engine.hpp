@@ -253,12 +253,18 @@ public:
     conversation_cache_stats conversation_statistics() const;
 
     std::vector<int32_t> tokenize(std::string_view text, bool add_special = true, bool parse_special = false) const;
-    std::string detokenize(std::span<const int32_t> ids) const;
+    // render_special: control tokens ("<|im_start|>") come out as their text instead of nothing.
+    std::string detokenize(std::span<const int32_t> ids, bool render_special = false) const;
     std::string token_text(int32_t id) const;
     bool is_end_of_generation(int32_t id) const;
     // Renders messages with the model's chat template (or the override); throws request_error on an
     // unknown role.
     std::string apply_chat_template(std::span<const chat_message> messages, bool add_generation_prompt = true) const;
+    // The chat prompt's tokens (bos, the template's markup with its control tokens, the assistant turn
+    // opened). Message content is text: a control token written in it ("<|im_end|>") is tokenized as
+    // the characters it is made of, unless special_in_content. Throws request_error like
+    // apply_chat_template.
+    std::vector<int32_t> tokenize_chat(std::span<const chat_message> messages, bool special_in_content = false) const;
 
     struct impl;
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "strata/engine.hpp"
@@ -28,6 +29,10 @@ struct server_options {
                                             // connects (or, kept alive, after its first byte): else 408
     double body_timeout_s = 30;             // the body must be whole this long after the head: else 408
     sampling_options default_sampling;      // for fields a request leaves out
+    bool special_in_content = false;        // control tokens written in chat messages count as tokens
+    // Origins browsers may call from (CORS): "*", or origins separated by commas ("https://a.example,
+    // http://localhost:3000"); "" for none. Unset: "*" on a loopback host without an API key, else none.
+    std::optional<std::string> cors_origin;
 };
 
 class http_server {
