@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds strata and runs every test lane: unit/model/server tests, the real-NUMA VM lane, the
 # address/undefined-behaviour sanitizer build over the unit tests, the thread sanitizer over the
-# pool tests, and the CUDA backend's gpu-labelled tests on the CPU emulator (STRATA_CUDA=EMU; the
-# Release build's own gpu tests skip without a device).
-# Usage: tools/run-tests.sh            (from anywhere; builds under build/, build-asan/, build-tsan/)
+# pool tests, the CUDA backend's gpu-labelled tests on the CPU emulator (STRATA_CUDA=EMU; the
+# Release build's own gpu tests skip without a device), and 60 s of libFuzzer on the request parser.
+# Usage: tools/run-tests.sh            (from anywhere; builds under build/, build-asan/, build-tsan/,
+#                                       build-emu/, build-fuzz/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -97,6 +98,10 @@ echo "== CUDA backend on the CPU emulator: gpu-labelled tests (docs/GPU.md, \"CU
 cmake -S . -B build-emu -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=ON -DSTRATA_CUDA=EMU >/dev/null
 cmake --build build-emu -j"$jobs" --target strata-gpu-tests
 ctest_lane gpu-emulator --test-dir build-emu --output-on-failure --no-tests=error -j"$jobs" -L gpu
+
+echo "== request parser fuzzing (libFuzzer with clang, 60 s; tools/fuzz-requests.sh)"
+fuzz_line=$(tools/fuzz-requests.sh 60 | tee /dev/stderr | tail -n 1)
+record_lane fuzz "$(echo "$fuzz_line" | grep -o '^fuzz-requests: [0-9]* executions' | sed 's/fuzz-requests: //'), nothing found"
 
 summary=$(printf '%s, ' "${lanes[@]}")
 echo "== all test lanes passed: ${summary%, }"
