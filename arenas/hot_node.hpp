@@ -67,8 +67,8 @@ public:
 
     // The resident complement on the hot node, `bytes` mapped, bound and pre-touched by a thread pinned
     // to the node's CPUs; hand it to the expert store (store_options::claimed), which registers it.
-    // Logs "NUMA placement at risk" when the node lacks room for it plus 2 GiB. Off: nullptr (the store
-    // then maps its own copy).
+    // Throws node_room_error (nothing claimed) when the node lacks room for it plus 2 GiB. Off: nullptr
+    // (the store then maps its own copy).
     std::unique_ptr<node_buffer> claim_complement(std::size_t bytes) const;
 
     // Pinned host pools touched every token (GPU staging): on the hot node. Off: anonymous memory.
