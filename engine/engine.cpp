@@ -210,6 +210,8 @@ model_options checked(model_options o, int n_ctx_train) {
         }
     }
     if (o.n_batch < 1) throw std::runtime_error(fmt::format("the batch size must be positive, got {}", o.n_batch));
+    if (o.gpu_sessions < 1)
+        throw std::runtime_error(fmt::format("--gpu-sessions must be at least 1, got {}", o.gpu_sessions));
     if (o.cache_ram_mib < -1)
         throw std::runtime_error(fmt::format("--cache-ram must be 0 (off) or a number of MiB, got {}", o.cache_ram_mib));
     return o;
@@ -224,6 +226,7 @@ std::unique_ptr<engine::gpu::hybrid_forward> create_hybrid(model::impl& r, const
     h.device = gpu.device;  // when absent, create() asks again and says why
     h.expert_cache_gib = engine::gpu::parse_expert_cache(o.expert_cache);
     h.vram_reserve_mib = o.vram_reserve_mib;
+    h.gpu_sessions = o.gpu_sessions;
     h.expert_profile = o.expert_profile;
     h.adapt = {o.adapt_every, o.adapt_swaps, o.adapt_async};
     h.n_ctx = o.n_ctx;
