@@ -138,7 +138,8 @@ void check_store_hot_node_and_report(const topology& topo, expert_pool& pool, co
     // --numa-hot-node 1: the split-off pool's single copy is claimed on node 1; snapshots go to node 0.
     const hot_node hot(1, topo, &regions);
     store_options hot_options;
-    hot_options.claimed = hot.claim_complement(expert_store::bytes_per_slice(off.plan(), m.shape, m.layers)[0]);
+    hot_options.claimed = hot.claim_complement(expert_store::bytes_per_slice(off.plan(), m.shape, m.layers)[0],
+                                               std::uint64_t{32} << 20);
     hot_options.regions = &regions;
     expert_store hot_store(off, m.shape, m.layers, std::move(hot_options));
     const auto& hp = hot_store.placement();
@@ -171,7 +172,7 @@ void check_store_hot_node_and_report(const topology& topo, expert_pool& pool, co
     const auto calls_before_claim = numa_calls().total();
     std::string refusal = "accepted";
     try {
-        (void)hot.claim_complement(too_much);
+        (void)hot.claim_complement(too_much, 0);
     } catch (const node_room_error& e) {
         refusal = e.what();
     }
