@@ -175,7 +175,7 @@ gpu_choice build_on_engine_thread(model::impl& r) {
     const gpu_choice gpu = choose_gpu(r.options);
     arenas::pool_requests requests = pool_requests_for(r.options);
     if (gpu.numa_node() >= 0) requests.host_node = gpu.numa_node();
-    r.pool = arenas::expert_pool::create(topo, requests);
+    r.pool = arenas::expert_pool::create(topo, requests, arenas::read_pool_options(arenas::process_environment()));
     if (r.options.gpu >= 0) log_host_thread(topo, r.pool->plan(), gpu);
     const arenas::moe_shape shape{r.hp.n_embd, r.hp.n_ff_exp, r.hp.n_expert, r.hp.n_expert_used};
     r.hot = std::make_unique<arenas::hot_node>(arenas::parse_hot_node(hot_node_option(r.options, gpu)), topo, &r.regions);
