@@ -67,6 +67,12 @@ public:
     virtual kernels::cpu::matrix rows(int layer, expert_part part, int expert, int slice, int64_t begin) const = 0;
 };
 
+// Copies every row of `part` of `expert` in `layer` to dst (row r at dst + r * dst_stride, the first
+// dst_stride bytes of each row), slice by slice through `rows` over `plan`'s row ranges: from the
+// expert store's copies when `rows` is one, so the model file is not read again.
+void gather_expert(const expert_rows& rows, const pool_plan& plan, const moe_shape& shape, int layer, expert_part part,
+                   int expert, std::uint8_t* dst, std::size_t dst_stride);
+
 class mapped_expert_rows final : public expert_rows {
 public:
     explicit mapped_expert_rows(const std::vector<moe_layer>& layers) : layers_(layers) {}

@@ -153,7 +153,9 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
     }
     slots_ = device_buffer<uint8_t>(static_cast<size_t>(size.n_slots) * layout_.slot_bytes);
     sm_ = nullptr;
-    copier_ = std::make_unique<slot_copier>(layers, layout_, slots_.data(), std::max(o.adapt.swaps, 1) + 1,
+    copier_ = std::make_unique<slot_copier>(layers, rows, pool.plan(),
+                                            arenas::moe_shape{hp.n_embd, hp.n_ff_exp, hp.n_expert, hp.n_expert_used},
+                                            layout_, slots_.data(), std::max(o.adapt.swaps, 1) + 1,
                                             o.adapt.async, o.hot);
     cache_ = std::make_unique<expert_cache>(hp.n_layer, hp.n_expert, size.n_slots, o.adapt, *copier_);
     sm_ = std::make_unique<stream_manager>(hp, dense_, layers, cpu_moe_, *cache_, layout_, slots_.data(), max_tok_,
