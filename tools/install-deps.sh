@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libtbb-dev libhwloc-dev libspdlog-dev libcxxopts-dev libgtest-dev libgmock-dev
-  nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libnuma-dev libbenchmark-dev
+  nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev
   # the numa-vm test lane boots a small VM under software emulation
   qemu-system-x86 busybox-static cpio xz-utils
 )
