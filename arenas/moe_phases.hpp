@@ -1,4 +1,4 @@
-// Routed experts on the CPU expert pool, in two phases per MoE layer (../shared/DESIGN.md):
+// Routed experts on the CPU expert pool, in two phases per MoE layer (docs/ARCHITECTURE.md):
 //   phase 1: h[t,j] = silu(gate_e x_t) * (up_e x_t), each slice over its own rows of n_ff;
 //   phase 2: out[t] = sum_j w[t,j] * down_e h[t,j], each slice over its own rows of n_embd,
 //            experts summed in routing order per row.
