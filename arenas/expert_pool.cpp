@@ -145,6 +145,11 @@ pool_options read_pool_options(const env_lookup& env) {
         options.spin = std::chrono::microseconds(parse("STRATA_POOL_SPIN_US", *v));
     if (auto v = env("STRATA_POOL_STALL_MS"); v && !v->empty())
         options.stall_after = std::chrono::milliseconds(std::max(1LL, parse("STRATA_POOL_STALL_MS", *v)));
+    if (auto v = env("STRATA_POOL_TBB_LIMIT"); v && !v->empty()) {
+        if (*v != "raise" && *v != "keep")
+            throw std::invalid_argument("STRATA_POOL_TBB_LIMIT='" + *v + "' is not 'raise' or 'keep'");
+        options.raise_tbb_limit = *v == "raise";
+    }
     return options;
 }
 
@@ -281,9 +286,22 @@ expert_pool::expert_pool(pool_plan plan, pool_options options) : impl_(std::make
     // Make sure TBB's worker pool is large enough for every slice's workers at once (test mode may
     // ask for more threads than the machine has cores).
     const int needed = m.plan.total_threads();
-    if (needed > static_cast<int>(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)))
+    const auto allowed = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+    if (needed > static_cast<int>(allowed)) {
+        if (!m.options.raise_tbb_limit)
+            throw std::invalid_argument("the expert pool needs " + std::to_string(needed) +
+                                        " TBB threads but tbb::global_control allows " + std::to_string(allowed) +
+                                        " and the pool may not raise it (raise_tbb_limit off); ask for fewer "
+                                        "--pool-workers or allow more threads");
         m.thread_limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                                static_cast<std::size_t>(needed));
+        // The smallest active limit wins: an application's lower one stands, and the slices would starve.
+        if (const auto now = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+            now < static_cast<std::size_t>(needed))
+            throw std::invalid_argument("the expert pool needs " + std::to_string(needed) +
+                                        " TBB threads but a tbb::global_control of the application allows " +
+                                        std::to_string(now) + "; ask for fewer --pool-workers or allow more threads");
+    }
 
     cpu_set_t process_mask;
     CPU_ZERO(&process_mask);

@@ -37,6 +37,11 @@ struct pool_options {
     std::function<void(const stall_report&)> on_stall;
     // Pin the constructing (host) thread to the plan's host core while the pool lives (split only).
     bool pin_host = true;
+    // When the plan needs more TBB threads than tbb::global_control's max_allowed_parallelism allows
+    // now (test mode or --pool-workers beyond the CPU count), raise that process-wide limit while the
+    // pool lives (a global_control of the pool's own). false: leave TBB's limits to the application and
+    // throw std::invalid_argument with both numbers instead (STRATA_POOL_TBB_LIMIT=keep).
+    bool raise_tbb_limit = true;
 
     static std::chrono::microseconds default_spin();
 };

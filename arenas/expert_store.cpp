@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 
 #include "formats/types.hpp"
@@ -139,13 +140,7 @@ expert_store::expert_store(expert_pool& pool, moe_shape shape, const std::vector
         return;
     }
 
-    std::vector<bool> room_ok(slices_.size(), true);
-    if (placement_.mode == store_mode::split)
-        for (std::size_t s = 0; s < slices_.size(); ++s) {
-            const int node = slices_[s]->node;
-            room_ok[s] = check_node_room(node, slices_[s]->layout.bytes, options_.node_free ? options_.node_free(node) : std::nullopt,
-                                         options_.headroom_bytes);
-        }
+    if (placement_.mode == store_mode::split) check_room();
     for (auto& st : slices_) {
         if (options_.claimed) {
             if (options_.claimed->size() < st->layout.bytes)
@@ -175,13 +170,23 @@ expert_store::expert_store(expert_pool& pool, moe_shape shape, const std::vector
               : slices_[0]->node >= 0 ? "buffer claimed on node " + std::to_string(slices_[0]->node)
                                       : "buffer in anonymous memory");
     if (std::any_of(slices_.begin(), slices_.end(), [](const auto& st) { return st->node >= 0; })) sample_placement();
-    for (std::size_t s = 0; s < placement_.nodes.size(); ++s) placement_.nodes[s].room_ok = room_ok[s];
 }
 
 expert_store::~expert_store() {
     if (options_.regions)
         for (const auto& st : slices_)
             if (st->base) options_.regions->remove(reinterpret_cast<std::uintptr_t>(st->base));
+}
+
+void expert_store::check_room() const {
+    // Slices that share a node share its memory: the check is per node, before any buffer exists.
+    std::map<int, std::size_t> per_node;
+    for (const auto& st : slices_) per_node[st->node] += st->layout.bytes;
+    for (const auto& [node, bytes] : per_node)
+        require_node_room(node, bytes, options_.node_available ? options_.node_available(node) : std::nullopt,
+                          options_.headroom_bytes, "its share of the routed experts under the NUMA split",
+                          "Free memory on that node, or pass --numa-pool off (one unbound copy of the experts; "
+                          "add --mmap-experts to read them from the model file instead).");
 }
 
 void expert_store::copy_layers(expert_pool& pool) {

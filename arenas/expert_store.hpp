@@ -4,7 +4,8 @@
 //    range, the ranges moe_runner uses) copied into one node_buffer bound to the slice's node, 2 MiB
 //    aligned and advised for huge pages. The copy runs as pool phases, layer by layer, so the slice's
 //    own pinned threads touch its pages first; on_layer_copied(layer) follows each layer (the engine
-//    drops that layer's page cache there). Before: a room check per node; after: every slice's pages
+//    drops that layer's page cache there). Before: a room check per node, which throws node_room_error
+//    when a node cannot hold its slices' rows plus the headroom; after: every slice's pages
 //    sampled with move_pages, one "NUMA placement: node 0 100.0 %, node 1 99.6 %." line, and a
 //    "NUMA placement FAILED" line for a node under 95 %.
 //  - test mode: the same per-slice copies, in plain anonymous memory, without any NUMA system call.
@@ -42,8 +43,8 @@ struct store_options {
     std::function<void(int layer)> on_layer_copied;
     // Registers every buffer (name, address, bytes, intended node) when set; must outlive the store.
     region_map* regions = nullptr;
-    // MemFree of a node for the room check; default node_memory_free (sysfs). Tests inject figures.
-    std::function<std::optional<std::uint64_t>(int node)> node_free;
+    // Memory a node can give, for the room check; default node_memory_available (sysfs). Tests inject figures.
+    std::function<std::optional<std::uint64_t>(int node)> node_available;
     std::uint64_t headroom_bytes = std::uint64_t{2} << 30;  // kept free on every node besides its share
     double fail_below = 0.95;                               // placement share under which a node FAILED
     std::size_t samples_per_slice = 4096;                   // pages sampled with move_pages per slice
@@ -58,7 +59,6 @@ struct node_placement {
     std::size_t pages_on_node = 0; // of those, pages found on `node`
     double share = 0;              // pages_on_node / pages_sampled (0..1)
     bool ok = true;                // share >= fail_below
-    bool room_ok = true;           // the node had room for the share plus the headroom (split only)
 };
 
 enum class store_mode {
@@ -80,7 +80,8 @@ class expert_store final : public expert_rows {
 public:
     // Copies the rows now (see above). Throws std::invalid_argument naming the layer, part and numbers
     // when a layer does not match `shape`, or when options.claimed is too small or given under a
-    // split; std::bad_alloc when memory cannot be mapped.
+    // split; node_room_error (nothing placed) when a node lacks room for its share under the split;
+    // std::bad_alloc when memory cannot be mapped.
     expert_store(expert_pool& pool, moe_shape shape, const std::vector<moe_layer>& layers, store_options options = {});
     ~expert_store() override;
     expert_store(const expert_store&) = delete;
@@ -96,6 +97,7 @@ public:
 
 private:
     struct slice_store;
+    void check_room() const;
     void copy_layers(expert_pool& pool);
     void sample_placement();
 

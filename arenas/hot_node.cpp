@@ -78,9 +78,10 @@ hot_node::hot_node(std::optional<int> node, const topology& topo, region_map* re
         }
 }
 
-std::unique_ptr<node_buffer> hot_node::claim_complement(std::size_t bytes) const {
+std::unique_ptr<node_buffer> hot_node::claim_complement(std::size_t bytes, std::uint64_t headroom_bytes) const {
     if (!active()) return nullptr;
-    check_node_room(node_, bytes, std::nullopt);
+    require_node_room(node_, bytes, std::nullopt, headroom_bytes, "the resident complement of routed experts",
+                      "Free memory on that node, or pass --numa-hot-node with another node or off.");
     auto claimed = std::make_unique<node_buffer>(bytes, node_, hot_cpus_, first_touch::pinned);
     if (claimed->bound()) complement_bytes_ += bytes;
     return claimed;

@@ -67,9 +67,9 @@ public:
 
     // The resident complement on the hot node, `bytes` mapped, bound and pre-touched by a thread pinned
     // to the node's CPUs; hand it to the expert store (store_options::claimed), which registers it.
-    // Logs "NUMA placement at risk" when the node lacks room for it plus 2 GiB. Off: nullptr (the store
-    // then maps its own copy).
-    std::unique_ptr<node_buffer> claim_complement(std::size_t bytes) const;
+    // Throws node_room_error (nothing claimed) when the node lacks room for it plus `headroom_bytes`.
+    // Off: nullptr (the store then maps its own copy).
+    std::unique_ptr<node_buffer> claim_complement(std::size_t bytes, std::uint64_t headroom_bytes = std::uint64_t{2} << 30) const;
 
     // Pinned host pools touched every token (GPU staging): on the hot node. Off: anonymous memory.
     // engine/gpu page-locks them (host_pool.hpp); arenas itself knows no CUDA. The buffers must not

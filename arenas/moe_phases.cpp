@@ -55,6 +55,20 @@ kernels::cpu::matrix mapped_expert_rows::rows(int layer, expert_part part, int e
     return m;
 }
 
+void gather_expert(const expert_rows& rows, const pool_plan& plan, const moe_shape& shape, int layer, expert_part part,
+                   int expert, std::uint8_t* dst, std::size_t dst_stride) {
+    const auto ranges = split_rows(plan, part == expert_part::down ? shape.n_embd : shape.n_ff, moe_runner::row_block);
+    for (std::size_t s = 0; s < ranges.size(); ++s) {
+        const row_range r = ranges[s];
+        if (r.end <= r.begin) continue;
+        const cpu::matrix m = rows.rows(layer, part, expert, static_cast<int>(s), r.begin);
+        const auto* src = static_cast<const std::uint8_t*>(m.data);
+        for (int64_t row = r.begin; row < r.end; ++row)
+            std::memcpy(dst + static_cast<std::size_t>(row) * dst_stride,
+                        src + static_cast<std::size_t>(row - r.begin) * m.row_stride, dst_stride);
+    }
+}
+
 struct moe_runner::slice_buffers {
     act_buffer x_gate, x_up;  // x quantized for gate and for up, per position: [n_pos]
     act_buffer h;             // h quantized for down, per position: [n_pos]

@@ -1,4 +1,4 @@
-// Routed experts on the CPU expert pool, in two phases per MoE layer (../shared/DESIGN.md):
+// Routed experts on the CPU expert pool, in two phases per MoE layer (docs/ARCHITECTURE.md):
 //   phase 1: h[t,j] = silu(gate_e x_t) * (up_e x_t), each slice over its own rows of n_ff;
 //   phase 2: out[t] = sum_j w[t,j] * down_e h[t,j], each slice over its own rows of n_embd,
 //            experts summed in routing order per row.
@@ -84,6 +84,12 @@ public:
     // row `begin`. begin lies in the slice's own range.
     virtual kernels::cpu::matrix rows(int layer, expert_part part, int expert, int slice, int64_t begin) const = 0;
 };
+
+// Copies every row of `part` of `expert` in `layer` to dst (row r at dst + r * dst_stride, the first
+// dst_stride bytes of each row), slice by slice through `rows` over `plan`'s row ranges: from the
+// expert store's copies when `rows` is one, so the model file is not read again.
+void gather_expert(const expert_rows& rows, const pool_plan& plan, const moe_shape& shape, int layer, expert_part part,
+                   int expert, std::uint8_t* dst, std::size_t dst_stride);
 
 class mapped_expert_rows final : public expert_rows {
 public:

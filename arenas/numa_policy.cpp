@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <new>
 #include <thread>
 #include <utility>
@@ -25,8 +26,6 @@ namespace strata::arenas {
 namespace {
 
 // From <linux/mempolicy.h>; spelled out so no libnuma header is needed.
-constexpr int mpol_default = 0;
-constexpr int mpol_preferred = 1;
 constexpr int mpol_bind = 2;
 constexpr unsigned mpol_mf_strict = 1u << 0;
 constexpr unsigned mpol_mf_move = 1u << 1;
@@ -35,7 +34,7 @@ constexpr unsigned long mpol_f_addr = 1ul << 1;
 constexpr std::size_t max_nodes = 1024;  // nodemask width in bits
 constexpr std::size_t page_bytes = 4096;
 
-std::atomic<std::uint64_t> n_mbind{0}, n_set_mempolicy{0}, n_get_mempolicy{0}, n_move_pages{0};
+std::atomic<std::uint64_t> n_mbind{0}, n_get_mempolicy{0}, n_move_pages{0};
 
 struct nodemask {
     unsigned long bits[max_nodes / (8 * sizeof(unsigned long))] = {};
@@ -49,7 +48,7 @@ int result(long rc) { return rc == 0 ? 0 : errno; }
 }  // namespace
 
 numa_call_counts numa_calls() {
-    return {n_mbind.load(), n_set_mempolicy.load(), n_get_mempolicy.load(), n_move_pages.load()};
+    return {n_mbind.load(), n_get_mempolicy.load(), n_move_pages.load()};
 }
 
 #ifdef __linux__
@@ -61,14 +60,6 @@ int bind_memory(void* addr, std::size_t bytes, int node) {
     nodemask mask(node);
     ++n_mbind;
     return result(syscall(SYS_mbind, addr, bytes, mpol_bind, mask.bits, max_nodes + 1, mpol_mf_strict | mpol_mf_move));
-}
-
-int set_thread_preferred_node(int node) {
-    if (static_cast<std::size_t>(std::max(node, 0)) >= max_nodes) return EINVAL;
-    ++n_set_mempolicy;
-    if (node < 0) return result(syscall(SYS_set_mempolicy, mpol_default, nullptr, 0));
-    nodemask mask(node);
-    return result(syscall(SYS_set_mempolicy, mpol_preferred, mask.bits, max_nodes + 1));
 }
 
 int node_of_address(const void* addr) {
@@ -162,7 +153,6 @@ void node_buffer::release() {
 
 bool numa_policy_available() { return false; }
 int bind_memory(void*, std::size_t, int) { return ENOSYS; }
-int set_thread_preferred_node(int) { return ENOSYS; }
 int node_of_address(const void*) { return -ENOSYS; }
 page_placement sample_page_placement(const void*, std::size_t, std::size_t) {
     page_placement out;
@@ -199,27 +189,34 @@ node_buffer& node_buffer::operator=(node_buffer&& other) noexcept {
     return *this;
 }
 
-std::optional<std::uint64_t> node_memory_free(int node) {
+std::optional<std::uint64_t> node_memory_available(int node) {
     std::ifstream in("/sys/devices/system/node/node" + std::to_string(node) + "/meminfo");
+    if (!in) return std::nullopt;
+    // "Node 0 MemFree:         1234567 kB"
+    constexpr std::string_view counted[] = {"MemFree:", "Active(file):", "Inactive(file):", "SReclaimable:"};
+    std::uint64_t kib = 0;
+    int found = 0;
     std::string line;
-    while (in && std::getline(in, line)) {
-        // "Node 0 MemFree:         1234567 kB"
-        const auto at = line.find("MemFree:");
-        if (at == std::string::npos) continue;
-        return std::stoull(line.substr(at + 8)) * 1024;
-    }
-    return std::nullopt;
+    while (std::getline(in, line))
+        for (const auto key : counted)
+            if (const auto at = line.find(key); at != std::string::npos) {
+                kib += std::stoull(line.substr(at + key.size()));
+                ++found;
+            }
+    if (found == 0) return std::nullopt;
+    return kib * 1024;
 }
 
-bool check_node_room(int node, std::uint64_t share_bytes, std::optional<std::uint64_t> free_bytes,
-                     std::uint64_t headroom_bytes) {
-    if (!free_bytes) free_bytes = node_memory_free(node);
-    if (!free_bytes || *free_bytes >= share_bytes + headroom_bytes) return true;
+void require_node_room(int node, std::uint64_t share_bytes, std::optional<std::uint64_t> available,
+                       std::uint64_t headroom_bytes, std::string_view what, std::string_view remedy) {
+    if (!available) available = node_memory_available(node);
+    if (!available || *available >= share_bytes + headroom_bytes) return;
     constexpr double gib = double(std::uint64_t{1} << 30);
-    logger("arenas")->warn("NUMA placement at risk: node {} has {:.1f} GiB free, its share needs {:.1f} GiB + {:.0f} GiB.",
-                           node, static_cast<double>(*free_bytes) / gib, static_cast<double>(share_bytes) / gib,
-                           static_cast<double>(headroom_bytes) / gib);
-    return false;
+    throw node_room_error(fmt::format(
+        "NUMA node {} has {:.2f} GiB available (free memory and reclaimable page cache), {} needs {:.2f} GiB there "
+        "plus {:.2f} GiB kept free; memory bound to a full node ends in an out-of-memory kill, so nothing was placed. {}",
+        node, static_cast<double>(*available) / gib, what, static_cast<double>(share_bytes) / gib,
+        static_cast<double>(headroom_bytes) / gib, remedy));
 }
 
 double page_placement::share_on(int node) const {

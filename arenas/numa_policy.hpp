@@ -1,4 +1,4 @@
-// numa_policy: the only place in strata that issues mbind, set_mempolicy, get_mempolicy or move_pages.
+// numa_policy: the only place in strata that issues mbind, get_mempolicy or move_pages.
 // Every such call is counted, so "no NUMA system call without --numa-hot-node" is testable. Builds on
 // systems without these calls compile; the calls then fail with ENOSYS and numa_policy_available()
 // is false.
@@ -7,17 +7,18 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
+#include <string_view>
 #include <vector>
 
 namespace strata::arenas {
 
 struct numa_call_counts {
     std::uint64_t mbind = 0;
-    std::uint64_t set_mempolicy = 0;
     std::uint64_t get_mempolicy = 0;
     std::uint64_t move_pages = 0;
 
-    std::uint64_t total() const { return mbind + set_mempolicy + get_mempolicy + move_pages; }
+    std::uint64_t total() const { return mbind + get_mempolicy + move_pages; }
 };
 
 // Calls issued by this process through numa_policy since it started. Thread-safe.
@@ -32,10 +33,6 @@ inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
 // page-aligned. Returns 0 or the errno (EINVAL: bad node or range, ENOSYS: not Linux, EIO: pages
 // could not be moved).
 int bind_memory(void* addr, std::size_t bytes, int node);
-
-// set_mempolicy(MPOL_PREFERRED, node) for the calling thread; node < 0 restores the default policy.
-// Returns 0 or the errno.
-int set_thread_preferred_node(int node);
 
 // get_mempolicy(MPOL_F_NODE | MPOL_F_ADDR): the node holding the page at `addr`, or -errno.
 int node_of_address(const void* addr);
@@ -55,15 +52,25 @@ struct page_placement {
 
 page_placement sample_page_placement(const void* addr, std::size_t bytes, std::size_t max_samples = 4096);
 
-// MemFree of a node from /sys/devices/system/node/nodeN/meminfo (no system call of the counted
-// kind); nullopt where the file does not exist (not Linux, no such node).
-std::optional<std::uint64_t> node_memory_free(int node);
+// Memory `node` can give a bound allocation, from /sys/devices/system/node/nodeN/meminfo: MemFree
+// plus the page cache and reclaimable slab the kernel evicts before it fails one (Active(file),
+// Inactive(file), SReclaimable). No system call of the counted kind; nullopt where the file does not
+// exist (not Linux, no such node).
+std::optional<std::uint64_t> node_memory_available(int node);
 
-// Before placing `share_bytes` on `node`: logs "NUMA placement at risk: node N has X GiB free, its
-// share needs Y GiB + 2 GiB." when free memory (`free_bytes`, or node_memory_free) is short of the
-// share plus `headroom_bytes`. Returns false in that case.
-bool check_node_room(int node, std::uint64_t share_bytes, std::optional<std::uint64_t> free_bytes,
-                     std::uint64_t headroom_bytes = std::uint64_t{2} << 30);
+// A node without room for what was to be bound to it (require_node_room).
+class node_room_error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// Before binding `share_bytes` to `node`: a buffer bound strictly to a full node is not refused by
+// mmap or mbind but ends in an OOM kill when its pages are touched, so this throws node_room_error
+// when the node's available memory (`available`, else node_memory_available) is short of the share
+// plus `headroom_bytes`. The message names the node, both figures, `what` and `remedy` (the flag that
+// avoids it). Nothing is checked when no figure can be read.
+void require_node_room(int node, std::uint64_t share_bytes, std::optional<std::uint64_t> available,
+                       std::uint64_t headroom_bytes, std::string_view what, std::string_view remedy);
 
 // Who touches a node_buffer's pages first.
 enum class first_touch {

@@ -1,4 +1,4 @@
-// Pool plan rules (issue 4). Pure: no logging, no environment, no syscalls.
+// Pool plan rules (docs/NUMA.md). Pure: no logging, no environment, no syscalls.
 #include "pool_plan.hpp"
 
 #include <algorithm>

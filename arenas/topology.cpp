@@ -9,11 +9,12 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+
+#include "numa_policy.hpp"
 
 namespace strata::arenas {
 
@@ -48,20 +49,6 @@ hwloc_obj_t nearest_node(hwloc_topology_t t, hwloc_const_cpuset_t core_set) {
     return best;
 }
 
-std::uint64_t sysfs_node_free_bytes(unsigned node) {
-    std::ifstream in("/sys/devices/system/node/node" + std::to_string(node) + "/meminfo");
-    std::string line;
-    while (std::getline(in, line)) {
-        auto pos = line.find("MemFree:");
-        if (pos == std::string::npos) continue;
-        std::istringstream fields(line.substr(pos + 8));
-        std::uint64_t kib = 0;
-        fields >> kib;
-        return kib * 1024;
-    }
-    return 0;
-}
-
 topology build(hwloc_topology_t t, const std::optional<std::vector<int>>& allowed, bool from_machine,
                std::string source) {
     std::set<int> allowed_set;
@@ -76,7 +63,7 @@ topology build(hwloc_topology_t t, const std::optional<std::vector<int>>& allowe
         numa_node node;
         node.os_index = static_cast<int>(n->os_index);
         node.memory_total = n->attr ? n->attr->numanode.local_memory : 0;
-        node.memory_free = from_machine ? sysfs_node_free_bytes(n->os_index) : node.memory_total;
+        node.memory_free = from_machine ? node_memory_available(static_cast<int>(n->os_index)).value_or(0) : node.memory_total;
         if (from_machine && node.memory_free == 0) node.memory_free = node.memory_total;
         topo.nodes.push_back(std::move(node));
         node_objs.push_back(n);

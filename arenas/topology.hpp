@@ -20,7 +20,8 @@ struct numa_node {
     int os_index = -1;              // the kernel's node number (what mbind and move_pages use)
     std::vector<core> cores;        // allowed physical cores whose nearest node this is, by OS CPU number
     std::uint64_t memory_total = 0; // bytes of memory local to the node
-    std::uint64_t memory_free = 0;  // bytes free at load time (equal to memory_total for synthetic and XML)
+    std::uint64_t memory_free = 0;  // bytes a bound allocation can get at load time (node_memory_available;
+                                    // equal to memory_total for synthetic and XML)
 
     bool has_cpus() const { return !cores.empty(); }
 };

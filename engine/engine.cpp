@@ -175,7 +175,7 @@ gpu_choice build_on_engine_thread(model::impl& r) {
     const gpu_choice gpu = choose_gpu(r.options);
     arenas::pool_requests requests = pool_requests_for(r.options);
     if (gpu.numa_node() >= 0) requests.host_node = gpu.numa_node();
-    r.pool = arenas::expert_pool::create(topo, requests);
+    r.pool = arenas::expert_pool::create(topo, requests, arenas::read_pool_options(arenas::process_environment()));
     if (r.options.gpu >= 0) log_host_thread(topo, r.pool->plan(), gpu);
     const arenas::moe_shape shape{r.hp.n_embd, r.hp.n_ff_exp, r.hp.n_expert, r.hp.n_expert_used};
     r.hot = std::make_unique<arenas::hot_node>(arenas::parse_hot_node(hot_node_option(r.options, gpu)), topo, &r.regions);
@@ -210,6 +210,8 @@ model_options checked(model_options o, int n_ctx_train) {
         }
     }
     if (o.n_batch < 1) throw std::runtime_error(fmt::format("the batch size must be positive, got {}", o.n_batch));
+    if (o.gpu_sessions < 1)
+        throw std::runtime_error(fmt::format("--gpu-sessions must be at least 1, got {}", o.gpu_sessions));
     if (o.cache_ram_mib < -1)
         throw std::runtime_error(fmt::format("--cache-ram must be 0 (off) or a number of MiB, got {}", o.cache_ram_mib));
     return o;
@@ -224,6 +226,7 @@ std::unique_ptr<engine::gpu::hybrid_forward> create_hybrid(model::impl& r, const
     h.device = gpu.device;  // when absent, create() asks again and says why
     h.expert_cache_gib = engine::gpu::parse_expert_cache(o.expert_cache);
     h.vram_reserve_mib = o.vram_reserve_mib;
+    h.gpu_sessions = o.gpu_sessions;
     h.expert_profile = o.expert_profile;
     h.adapt = {o.adapt_every, o.adapt_swaps, o.adapt_async};
     h.n_ctx = o.n_ctx;

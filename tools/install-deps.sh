@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libtbb-dev libhwloc-dev libspdlog-dev libcxxopts-dev libgtest-dev libgmock-dev
-  nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libnuma-dev libbenchmark-dev
+  nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev
   # tools/fuzz-requests.sh: clang and its libFuzzer runtime
   clang-14 libclang-rt-14-dev
   # the numa-vm test lane boots a small VM under software emulation

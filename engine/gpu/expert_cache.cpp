@@ -37,12 +37,14 @@ std::optional<double> parse_expert_cache(const std::string& value) {
 cache_size size_expert_cache(const vram_budget& b, std::optional<double> gib, uint64_t slot_bytes,
                              int n_experts_total) {
     if (slot_bytes == 0) throw std::invalid_argument("an expert slot of 0 bytes");
-    const uint64_t needed = b.reserve_bytes + b.dense_bytes + b.kv_bytes;
+    if (b.n_sessions < 1)
+        throw std::invalid_argument(fmt::format("--gpu-sessions must be at least 1, got {}", b.n_sessions));
+    const uint64_t needed = b.reserve_bytes + b.dense_bytes + b.kv_bytes();
     if (needed > b.free_bytes)
         throw std::runtime_error(fmt::format(
-            "the GPU has {:.0f} MiB free, but the dense weights ({:.0f} MiB), the KV cache ({:.0f} MiB) and the "
-            "reserve ({:.0f} MiB) need {:.0f} MiB",
-            mib(b.free_bytes), mib(b.dense_bytes), mib(b.kv_bytes), mib(b.reserve_bytes), mib(needed)));
+            "the GPU has {:.0f} MiB free, but the dense weights ({:.0f} MiB), the KV cache ({:.0f} MiB for {} "
+            "session(s)) and the reserve ({:.0f} MiB) need {:.0f} MiB",
+            mib(b.free_bytes), mib(b.dense_bytes), mib(b.kv_bytes()), b.n_sessions, mib(b.reserve_bytes), mib(needed)));
     cache_size s;
     s.slot_bytes = slot_bytes;
     s.available_bytes = b.free_bytes - needed;
@@ -53,7 +55,7 @@ cache_size size_expert_cache(const vram_budget& b, std::optional<double> gib, ui
             throw std::runtime_error(fmt::format(
                 "--expert-cache {} GiB ({:.0f} MiB) does not fit: {:.0f} MiB free minus dense weights {:.0f} MiB, KV "
                 "cache {:.0f} MiB and reserve {:.0f} MiB leaves {:.0f} MiB",
-                *gib, mib(bytes), mib(b.free_bytes), mib(b.dense_bytes), mib(b.kv_bytes), mib(b.reserve_bytes),
+                *gib, mib(bytes), mib(b.free_bytes), mib(b.dense_bytes), mib(b.kv_bytes()), mib(b.reserve_bytes),
                 mib(s.available_bytes)));
     }
     s.n_slots = static_cast<int>(std::min<uint64_t>(bytes / slot_bytes, static_cast<uint64_t>(std::max(n_experts_total, 0))));

@@ -27,7 +27,9 @@ struct vram_budget {
     uint64_t free_bytes = 0;     // free VRAM on the device before strata allocates
     uint64_t reserve_bytes = 0;  // --vram-reserve-mib: left for the driver, cuBLAS, other processes
     uint64_t dense_bytes = 0;    // attention, router, shared expert, norms, output head, scratch
-    uint64_t kv_bytes = 0;       // the KV cache in VRAM
+    uint64_t kv_bytes_per_session = 0;  // one session's KV cache in VRAM (every layer, the whole context)
+    int n_sessions = 1;          // --gpu-sessions: sessions whose KV caches VRAM holds at once
+    uint64_t kv_bytes() const { return kv_bytes_per_session * static_cast<uint64_t>(n_sessions < 0 ? 0 : n_sessions); }
 };
 
 struct cache_size {
@@ -37,8 +39,9 @@ struct cache_size {
 };
 
 // auto: as many slots as fit available_bytes; GIB: that many bytes of slots, which must fit.
-// At most n_experts_total slots. Throws std::runtime_error with every number when dense + KV +
-// reserve exceed the free VRAM, or when an explicit size exceeds what is available.
+// At most n_experts_total slots. Throws std::invalid_argument when n_sessions < 1, std::runtime_error
+// with every number when dense + KV + reserve exceed the free VRAM, or when an explicit size exceeds
+// what is available.
 cache_size size_expert_cache(const vram_budget& budget, std::optional<double> gib, uint64_t slot_bytes,
                              int n_experts_total);
 

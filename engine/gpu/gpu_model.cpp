@@ -90,9 +90,11 @@ slot_layout layout_slots(const std::vector<arenas::moe_layer>& layers) {
     return s;
 }
 
-slot_copier::slot_copier(const std::vector<arenas::moe_layer>& layers, const slot_layout& layout, uint8_t* slots,
+slot_copier::slot_copier(const std::vector<arenas::moe_layer>& layers, const arenas::expert_rows& rows,
+                         arenas::pool_plan plan, arenas::moe_shape shape, const slot_layout& layout, uint8_t* slots,
                          int n_staging, bool background, const arenas::hot_node* hot)
-    : layers_(layers), layout_(layout), slots_(slots), background_(background) {
+    : layers_(layers), rows_(rows), plan_(std::move(plan)), shape_(shape), layout_(layout), slots_(slots),
+      background_(background) {
     staging_.resize(static_cast<size_t>(std::max(n_staging, 1)));
     host_arrays ring;
     for (staging& s : staging_) ring.add(s.host, layout.slot_bytes);
@@ -117,15 +119,11 @@ void slot_copier::gather_and_copy(const job& j) {
     if (st.used) st.done.synchronize();  // the buffer's previous copy has left it
     const arenas::moe_layer& l = layers_[static_cast<size_t>(j.key.layer)];
     const size_t li = static_cast<size_t>(j.key.layer);
-    auto gather = [&](const arenas::expert_tensor& t, size_t offset, size_t stride) {
-        const uint8_t* src = t.experts[static_cast<size_t>(j.key.expert)];
-        for (int64_t r = 0; r < t.n_rows; ++r)
-            std::memcpy(st.host.data() + offset + static_cast<size_t>(r) * stride,
-                        src + static_cast<size_t>(r) * t.row_stride, stride);
-    };
-    gather(l.gate, layout_.gate[li], layout_.gate_stride[li]);
-    gather(l.up, layout_.up[li], layout_.up_stride[li]);
-    gather(l.down, layout_.down[li], layout_.down_stride[li]);
+    uint8_t* host = st.host.data();
+    const int layer = j.key.layer, e = j.key.expert;
+    arenas::gather_expert(rows_, plan_, shape_, layer, arenas::expert_part::gate, e, host + layout_.gate[li], layout_.gate_stride[li]);
+    arenas::gather_expert(rows_, plan_, shape_, layer, arenas::expert_part::up, e, host + layout_.up[li], layout_.up_stride[li]);
+    arenas::gather_expert(rows_, plan_, shape_, layer, arenas::expert_part::down, e, host + layout_.down[li], layout_.down_stride[li]);
     const size_t bytes = layout_.down[li] + layout_.down_stride[li] * static_cast<size_t>(l.down.n_rows);
     check(cudaStreamWaitEvent(stream_, st.compute_done, 0), "cudaStreamWaitEvent");
     copy_to_device(slots_ + static_cast<size_t>(j.slot) * layout_.slot_bytes, st.host.data(), bytes, stream_);

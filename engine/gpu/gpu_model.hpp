@@ -58,7 +58,8 @@ struct slot_layout {
 };
 slot_layout layout_slots(const std::vector<arenas::moe_layer>& layers);
 
-// expert_copier over VRAM slots: the expert's rows are gathered from the mapped file into one of a
+// expert_copier over VRAM slots: the expert's rows are gathered from the CPU pool's copy of the experts
+// (the expert store, so the model file whose page cache was dropped is not read again) into one of a
 // ring of pinned staging buffers (one host_pool on the hot node), then copied on the copier's own stream after the compute stream's
 // last use of the slot; each copy's landing is an event. With `background` (--adapt-async 1) a worker
 // thread does the gathering and queues the copy, so start() returns at once and the decode step pays
@@ -67,8 +68,10 @@ slot_layout layout_slots(const std::vector<arenas::moe_layer>& layers);
 // Thread-safety: start(), landed() and wait() are called by one thread (the engine thread).
 class slot_copier final : public expert_copier {
 public:
-    slot_copier(const std::vector<arenas::moe_layer>& layers, const slot_layout& layout, uint8_t* slots,
-                int n_staging, bool background, const arenas::hot_node* hot);
+    // `rows` over `plan`: where the CPU pool reads the experts (the expert store's copies), which the
+    // gathering reads too; `rows` must outlive the copier.
+    slot_copier(const std::vector<arenas::moe_layer>& layers, const arenas::expert_rows& rows, arenas::pool_plan plan,
+                arenas::moe_shape shape, const slot_layout& layout, uint8_t* slots, int n_staging, bool background, const arenas::hot_node* hot);
     ~slot_copier() override;
     slot_copier(const slot_copier&) = delete;
     slot_copier& operator=(const slot_copier&) = delete;
@@ -95,6 +98,9 @@ private:
     bool queued(ticket t);               // t's copy is on the stream
 
     const std::vector<arenas::moe_layer>& layers_;
+    const arenas::expert_rows& rows_;
+    arenas::pool_plan plan_;
+    arenas::moe_shape shape_;
     const slot_layout& layout_;
     uint8_t* slots_;
     stream stream_ = stream::create();

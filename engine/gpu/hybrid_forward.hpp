@@ -35,7 +35,7 @@ struct hybrid_options {
     int n_ctx = 0;                     // per session
     int n_batch = 512;                 // prompt tokens per forward batch (sizes the scratch)
     kv_type kv = kv_type::f16;         // the VRAM KV cache's type, as the CPU's (--kv f16 | int8)
-    int gpu_sessions = 4;              // sessions whose KV cache VRAM holds at once (reserved in sizing)
+    int gpu_sessions = 1;              // --gpu-sessions: sessions whose KV caches VRAM holds at once (sized for)
     bool decode_timing = false;        // STRATA_DECODE_TIMING=1: one log line per decode token
     // Where the pinned host pools go (hot_node::allocate_hot, region map included); must outlive the
     // pass. nullptr: anonymous memory, listed nowhere.

@@ -140,20 +140,22 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
                                      (2ull * hp.n_ff_exp + hp.n_embd) * sizeof(float) +
                                  t * (4ull * n_embd + 2ull * std::max(hp.n_ff_shexp, 1) + hp.n_expert) * sizeof(float);
 
-    const uint64_t kv_bytes = session_kv_bytes(hp, o.n_ctx, o.kv) * static_cast<uint64_t>(std::max(o.gpu_sessions, 1));
     const vram_budget budget{dev.free_bytes, static_cast<uint64_t>(o.vram_reserve_mib) << 20,
-                             dense_.bytes + scratch + moe_scratch, kv_bytes};
+                             dense_.bytes + scratch + moe_scratch, session_kv_bytes(hp, o.n_ctx, o.kv), o.gpu_sessions};
+    const uint64_t kv_bytes = budget.kv_bytes();
     cache_size size;
     try {
         size = size_expert_cache(budget, o.expert_cache_gib, layout_.slot_bytes, hp.n_layer * hp.n_expert);
     } catch (const std::runtime_error& e) {
-        if (o.expert_cache_gib && budget.reserve_bytes + budget.dense_bytes + budget.kv_bytes <= budget.free_bytes)
+        if (o.expert_cache_gib && budget.reserve_bytes + budget.dense_bytes + budget.kv_bytes() <= budget.free_bytes)
             throw config_error(e.what());
         throw;
     }
     slots_ = device_buffer<uint8_t>(static_cast<size_t>(size.n_slots) * layout_.slot_bytes);
     sm_ = nullptr;
-    copier_ = std::make_unique<slot_copier>(layers, layout_, slots_.data(), std::max(o.adapt.swaps, 1) + 1,
+    copier_ = std::make_unique<slot_copier>(layers, rows, pool.plan(),
+                                            arenas::moe_shape{hp.n_embd, hp.n_ff_exp, hp.n_expert, hp.n_expert_used},
+                                            layout_, slots_.data(), std::max(o.adapt.swaps, 1) + 1,
                                             o.adapt.async, o.hot);
     cache_ = std::make_unique<expert_cache>(hp.n_layer, hp.n_expert, size.n_slots, o.adapt, *copier_);
     sm_ = std::make_unique<stream_manager>(hp, dense_, layers, cpu_moe_, *cache_, layout_, slots_.data(), max_tok_,
@@ -183,7 +185,7 @@ session_kv& cuda_hybrid::session_for(const kv_cache& kv, int pos0) {
                 "this session's KV cache is no longer in VRAM (it was given to a newer session; VRAM holds {}), so "
                 "it cannot continue at position {}: start it again from position 0",
                 o_.gpu_sessions, pos0));
-        if (static_cast<int>(sessions_.size()) >= std::max(o_.gpu_sessions, 1)) {
+        if (static_cast<int>(sessions_.size()) >= o_.gpu_sessions) {
             sessions_.splice(sessions_.begin(), sessions_, std::prev(sessions_.end()));  // reuse the least recent
         } else {
             session_kv s;

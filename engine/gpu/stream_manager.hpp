@@ -1,5 +1,5 @@
 // Internal to the CUDA backend: the per-MoE-layer overlap of GPU-resident experts with the CPU
-// complement (../../shared/DESIGN.md, "One decode token"):
+// complement (docs/ARCHITECTURE.md):
 //
 //   compute stream: ... ffn_norm -> router -> top-k ------------------------------ wait -> add -> ...
 //   copy stream:                              \-> xn, ids, weights to pinned host      /  CPU sum to VRAM

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include <oneapi/tbb/global_control.h>
+
 #include "expert_pool.hpp"
 #include "numa_policy.hpp"
 
@@ -165,4 +167,37 @@ TEST(ExpertPool, OptionsFromEnvironment) {
     EXPECT_EQ(o.stall_after, std::chrono::milliseconds(1500));
     vars["STRATA_POOL_SPIN_US"] = "fast";
     EXPECT_THROW(read_pool_options(env), std::invalid_argument);
+}
+
+// An application's own TBB limit: the pool raises it only while it lives, or (raise_tbb_limit off,
+// STRATA_POOL_TBB_LIMIT=keep) leaves it alone and says why it cannot run.
+TEST(ExpertPool, TbbThreadLimitIsRaisedOnlyWhileThePoolLivesOrLeftToTheApplication) {
+    using tbb_limit = oneapi::tbb::global_control;
+    const tbb_limit application(tbb_limit::max_allowed_parallelism, 2);
+    ASSERT_EQ(tbb_limit::active_value(tbb_limit::max_allowed_parallelism), 2u);
+    const pool_plan plan = test_plan(2, 4);
+    ASSERT_GT(plan.total_threads(), 2);
+    pool_options keep;
+    keep.raise_tbb_limit = false;
+    try {
+        expert_pool pool(plan, keep);
+        FAIL() << "a pool that needs more threads than the application allows was built";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("needs " + std::to_string(plan.total_threads()) + " TBB threads but "
+                                             "tbb::global_control allows 2"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_EQ(tbb_limit::active_value(tbb_limit::max_allowed_parallelism), 2u);
+    // Raising cannot override the application's lower limit (the smallest wins): refused, not starved.
+    EXPECT_THROW(expert_pool(plan, pool_options{}), std::invalid_argument);
+    EXPECT_EQ(tbb_limit::active_value(tbb_limit::max_allowed_parallelism), 2u);
+    const auto env = [](std::string_view name) -> std::optional<std::string> {
+        return name == "STRATA_POOL_TBB_LIMIT" ? std::optional<std::string>("keep") : std::nullopt;
+    };
+    EXPECT_FALSE(read_pool_options(env).raise_tbb_limit);
+    EXPECT_THROW(read_pool_options([](std::string_view name) -> std::optional<std::string> {
+                     return name == "STRATA_POOL_TBB_LIMIT" ? std::optional<std::string>("off") : std::nullopt;
+                 }),
+                 std::invalid_argument);
 }

@@ -1,13 +1,16 @@
 // expert_store and hot_node on this (one-node) machine: per-slice copies in test mode without any NUMA
 // call, the single copy and --mmap-experts without the split, a split whose slices share node 0 (mbind
-// and move_pages for real), the room warning, claimed memory, the region map, and the hot node's
+// and move_pages for real), the room check that refuses a full node before placing anything, claimed memory, the region map, and the hot node's
 // "off means no NUMA system call".
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <limits>
 #include <sstream>
 
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/sinks/ostream_sink.h>
 
 #include "expert_store.hpp"
@@ -154,15 +157,13 @@ TEST(ExpertStore, SplitOffOneCopyOrMappedRows) {
     expect_same(outputs(pool, mapped), "mmap experts");
 }
 
-TEST(ExpertStore, SplitBindsSamplesAndWarnsWhenANodeLacksRoom) {
+TEST(ExpertStore, SplitBindsAndSamplesEverySlice) {
     if (!numa_policy_available()) GTEST_SKIP() << "no NUMA system calls on this platform";
     const auto& m = model();
     expert_pool pool(split_on_node0());
     log_capture log;
-    store_options options;
-    options.node_free = [](int) { return std::optional<std::uint64_t>(std::uint64_t{1} << 30); };  // 1 GiB free
     const auto before = numa_calls();
-    expert_store store(pool, m.shape, m.layers, std::move(options));
+    expert_store store(pool, m.shape, m.layers);
     EXPECT_EQ(numa_calls().mbind, before.mbind + 2);       // one buffer per slice
     EXPECT_EQ(numa_calls().move_pages, before.move_pages + 2);  // one sample per slice
     const auto& p = store.placement();
@@ -171,14 +172,104 @@ TEST(ExpertStore, SplitBindsSamplesAndWarnsWhenANodeLacksRoom) {
     for (const auto& n : p.nodes) {
         EXPECT_GE(n.share, 0.99) << "slice " << n.slice;
         EXPECT_GT(n.pages_sampled, 0u);
-        EXPECT_FALSE(n.room_ok);
     }
     EXPECT_TRUE(p.ok());
     const std::string text = log.text.str();
-    EXPECT_NE(text.find("NUMA placement at risk: node 0 has 1.0 GiB free, its share needs 0.0 GiB + 2 GiB."), std::string::npos) << text;
     EXPECT_NE(text.find("NUMA placement: node 0 100.0 %, node 0 100.0 %."), std::string::npos) << text;
     EXPECT_EQ(text.find("FAILED"), std::string::npos) << text;
     expect_same(outputs(pool, store), "split on node 0");
+}
+
+// A split over the two nodes of a synthetic topology, every slice on this machine's first CPU (the
+// room check runs before any buffer is bound, so node 1 need not exist here).
+pool_plan split_over(const topology& topo) {
+    const int cpu = load_machine_topology().nodes.front().cores.front().cpu;
+    pool_plan plan;
+    plan.split = true;
+    plan.host_cpu = cpu;
+    for (std::size_t s = 0; s < topo.nodes.size(); ++s)
+        plan.slices.push_back(pool_slice{topo.nodes[s].os_index, {cpu}, static_cast<int>(s), s == 0, true});
+    return plan;
+}
+
+TEST(ExpertStore, SplitRefusesANodeWithoutRoomBeforePlacingAnything) {
+    const auto& m = model();
+    const auto topo = load_synthetic_topology("pack:2 numa:1 core:2 pu:1");
+    ASSERT_EQ(topo.nodes.size(), 2u);
+    expert_pool pool(split_over(topo));
+    const auto share = expert_store::bytes_per_slice(pool.plan(), m.shape, m.layers);
+    ASSERT_EQ(share.size(), 2u);
+    constexpr std::uint64_t headroom = std::uint64_t{64} << 20;
+    // Node 1 is one page short of its share plus the headroom.
+    const std::uint64_t node1_available = share[1] + headroom - 4096;
+    store_options options;
+    options.headroom_bytes = headroom;
+    options.node_available = [&](int node) {
+        return std::optional<std::uint64_t>(node == 1 ? node1_available : std::uint64_t{64} << 30);
+    };
+    const auto before = numa_calls();
+    try {
+        expert_store store(pool, m.shape, m.layers, std::move(options));
+        FAIL() << "a node without room for its share was accepted";
+    } catch (const node_room_error& e) {
+        const std::string what = e.what();
+        const auto gib = [](std::uint64_t b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1 << 30)); };
+        EXPECT_NE(what.find("NUMA node 1 has " + gib(node1_available) + " available"), std::string::npos) << what;
+        EXPECT_NE(what.find("needs " + gib(share[1]) + " there plus 0.06 GiB kept free"), std::string::npos) << what;
+        EXPECT_NE(what.find("--numa-pool off"), std::string::npos) << what;
+    }
+    EXPECT_EQ(numa_calls().total(), before.total()) << "nothing may be bound before the room check";
+
+    // One page more and the check passes (the copy itself needs node 1, which this machine lacks).
+    EXPECT_NO_THROW(require_node_room(1, share[1], node1_available + 4096, headroom, "a share", "a flag"));
+}
+
+TEST(ExpertStore, SlicesSharingANodeAreCheckedTogether) {
+    if (!numa_policy_available()) GTEST_SKIP() << "no NUMA system calls on this platform";
+    const auto& m = model();
+    expert_pool pool(split_on_node0());
+    const auto share = expert_store::bytes_per_slice(pool.plan(), m.shape, m.layers);
+    ASSERT_EQ(share.size(), 2u);
+    // Room for either slice alone, not for both.
+    const std::uint64_t available = std::max(share[0], share[1]) + (std::uint64_t{1} << 20);
+    store_options options;
+    options.headroom_bytes = 0;
+    options.node_available = [&](int) { return std::optional<std::uint64_t>(available); };
+    const auto before = numa_calls();
+    EXPECT_THROW(expert_store(pool, m.shape, m.layers, std::move(options)), node_room_error);
+    EXPECT_EQ(numa_calls().total(), before.total());
+}
+
+// gather_expert (how the GPU's VRAM slots are filled) reads the store's copies: with the model's
+// bytes overwritten after the copy, it still gives every row of the original expert.
+TEST(ExpertStore, GatherReadsTheStoresCopiesNotTheModel) {
+    synthetic_moe m = make_synthetic_moe(
+        shape, {{ggml_type::Q4_K, ggml_type::Q8_0, ggml_type::Q6_K}, {ggml_type::Q8_0, ggml_type::IQ4_XS, ggml_type::Q8_0}}, 7);
+    const auto original = m.storage;
+    expert_pool pool(test_plan(3));
+    const expert_store store(pool, m.shape, m.layers);
+    for (auto& bytes : m.storage) std::memset(bytes.data(), 0xff, bytes.size());
+    const mapped_expert_rows in_place(m.layers);
+    for (int il = 0; il < 2; ++il)
+        for (const expert_part part : {expert_part::gate, expert_part::up, expert_part::down})
+            for (const int e : {0, 5}) {
+                const expert_tensor& t = m.layers[static_cast<std::size_t>(il)].part(part);
+                const std::size_t row_bytes = strata::formats::row_size(t.type, t.n_cols);
+                std::vector<std::uint8_t> want(row_bytes * static_cast<std::size_t>(t.n_rows));
+                const auto part_index = static_cast<std::size_t>(part);
+                const std::size_t expert_offset = static_cast<std::size_t>(t.experts[static_cast<std::size_t>(e)] -
+                                                                           m.storage[static_cast<std::size_t>(il) * 3 + part_index].data());
+                for (int64_t r = 0; r < t.n_rows; ++r)
+                    std::memcpy(want.data() + static_cast<std::size_t>(r) * row_bytes,
+                                original[static_cast<std::size_t>(il) * 3 + part_index].data() + expert_offset +
+                                    static_cast<std::size_t>(r) * t.row_stride,
+                                row_bytes);
+                std::vector<std::uint8_t> got(want.size()), stale(want.size());
+                gather_expert(store, pool.plan(), m.shape, il, part, e, got.data(), row_bytes);
+                gather_expert(in_place, pool.plan(), m.shape, il, part, e, stale.data(), row_bytes);
+                EXPECT_EQ(got, want) << "layer " << il << " part " << part_index << " expert " << e;
+                EXPECT_NE(stale, want) << "the model's rows were not overwritten";
+            }
 }
 
 TEST(ExpertStore, RejectsMismatchedLayersAndMisusedClaims) {
@@ -219,6 +310,40 @@ TEST(HotNode, OffIssuesNoNumaSystemCall) {
     }
     EXPECT_EQ(numa_calls().total(), before) << "--numa-hot-node off must not issue a NUMA system call";
     EXPECT_THROW(hot_node(7, four_cores()), std::invalid_argument);
+}
+
+TEST(HotNode, ClaimRefusesMoreThanTheNodeHas) {
+    if (!numa_policy_available() || !node_memory_available(0)) GTEST_SKIP() << "no node meminfo on this machine";
+    const auto topo = load_machine_topology();
+    const int node = topo.nodes.front().os_index;
+    const hot_node hot(node, topo);
+    const std::uint64_t too_much = *node_memory_available(node) + (std::uint64_t{4} << 30);
+    const auto before = numa_calls();
+    try {
+        (void)hot.claim_complement(too_much);
+        FAIL() << "a claim larger than the node's memory was accepted";
+    } catch (const node_room_error& e) {
+        EXPECT_NE(std::string(e.what()).find("NUMA node " + std::to_string(node) + " has "), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("--numa-hot-node"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(numa_calls().total(), before.total());
+}
+
+TEST(NumaPolicy, NodeMemoryAvailableCountsFreeAndReclaimableMemory) {
+    const auto available = node_memory_available(0);
+    if (!available) GTEST_SKIP() << "no /sys/devices/system/node/node0/meminfo";
+    // MemTotal bounds it from above; it is at least MemFree.
+    std::ifstream in("/sys/devices/system/node/node0/meminfo");
+    std::uint64_t total = 0, free = 0;
+    for (std::string line; std::getline(in, line);) {
+        const auto value = [&](const char* key) { return std::stoull(line.substr(line.find(key) + std::strlen(key))) * 1024; };
+        if (line.find("MemTotal:") != std::string::npos) total = value("MemTotal:");
+        if (line.find("MemFree:") != std::string::npos) free = value("MemFree:");
+    }
+    EXPECT_GT(*available, 0u);
+    EXPECT_LE(*available, total);
+    EXPECT_GE(*available + (std::uint64_t{256} << 20), free);  // MemFree may move between the two reads
+    EXPECT_EQ(node_memory_available(100000), std::nullopt);
 }
 
 TEST(HotNode, ClaimedComplementLandsOnTheHotNode) {

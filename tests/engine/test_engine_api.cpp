@@ -209,6 +209,15 @@ TEST(EngineApi, LoadErrorsNameTheProblem) {
     } catch (const std::exception& e) {
         EXPECT_NE(std::string(e.what()).find("q4"), std::string::npos) << e.what();
     }
+    o.kv_type = "f16";
+    EXPECT_EQ(o.gpu_sessions, 1) << "VRAM is sized for one session unless more are asked for";
+    o.gpu_sessions = 0;
+    try {
+        model::load(o);
+        FAIL();
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("--gpu-sessions must be at least 1, got 0"), std::string::npos) << e.what();
+    }
 }
 
 // The decode passes by part: one pass per token after the first, the attention part reads exactly the

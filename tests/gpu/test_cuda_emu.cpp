@@ -1,10 +1,13 @@
 // The CUDA emulator itself (STRATA_CUDA=EMU builds only): kernels run with real block and warp
 // cooperation, streams run concurrently and events order them, and the checks that stand in for a
-// GPU's failures (launch limits, host pointers, copy ranges, memory capacity, broken shuffles) fail
-// the call with CUDA's error codes.
+// GPU's failures (launch limits, host pointers, copy ranges, memory capacity, broken shuffles, a
+// barrier reached from two places) fail the call with CUDA's error codes; shared memory starts as NaN
+// bytes in every block and threads run in a shuffled order between barriers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <numeric>
 #include <thread>
@@ -42,6 +45,31 @@ __global__ void slow_increment(const int* in, int* out, int n, int ms) {
 __global__ void broken_shuffle(float* out) {
     if (threadIdx.x >= 16) return;
     out[threadIdx.x] = detail::warp_sum(1.0f);
+}
+
+// out[blockIdx.x] = what thread 0 reads from shared memory before any thread of the block wrote it;
+// then every thread writes its slot (which a later block must not see).
+__global__ void read_shared_first(float* out) {
+    __shared__ float shared[kWarp];
+    if (threadIdx.x == 0) out[blockIdx.x] = shared[0];
+    __syncthreads();
+    shared[threadIdx.x % kWarp] = 1.0f;
+}
+
+// order[k] = the thread that ran k-th up to the kernel's first barrier (fibers run one at a time).
+__global__ void record_order(int* order, int* counter) {
+    order[(*counter)++] = static_cast<int>(threadIdx.x);
+    __syncthreads();
+}
+
+// Half the block waits at one __syncthreads, half at another: undefined on a GPU.
+__global__ void split_barrier(float* out) {
+    if (threadIdx.x < 16) {
+        __syncthreads();
+    } else {
+        __syncthreads();
+    }
+    out[threadIdx.x] = 1.0f;
 }
 
 template <class T>
@@ -184,6 +212,40 @@ TEST(CudaEmulator, ShuffleWithInactiveLanesFaultsTheDevice) {
     STRATA_LAUNCH(broken_shuffle, 1, 32, nullptr)(out.data());  // the launch itself is accepted
     EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
     EXPECT_EQ(cudaMemcpy(out.data(), out.data(), 4, cudaMemcpyDeviceToDevice), cudaErrorLaunchFailure);
+    EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+TEST(CudaEmulator, SharedMemoryIsPoisonedAtEveryBlockStart) {
+    device_buffer<float> out(3);
+    STRATA_LAUNCH(read_shared_first, 3, 64, nullptr)(out.data());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (const float v : download(out)) EXPECT_TRUE(std::isnan(v)) << "shared memory read before a write gave " << v;
+}
+
+TEST(CudaEmulator, ThreadsRunInAVaryingOrderBetweenBarriers) {
+    constexpr int n = 64;
+    device_buffer<int> order(n), counter(1);
+    std::vector<std::vector<int>> runs;
+    for (int launch = 0; launch < 2; ++launch) {
+        ASSERT_EQ(cudaMemset(counter.data(), 0, counter.bytes()), cudaSuccess);
+        STRATA_LAUNCH(record_order, 1, n, nullptr)(order.data(), counter.data());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        runs.push_back(download(order));
+        std::vector<int> sorted = runs.back();
+        std::sort(sorted.begin(), sorted.end());
+        std::vector<int> identity(n);
+        std::iota(identity.begin(), identity.end(), 0);
+        EXPECT_EQ(sorted, identity) << "every thread runs exactly once";
+        EXPECT_NE(runs.back(), identity) << "threads ran in index order";
+    }
+    EXPECT_NE(runs[0], runs[1]) << "two launches ran their threads in the same order";
+}
+
+TEST(CudaEmulator, BarrierFromTwoCallSitesFaultsTheDevice) {
+    device_buffer<float> out(32);
+    STRATA_LAUNCH(split_barrier, 1, 32, nullptr)(out.data());
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
     EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }

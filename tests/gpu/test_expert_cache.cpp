@@ -40,7 +40,7 @@ constexpr uint64_t kMiB = 1 << 20;
 
 TEST(ExpertCacheSizing, AutoFillsWhatIsLeft) {
     const vram_budget b{.free_bytes = 1000 * kMiB, .reserve_bytes = 100 * kMiB, .dense_bytes = 300 * kMiB,
-                        .kv_bytes = 50 * kMiB};
+                        .kv_bytes_per_session = 50 * kMiB};
     const cache_size s = size_expert_cache(b, std::nullopt, 10 * kMiB, 1000);
     EXPECT_EQ(s.available_bytes, 550 * kMiB);
     EXPECT_EQ(s.n_slots, 55);
@@ -48,9 +48,32 @@ TEST(ExpertCacheSizing, AutoFillsWhatIsLeft) {
     EXPECT_EQ(size_expert_cache(b, std::nullopt, 7 * kMiB, 1000).n_slots, 78);  // floor(550 / 7)
 }
 
+TEST(ExpertCacheSizing, KvCacheIsSizedForTheSessionsThatExist) {
+    // One session unless more are asked for (--gpu-sessions): the other sessions' VRAM goes to experts.
+    vram_budget b{.free_bytes = 2000 * kMiB, .reserve_bytes = 100 * kMiB, .dense_bytes = 300 * kMiB,
+                  .kv_bytes_per_session = 200 * kMiB};
+    EXPECT_EQ(b.kv_bytes(), 200 * kMiB);
+    const cache_size one = size_expert_cache(b, std::nullopt, 10 * kMiB, 1000);
+    EXPECT_EQ(one.available_bytes, 1400 * kMiB);
+    EXPECT_EQ(one.n_slots, 140);
+    b.n_sessions = 4;
+    const cache_size four = size_expert_cache(b, std::nullopt, 10 * kMiB, 1000);
+    EXPECT_EQ(four.available_bytes, 800 * kMiB);
+    EXPECT_EQ(four.n_slots, 80);
+    b.n_sessions = 9;  // 1800 MiB of KV caches do not fit in 1600
+    try {
+        size_expert_cache(b, std::nullopt, 10 * kMiB, 1000);
+        FAIL() << "9 sessions' KV caches should not fit";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("the KV cache (1800 MiB for 9 session(s))"), std::string::npos) << e.what();
+    }
+    b.n_sessions = 0;
+    EXPECT_THROW(size_expert_cache(b, std::nullopt, 10 * kMiB, 1000), std::invalid_argument);
+}
+
 TEST(ExpertCacheSizing, ExplicitSizeMustFit) {
     const vram_budget b{.free_bytes = 4096 * kMiB, .reserve_bytes = 512 * kMiB, .dense_bytes = 1024 * kMiB,
-                        .kv_bytes = 512 * kMiB};
+                        .kv_bytes_per_session = 512 * kMiB};
     EXPECT_EQ(size_expert_cache(b, 1.0, 64 * kMiB, 1000).n_slots, 16);
     EXPECT_EQ(size_expert_cache(b, 0.0, 64 * kMiB, 1000).n_slots, 0);
     try {
@@ -63,7 +86,7 @@ TEST(ExpertCacheSizing, ExplicitSizeMustFit) {
 
 TEST(ExpertCacheSizing, DenseThatDoesNotFitNamesTheNumbers) {
     const vram_budget b{.free_bytes = 1000 * kMiB, .reserve_bytes = 512 * kMiB, .dense_bytes = 600 * kMiB,
-                        .kv_bytes = 0};
+                        .kv_bytes_per_session = 0};
     try {
         size_expert_cache(b, std::nullopt, kMiB, 10);
         FAIL();

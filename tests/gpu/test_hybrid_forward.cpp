@@ -11,9 +11,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 
 #include "expert_pool.hpp"
+#include "expert_store.hpp"
 #include "generate.hpp"
 #include "gpu/hybrid_forward.hpp"
 #include "gpu_available.hpp"
@@ -261,6 +263,48 @@ INSTANTIATE_TEST_SUITE_P(Archs, HybridForward,
                          [](const auto& info) {
                              return make_model::arch_name(info.param.a) + "_prompt" + std::to_string(info.param.n_prompt);
                          });
+
+// The VRAM slots are filled and swapped from the CPU pool's copy of the experts (the expert store),
+// not from the model file: with the file's expert bytes overwritten after the copy, the hybrid pass
+// must still match the CPU pass over the store, fully resident and with adaptive swaps.
+TEST(HybridForwardSlots, FilledFromTheExpertStoreNotTheFile) {
+    STRATA_REQUIRE_GPU();
+    auto m = load(arch::qwen3moe);
+    const hparams& hp = m->hp;
+    const arenas::expert_store store(*m->pool, {hp.n_embd, hp.n_ff_exp, hp.n_expert, hp.n_expert_used}, m->layers);
+    for (const arenas::moe_layer& l : m->layers)
+        for (const arenas::expert_tensor* t : {&l.gate, &l.up, &l.down})
+            for (const uint8_t* e : t->experts)
+                std::memset(const_cast<uint8_t*>(e), 0xff, t->row_stride * static_cast<size_t>(t->n_rows));
+    const std::vector<int32_t> p = prompt(hp.n_vocab, 12);
+    const int n_gen = 8, n_batch = 32;
+    forward_pass cpu(*m->pool, hp, m->w, store);
+    std::vector<int32_t> tokens;
+    const run_result want = generate(hp, p, n_gen, n_batch, kv_type::f16, tokens, [&](auto&&... a) { cpu.eval(a...); },
+                                     [&] { return cpu.routing().counts; });
+    for (const adapt_options adapt : {adapt_options{}, adapt_options{.every = 1, .swaps = 3, .async = true}}) {
+        hybrid_options o;
+        o.n_ctx = kCtx;
+        o.n_batch = n_batch;
+        o.adapt = adapt;
+        if (adapt.every > 0) {  // about half of the experts resident, so the adaptive tier swaps
+            const auto& l0 = m->layers[0];
+            const uint64_t slot = formats::row_size(l0.gate.type, l0.gate.n_cols) * l0.gate.n_rows +
+                                  formats::row_size(l0.up.type, l0.up.n_cols) * l0.up.n_rows +
+                                  formats::row_size(l0.down.type, l0.down.n_cols) * l0.down.n_rows + 256;
+            o.expert_cache_gib = double(slot * static_cast<uint64_t>(hp.n_layer * hp.n_expert / 2)) / double(1 << 30);
+        }
+        std::string why;
+        auto h = hybrid_forward::create(*m->pool, hp, m->w, m->layers, store, o, &why);
+        ASSERT_TRUE(h) << why;
+        const run_result got = generate(hp, p, n_gen, n_batch, kv_type::f16, tokens, [&](auto&&... a) { h->eval(a...); },
+                                        [&] { return h->routing().counts; });
+        expect_same(got, want, static_cast<size_t>(hp.n_vocab), adapt.every ? "adaptive swaps" : "all resident");
+        if (adapt.every > 0) {
+            EXPECT_GT(h->expert_cache_stats().swaps_started, 0u);
+        }
+    }
+}
 
 TEST(HybridForwardDevice, OutOfRangeDeviceSaysWhy) {
     auto m = load(arch::qwen3moe);

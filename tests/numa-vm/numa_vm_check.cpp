@@ -117,7 +117,7 @@ void check_store_hot_node_and_report(const topology& topo, expert_pool& pool, co
     bool all_placed = placed.mode == store_mode::split && placed.nodes.size() == pool.plan().slices.size();
     std::string shares;
     for (const auto& n : placed.nodes) {
-        all_placed = all_placed && n.share >= 0.99 && n.pages_sampled > 0 && n.room_ok;
+        all_placed = all_placed && n.share >= 0.99 && n.pages_sampled > 0;
         shares += (shares.empty() ? "" : ", ") + ("node " + std::to_string(n.node) + " " + percent(n.share) + " of " +
                                                   std::to_string(n.pages_sampled) + " pages");
     }
@@ -138,7 +138,8 @@ void check_store_hot_node_and_report(const topology& topo, expert_pool& pool, co
     // --numa-hot-node 1: the split-off pool's single copy is claimed on node 1; snapshots go to node 0.
     const hot_node hot(1, topo, &regions);
     store_options hot_options;
-    hot_options.claimed = hot.claim_complement(expert_store::bytes_per_slice(off.plan(), m.shape, m.layers)[0]);
+    hot_options.claimed = hot.claim_complement(expert_store::bytes_per_slice(off.plan(), m.shape, m.layers)[0],
+                                               std::uint64_t{32} << 20);
     hot_options.regions = &regions;
     expert_store hot_store(off, m.shape, m.layers, std::move(hot_options));
     const auto& hp = hot_store.placement();
@@ -164,6 +165,31 @@ void check_store_hot_node_and_report(const topology& topo, expert_pool& pool, co
               " in the region map, " + how);
     check(hot.describe_placed().find("and 1 pinned host pool (6.0 MiB) are bound to node 1") != std::string::npos,
           "hot node: the load line names what moved: " + hot.describe_placed());
+    // A node too small for its share: refused with the figures before anything is bound or touched
+    // (bound strictly and touched, it would end in an out-of-memory kill of this process).
+    const auto node1_available = node_memory_available(1);
+    const std::uint64_t too_much = node1_available.value_or(0) + (std::uint64_t{64} << 20);
+    const auto calls_before_claim = numa_calls().total();
+    std::string refusal = "accepted";
+    try {
+        (void)hot.claim_complement(too_much, 0);
+    } catch (const node_room_error& e) {
+        refusal = e.what();
+    }
+    check(node1_available && refusal.find("NUMA node 1 has ") != std::string::npos && numa_calls().total() == calls_before_claim,
+          "hot node: a " + std::to_string(too_much >> 20) + " MiB complement on node 1 (" +
+              std::to_string(node1_available.value_or(0) >> 20) + " MiB available) is refused before binding: " + refusal);
+    store_options full;
+    full.headroom_bytes = topo.find_node(1)->memory_total;  // no node can keep its whole size free
+    refusal = "accepted";
+    try {
+        expert_store refused(pool, m.shape, m.layers, std::move(full));
+    } catch (const node_room_error& e) {
+        refusal = e.what();
+    }
+    check(refusal.find("--numa-pool off") != std::string::npos && numa_calls().total() == calls_before_claim,
+          "expert store: a split whose node lacks room for its share is refused before binding: " + refusal);
+
     // The conversation cache parks a session's KV rows in segments from the cold allocator.
     strata::engine::kv_cache kv(10, 2048, 4, 64, strata::engine::kv_type::f16);  // 20 MB of rows: two segments
     kv.reserve(2000);

@@ -37,6 +37,8 @@ void add_model_flags(cxxopts::Options& o) {
         ("gpu", "CUDA device for the hybrid mode (-1: CPU only)", cxxopts::value<int>()->default_value("-1"))
         ("expert-cache", "VRAM for routed experts: auto | GiB", cxxopts::value<std::string>()->default_value("auto"))
         ("vram-reserve-mib", "VRAM left free by --expert-cache auto", cxxopts::value<int>()->default_value("512"))
+        ("gpu-sessions", "sessions whose KV caches VRAM holds at once (the rest goes to experts)",
+         cxxopts::value<int>()->default_value("1"))
         ("expert-profile", "fill the VRAM expert cache from this profile", cxxopts::value<std::string>())
         ("profile-save", "write the routed counts per layer and expert here when the model unloads",
          cxxopts::value<std::string>())
@@ -117,6 +119,8 @@ model_options model_options_from(const cxxopts::ParseResult& a) {
     m.gpu = a["gpu"].as<int>();
     m.expert_cache = a["expert-cache"].as<std::string>();
     m.vram_reserve_mib = a["vram-reserve-mib"].as<int>();
+    m.gpu_sessions = a["gpu-sessions"].as<int>();
+    if (m.gpu_sessions < 1) throw std::invalid_argument(fmt::format("--gpu-sessions must be at least 1, got {}", m.gpu_sessions));
     if (a.count("expert-profile")) m.expert_profile = a["expert-profile"].as<std::string>();
     if (a.count("profile-save")) m.profile_save = a["profile-save"].as<std::string>();
     m.adapt_every = a["adapt-every"].as<int>();

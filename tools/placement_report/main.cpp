@@ -178,11 +178,11 @@ int report_model(const cxxopts::ParseResult& args) {
                 experts.layers.size(), experts.shape.n_embd, experts.shape.n_ff, experts.shape.n_expert,
                 experts.shape.n_expert_used, human_bytes(experts.expert_bytes).c_str());
     std::printf("plan: %s; %s\n", plan.describe().c_str(), mode.c_str());
-    std::printf("%-6s %-6s %12s %12s  %s\n", "slice", "node", "bytes", "node free", "room (share + 2 GiB)");
+    std::printf("%-6s %-6s %12s %12s  %s\n", "slice", "node", "bytes", "node avail", "room (share + 2 GiB)");
     for (const auto& r : rows)
         std::printf("%-6d %-6s %12s %12s  %s\n", r.slice, r.node >= 0 ? std::to_string(r.node).c_str() : "-",
                     human_bytes(r.bytes).c_str(), r.node >= 0 ? human_bytes(r.node_free).c_str() : "-",
-                    r.node < 0 ? "not placed" : r.room_ok ? "OK" : "AT RISK");
+                    r.node < 0 ? "not placed" : r.room_ok ? "OK" : "NO ROOM (the engine refuses it)");
     std::printf("%s of expert rows would be copied, in %zu buffer(s) (dry run: nothing was loaded).\n",
                 human_bytes(total).c_str(), rows.size());
     return 0;

@@ -39,6 +39,9 @@ struct model_options {
     int gpu = -1;                     // --gpu N: CUDA device index
     std::string expert_cache = "auto";  // --expert-cache auto|GIB: VRAM for routed experts
     int vram_reserve_mib = 512;       // --vram-reserve-mib: VRAM left free for the driver and others
+    // --gpu-sessions N: sessions whose KV caches VRAM holds at once (the server runs one at a time); a
+    // further session takes the least recently used one's VRAM cache. The rest of the VRAM holds experts.
+    int gpu_sessions = 1;
     std::string expert_profile;       // --expert-profile FILE: fill the expert cache from these counts
     std::string profile_save;         // --profile-save FILE: write routed counts when the model unloads
     int adapt_every = 0;              // --adapt-every N: decode steps between expert swaps (0: off)

@@ -13,7 +13,10 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static  // per kernel function; kernels run one at a time, one block at a time
+// Per kernel function (kernels run one at a time, one block at a time), in one linker section that the
+// scheduler fills with a poison pattern (NaN bytes) before every block, so a read before any write
+// in the block sees garbage as on a GPU instead of the previous block's values.
+#define __shared__ __attribute__((section("strata_cuemu_shared"))) static
 
 namespace cuemu {
 
@@ -23,7 +26,8 @@ struct thread_coords {
 };
 extern thread_local const thread_coords* tl_coords;
 
-void syncthreads();
+// `file` and `line`: the call site, so a barrier reached from two different places is reported.
+void syncthreads(const char* file, int line);
 uint64_t shuffle_xor(unsigned mask, uint64_t bits, int lane_mask, int width);
 
 // ---- kernel launches ----
@@ -78,7 +82,9 @@ launcher<P...> make_launcher(void (*kernel)(P...), dim3 grid, dim3 block, cudaSt
 #define blockDim (::cuemu::tl_coords->block_dim)
 #define gridDim (::cuemu::tl_coords->grid_dim)
 
-inline void __syncthreads() { cuemu::syncthreads(); }
+inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    cuemu::syncthreads(file, line);
+}
 
 template <class T>
 T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {

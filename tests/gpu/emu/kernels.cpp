@@ -1,21 +1,33 @@
 // The CUDA emulator's kernels: every CUDA thread of a block is a fiber with its own stack, and
 // __syncthreads / __shfl_xor_sync switch between them. Kernels run one at a time, one block at a time.
 //
+// Stricter than a GPU where that hides bugs: shared memory is filled with NaN bytes before every block,
+// the fibers between two barriers run in an order shuffled per round (seeded by STRATA_CUDA_EMU_SEED,
+// reproducible), and a barrier reached from two different call sites is a kernel fault.
+//
 // On x86-64 the switch is a few instructions (callee-saved registers and the stack pointer;
 // swapcontext would add a signal-mask system call per switch, and a kernel switches per shuffle);
 // elsewhere ucontext.
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <new>
+#include <random>
 #include <vector>
 
 #include "cuda_emu_device.hpp"
 #include "emu_internal.hpp"
 
 using namespace cuemu::detail;
+
+// Bounds of the section that holds every __shared__ variable (cuda_emu_device.hpp), from the linker;
+// null when no kernel in the program has shared memory.
+extern "C" char __start_strata_cuemu_shared[] __attribute__((weak));
+extern "C" char __stop_strata_cuemu_shared[] __attribute__((weak));
 
 namespace {
 
@@ -104,6 +116,10 @@ struct block_run {
     std::vector<fiber> fibers;
     std::vector<warp_state> warps;
     int live = 0, at_barrier = 0;
+    const char* barrier_file = nullptr;  // where the threads now waiting at __syncthreads called it
+    int barrier_line = 0, barrier_thread = -1;
+    std::mt19937_64 order_rng;           // the order fibers run in between barriers
+    std::vector<size_t> order;
     const std::function<void()>* body = nullptr;
     fiber* current = nullptr;
     const char* kernel = "";
@@ -146,6 +162,12 @@ void release_block_barrier() {
     for (fiber& x : g_block.fibers)
         if (x.state == fiber_state::at_block_barrier) x.state = fiber_state::runnable;
     g_block.at_barrier = 0;
+    g_block.barrier_file = nullptr;
+}
+
+void poison_shared_memory() {
+    if (__start_strata_cuemu_shared && __stop_strata_cuemu_shared)
+        std::memset(__start_strata_cuemu_shared, 0xff, static_cast<size_t>(__stop_strata_cuemu_shared - __start_strata_cuemu_shared));
 }
 
 void release_warp(warp_state& w, int warp) {
@@ -156,14 +178,19 @@ void release_warp(warp_state& w, int warp) {
     w.arrived = 0;
 }
 
-void run_block(const cuemu::launch_config& c, dim3 block_idx, const std::function<void()>& body) {
+void run_block(const cuemu::launch_config& c, dim3 block_idx, const std::function<void()>& body, uint64_t seed) {
     const int n = static_cast<int>(c.block.x * c.block.y * c.block.z);
     block_run& b = g_block;
     b.fibers.resize(static_cast<size_t>(n));
     b.warps.assign(static_cast<size_t>((n + kWarp - 1) / kWarp), warp_state{});
     b.live = n;
     b.at_barrier = 0;
+    b.barrier_file = nullptr;
     b.body = &body;
+    b.order_rng.seed(seed);
+    b.order.resize(static_cast<size_t>(n));
+    for (size_t i = 0; i < b.order.size(); ++i) b.order[i] = i;
+    poison_shared_memory();
     for (int i = 0; i < n; ++i) {
         fiber& f = b.fibers[static_cast<size_t>(i)];
         f.state = fiber_state::runnable;
@@ -181,7 +208,9 @@ void run_block(const cuemu::launch_config& c, dim3 block_idx, const std::functio
     }
     while (b.live > 0) {
         bool ran = false;
-        for (fiber& f : b.fibers) {
+        std::shuffle(b.order.begin(), b.order.end(), b.order_rng);
+        for (const size_t i : b.order) {
+            fiber& f = b.fibers[i];
             if (f.state != fiber_state::runnable) continue;
             ran = true;
             b.current = &f;
@@ -215,8 +244,18 @@ namespace cuemu {
 
 thread_local const thread_coords* tl_coords = nullptr;
 
-void syncthreads() {
+void syncthreads(const char* file, int line) {
     block_run& b = g_block;
+    const int thread = static_cast<int>(b.current - b.fibers.data());
+    if (!b.barrier_file) {
+        b.barrier_file = file;
+        b.barrier_line = line;
+        b.barrier_thread = thread;
+    } else if (line != b.barrier_line || std::strcmp(file, b.barrier_file) != 0) {
+        kernel_fault("__syncthreads reached at " + std::string(file) + ":" + std::to_string(line) + " by thread " +
+                     std::to_string(thread) + " while thread " + std::to_string(b.barrier_thread) + " waits at " +
+                     b.barrier_file + ":" + std::to_string(b.barrier_line) + " (undefined on a GPU)");
+    }
     if (++b.at_barrier == b.live) {
         release_block_barrier();
         return;
@@ -272,11 +311,15 @@ cudaError_t enqueue_kernel(const launch_config& c, const std::vector<const void*
         if (trace)
             std::fprintf(stderr, "strata CUDA emulator: %s grid (%u, %u, %u) block (%u, %u, %u)\n", c.kernel, c.grid.x,
                          c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z);
+        static const uint64_t seed = env_size("STRATA_CUDA_EMU_SEED", 1);
+        static uint64_t launches = 0;  // under g_kernel_mutex
         g_block.kernel = c.kernel;
         g_block.failed = false;
+        std::mt19937_64 block_seeds(seed * 0x9e3779b97f4a7c15ull + ++launches);
         for (unsigned z = 0; z < c.grid.z && !g_block.failed; ++z)
             for (unsigned y = 0; y < c.grid.y && !g_block.failed; ++y)
-                for (unsigned x = 0; x < c.grid.x && !g_block.failed; ++x) run_block(c, dim3(x, y, z), body);
+                for (unsigned x = 0; x < c.grid.x && !g_block.failed; ++x)
+                    run_block(c, dim3(x, y, z), body, block_seeds());
     });
     return cudaSuccess;
 }
