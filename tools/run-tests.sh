@@ -100,8 +100,8 @@ cmake --build build-emu -j"$jobs" --target strata-gpu-tests
 ctest_lane gpu-emulator --test-dir build-emu --output-on-failure --no-tests=error -j"$jobs" -L gpu
 
 echo "== request parser fuzzing (libFuzzer with clang, 60 s; tools/fuzz-requests.sh)"
-fuzz_line=$(tools/fuzz-requests.sh 60 | tee /dev/stderr | tail -n 1)
-record_lane fuzz "$(echo "$fuzz_line" | grep -o '^fuzz-requests: [0-9]* executions' | sed 's/fuzz-requests: //'), nothing found"
+tools/fuzz-requests.sh 60 | tee "$log"
+record_lane fuzz "$(tail -n 1 "$log" | grep -o '^fuzz-requests: [0-9]* executions' | sed 's/fuzz-requests: //'), nothing found"
 
 summary=$(printf '%s, ' "${lanes[@]}")
 echo "== all test lanes passed: ${summary%, }"
