@@ -69,6 +69,22 @@ static inline void store_lane_sums(const __m512 acc[8], float* out) {
     }
 }
 
+// Q4_K / Q5_K, AVX-512: superblock i of tokens t < NT is summed up (sumi[t]: sub-block scales times the
+// quant . activation products): acc[t] += y.d * (d * sumi[t] - dmin * (mins . bsums)), the mins term in
+// lanes 0..7 (mins: m[j] in words 2j and 2j + 1).
+template <int NT, class BlockQ8K>
+static inline void add_k4_superblock(__m512 acc[8], const BlockQ8K* const y[NT], int64_t i, float d, float dmin,
+                                     __m256i mins, const __m512i sumi[NT]) {
+    const __m512 dv = _mm512_set1_ps(d);
+    const __m256 dminv = _mm256_set1_ps(dmin);
+    for (int t = 0; t < NT; ++t) {
+        const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums));
+        const __m256 m = _mm256_mul_ps(dminv, _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums)));
+        const __m512 z = _mm512_fmsub_ps(dv, _mm512_cvtepi32_ps(sumi[t]), _mm512_zextps256_ps512(m));
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y[t][i].d), z, acc[t]);
+    }
+}
+
 // The packed 6-bit scales and mins of Q4_K / Q5_K (12 bytes at `packed`; reads 16, the block goes on)
 // -> bytes 0..7 = the 8 sub-block scales, bytes 8..15 = the 8 mins:
 //   sc[0..3] = p[0..3] & 63,                 m[0..3] = p[4..7] & 63,

@@ -55,15 +55,7 @@ struct q4_k_avx512 {
                     sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(w1, _mm512_loadu_si512(q8 + 64)), s1);
                 }
             }
-            // acc += y.d * (d * sumi - dmin * (m . bsums))
-            const __m512 dv = _mm512_set1_ps(d);
-            const __m256 dminv = _mm256_set1_ps(dmin);
-            for (int t = 0; t < NT; ++t) {
-                const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums));
-                const __m256 m = _mm256_mul_ps(dminv, _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums)));
-                const __m512 z = _mm512_fmsub_ps(dv, _mm512_cvtepi32_ps(sumi[t]), _mm512_zextps256_ps512(m));
-                acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y[t][i].d), z, acc[t]);
-            }
+            add_k4_superblock<NT>(acc, y, i, d, dmin, mins, sumi);
         }
         store_lane_sums<NT>(acc, out);
     }
