@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include <httplib.h>
 
 #include "generate.hpp"
+#include "log.hpp"
 
 namespace strata::server::test {
 
@@ -252,6 +254,27 @@ json chat_body(const std::string& content, int max_tokens, bool stream) {
             {"max_tokens", max_tokens},
             {"temperature", 0},
             {"stream", stream}};
+}
+
+log_capture::log_capture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096)) {
+    logger("server")->sinks().push_back(sink_);
+}
+
+log_capture::~log_capture() {
+    auto& sinks = logger("server")->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+}
+
+std::string log_capture::text() const {
+    std::string out;
+    for (const std::string& line : sink_->last_formatted()) out += line;
+    return out;
+}
+
+size_t log_capture::count(const std::string& needle) const {
+    size_t n = 0;
+    for (const std::string& line : sink_->last_formatted()) n += line.find(needle) != std::string::npos;
+    return n;
 }
 
 }  // namespace strata::server::test

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/ringbuffer_sink.h>
 
 #include "strata/engine.hpp"
 #include "strata/server.hpp"
@@ -105,5 +106,19 @@ std::string http_post_text(const std::string& path, const std::string& body);
 
 // A chat request body with one user message.
 json chat_body(const std::string& content, int max_tokens, bool stream = false);
+
+// Everything the "server" logger writes while it lives (the last 4,096 lines).
+class log_capture {
+public:
+    log_capture();
+    ~log_capture();
+    log_capture(const log_capture&) = delete;
+    log_capture& operator=(const log_capture&) = delete;
+    std::string text() const;                           // every line, concatenated
+    size_t count(const std::string& needle) const;      // lines that contain needle
+
+private:
+    std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+};
 
 }  // namespace strata::server::test

@@ -16,9 +16,7 @@
 
 #include <gtest/gtest.h>
 #include <spdlog/fmt/fmt.h>
-#include <spdlog/sinks/ringbuffer_sink.h>
 
-#include "log.hpp"
 #include "server_fixture.hpp"
 
 namespace strata::server::test {
@@ -135,26 +133,6 @@ bool raise_descriptor_limit(rlim_t need) {
     r.rlim_cur = need;
     return setrlimit(RLIMIT_NOFILE, &r) == 0;
 }
-
-// Everything the "server" logger writes while it lives.
-class log_capture {
-public:
-    log_capture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096)) {
-        logger("server")->sinks().push_back(sink_);
-    }
-    ~log_capture() {
-        auto& sinks = logger("server")->sinks();
-        sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-    }
-    size_t count(const std::string& needle) const {
-        size_t n = 0;
-        for (const std::string& line : sink_->last_formatted()) n += line.find(needle) != std::string::npos;
-        return n;
-    }
-
-private:
-    std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
-};
 
 double percentile(std::vector<double> v, double p) {
     std::sort(v.begin(), v.end());

@@ -7,9 +7,7 @@
 #include <algorithm>
 #include <thread>
 
-#include <spdlog/sinks/ringbuffer_sink.h>
 
-#include "log.hpp"
 #include "server_fixture.hpp"
 
 namespace strata::server::test {
@@ -61,26 +59,6 @@ bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds tim
 }
 
 bool running(const test_server& s) { return !s.status()["queue"]["running"].is_null(); }
-
-// Everything the "server" logger writes while it lives.
-class log_capture {
-public:
-    log_capture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096)) {
-        logger("server")->sinks().push_back(sink_);
-    }
-    ~log_capture() {
-        auto& sinks = logger("server")->sinks();
-        sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-    }
-    std::string text() const {
-        std::string out;
-        for (const std::string& line : sink_->last_formatted()) out += line;
-        return out;
-    }
-
-private:
-    std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
-};
 
 // A short request after the long one: its own prompt tokens, evaluated (not reused), and its wait.
 struct next_request {
