@@ -281,7 +281,7 @@ void handle_completion(server_state& state, const httplib::Request& req, httplib
                        std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::system_clock::now().time_since_epoch()).count(),
                        state.model_id()};
-    const int fd = find_connection_socket(req.remote_addr, req.remote_port, req.local_port);
+    const int fd = current_connection_socket(req.remote_port);
     const bool stream = request.stream;
     auto j = std::make_shared<job>(state, id, m, std::move(request), std::move(meta), fd);
     if (!stream) {

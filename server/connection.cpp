@@ -24,7 +24,7 @@ connection_scope::connection_scope(int fd) : fd_(fd), remote_port_(peer_port(fd)
 
 connection_scope::~connection_scope() { current = outer_; }
 
-int find_connection_socket(const std::string&, int remote_port, int) {
+int current_connection_socket(int remote_port) {
     return current && current->remote_port_ == remote_port ? current->fd_ : -1;
 }
 

@@ -4,8 +4,6 @@
 // answer) asks for the socket here. The descriptor stays open until the answer is written.
 #pragma once
 
-#include <string>
-
 namespace strata::server {
 
 // Marks the calling thread as answering a request that arrived on `fd`, until destroyed.
@@ -21,7 +19,7 @@ public:
 
 private:
     friend void close_after_answer();
-    friend int find_connection_socket(const std::string&, int, int);
+    friend int current_connection_socket(int);
     int fd_;
     int remote_port_ = -1;
     bool close_ = false;
@@ -30,8 +28,7 @@ private:
 
 // The socket of the connection the calling thread is answering, when its peer port is `remote_port`
 // (the request's, as a check that the request is the one being answered); -1 otherwise.
-// (The address arguments are those cpp-httplib gives the handler; only the port is compared.)
-int find_connection_socket(const std::string& remote_addr, int remote_port, int local_port);
+int current_connection_socket(int remote_port);
 
 // The answer on the calling thread's connection ends when the connection closes (a body without
 // length or chunks): the connection is closed after it.
