@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <spdlog/fmt/fmt.h>
 
@@ -118,9 +119,10 @@ void conversation_cache::restore(uint64_t id, size_t from, size_t to, kv_cache& 
     if (it == snapshots_.end() || to > it->tokens.size() || static_cast<int>(to) > kv.capacity())
         throw std::logic_error(fmt::format("conversation cache: snapshot {} cannot give positions {}..{}", id, from, to));
     const snapshot& s = *it;
+    std::vector<uint8_t> rows(kv_cache::chunk_tokens * s.layout.head_row);
     s.layout.for_each_piece(from, to, [&](int l, int c, int t, size_t r0, size_t r1, size_t offset) {
-        uint8_t* dst = kv.tile_rows(l, c, t) + r0 * s.layout.head_row;
-        s.copy<false>(offset, dst, (r1 - r0) * s.layout.head_row);
+        s.copy<false>(offset, rows.data(), (r1 - r0) * s.layout.head_row);
+        kv.write_rows(l, c, t, static_cast<int>(r0), static_cast<int>(r1), rows.data());
     });
     touch(*it);
     counters_.tokens_restored += to - from;
@@ -172,9 +174,10 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
         return 0;
     }
     ++next_id_;
+    std::vector<uint8_t> rows(kv_cache::chunk_tokens * layout.head_row);
     layout.for_each_piece(0, tokens.size(), [&](int l, int c, int t, size_t r0, size_t r1, size_t offset) {
-        const uint8_t* src = kv.tile_rows(l, c, t) + r0 * layout.head_row;
-        s.copy<true>(offset, src, (r1 - r0) * layout.head_row);
+        kv.read_rows(l, c, t, static_cast<int>(r0), static_cast<int>(r1), rows.data());
+        s.copy<true>(offset, rows.data(), (r1 - r0) * layout.head_row);
     });
     s.bytes = need;
     touch(s);

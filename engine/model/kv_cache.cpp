@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include <spdlog/fmt/fmt.h>
@@ -61,6 +62,7 @@ kv_cache::chunk_ptr kv_cache::allocate_chunk() const {
     const size_t bytes = (chunk_bytes() + chunk_align - 1) / chunk_align * chunk_align;
     auto* p = static_cast<uint8_t*>(std::aligned_alloc(chunk_align, bytes));
     if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, bytes);  // the unwritten slots of a partial F16 key block are scored (then masked): keep them finite
     return chunk_ptr(p);
 }
 
@@ -96,14 +98,47 @@ void kv_cache::store(int layer, int pos, const float* k, const float* v) {
     if (pos < 0 || pos >= capacity())
         throw kv_cache_full(fmt::format("KV cache: position {} is outside the {} positions it has room for (context {})",
                                         pos, capacity(), n_ctx_));
-    const int chunk = pos / chunk_tokens;
-    const size_t slot = static_cast<size_t>(pos % chunk_tokens) * head_row_bytes_;
+    const int chunk = pos / chunk_tokens, in_chunk = pos % chunk_tokens;
+    const size_t slot = static_cast<size_t>(in_chunk) * head_row_bytes_;
     const ggml_type t = element_type(type_);
     for (int g = 0; g < n_head_kv_; ++g) {
-        formats::quantize_row(t, k + static_cast<size_t>(g) * head_dim_, tile_rows(layer, chunk, g) + slot, head_dim_);
+        const float* kg = k + static_cast<size_t>(g) * head_dim_;
+        if (type_ == kv_type::f16) {
+            auto* keys = reinterpret_cast<formats::fp16_t*>(tile_rows(layer, chunk, g));
+            for (int j = 0; j < head_dim_; ++j)
+                keys[kernels::cpu::attn_f16_key_index(head_dim_, in_chunk, j)] = formats::fp32_to_fp16(kg[j]);
+        } else {
+            formats::quantize_row(t, kg, tile_rows(layer, chunk, g) + slot, head_dim_);
+        }
         formats::quantize_row(t, v + static_cast<size_t>(g) * head_dim_, tile_rows(layer, chunk, n_head_kv_ + g) + slot,
                               head_dim_);
     }
+}
+
+void kv_cache::read_rows(int layer, int chunk, int t, int r0, int r1, uint8_t* rows) const {
+    const uint8_t* tile = tile_rows(layer, chunk, t);
+    if (!blocked_keys(t)) {
+        std::memcpy(rows, tile + static_cast<size_t>(r0) * head_row_bytes_, static_cast<size_t>(r1 - r0) * head_row_bytes_);
+        return;
+    }
+    const auto* keys = reinterpret_cast<const formats::fp16_t*>(tile);
+    auto* out = reinterpret_cast<formats::fp16_t*>(rows);
+    for (int r = r0; r < r1; ++r)
+        for (int j = 0; j < head_dim_; ++j)
+            *out++ = keys[kernels::cpu::attn_f16_key_index(head_dim_, r, j)];
+}
+
+void kv_cache::write_rows(int layer, int chunk, int t, int r0, int r1, const uint8_t* rows) {
+    uint8_t* tile = tile_rows(layer, chunk, t);
+    if (!blocked_keys(t)) {
+        std::memcpy(tile + static_cast<size_t>(r0) * head_row_bytes_, rows, static_cast<size_t>(r1 - r0) * head_row_bytes_);
+        return;
+    }
+    auto* keys = reinterpret_cast<formats::fp16_t*>(tile);
+    const auto* in = reinterpret_cast<const formats::fp16_t*>(rows);
+    for (int r = r0; r < r1; ++r)
+        for (int j = 0; j < head_dim_; ++j)
+            keys[kernels::cpu::attn_f16_key_index(head_dim_, r, j)] = *in++;
 }
 
 kernels::cpu::kv_tile kv_cache::tile(int layer, int g, int chunk, int n_pos) const {

@@ -4,7 +4,8 @@
 // One chunk of one layer (positions [c * chunk_tokens, (c + 1) * chunk_tokens)) is one allocation:
 //   K: [n_head_kv][chunk_tokens][head_row]    head_row: head_dim halves, or head_dim / 32 Q8_0 blocks
 //   V: [n_head_kv][chunk_tokens][head_row]
-// so the keys (and the values) of one kv head in one chunk are one attention tile.
+// so the keys (and the values) of one kv head in one chunk are one attention tile; f16 keys are
+// stored in the tile's blocked, transposed layout (kernels/cpu/attention.hpp), the same bytes.
 #pragma once
 
 #include <cstdint>
@@ -60,16 +61,23 @@ public:
     // Positions [chunk * chunk_tokens, min(n_pos, (chunk + 1) * chunk_tokens)) of kv head g.
     kernels::cpu::kv_tile tile(int layer, int g, int chunk, int n_pos) const;
 
-    // Row 0 of tile t of a chunk, t in [0, 2 * n_head_kv): the keys of kv head t, then the values of kv
-    // head t - n_head_kv; chunk_tokens rows of head_row_bytes() each. For parking and restoring conversations.
+    // Positions [r0, r1) of tile t of a chunk (t in [0, 2 * n_head_kv): the keys of kv head t, then the
+    // values of kv head t - n_head_kv) copied out to / in from rows: [r1 - r0][head_row_bytes()],
+    // whatever the tile's own layout. For parking and restoring conversations.
+    void read_rows(int layer, int chunk, int t, int r0, int r1, uint8_t* rows) const;
+    void write_rows(int layer, int chunk, int t, int r0, int r1, const uint8_t* rows);
+
+private:
+    // The first byte of tile t of a chunk (read_rows's numbering).
     uint8_t* tile_rows(int layer, int chunk, int t) {
         return chunks_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)].get() + static_cast<size_t>(t) * tile_bytes();
     }
     const uint8_t* tile_rows(int layer, int chunk, int t) const {
         return chunks_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)].get() + static_cast<size_t>(t) * tile_bytes();
     }
+    // F16 keys are blocked and transposed (kernels/cpu/attention.hpp), everything else is rows.
+    bool blocked_keys(int t) const { return type_ == kv_type::f16 && t < n_head_kv_; }
 
-private:
     size_t tile_bytes() const { return static_cast<size_t>(chunk_tokens) * head_row_bytes_; }
 
     // Chunks start on a page: an f16 tile row (a cache-line multiple) never straddles two lines, and

@@ -18,16 +18,29 @@ namespace strata::kernels::cpu {
 // Positions per tile at most (the KV cache's chunk size).
 inline constexpr int attn_tile_max = 256;
 
-// One kv head's keys and values for positions [pos0, pos0 + n):
-// k, v: [n][row_bytes], each row head_dim elements of `type` (F16, or Q8_0 blocks of 32).
+// F16 keys are stored transposed in blocks of attn_key_block positions, so one SIMD load gives one
+// dimension of consecutive positions and scoring needs no register transposes:
+//   k: [ceil(n / attn_key_block)][head_dim][attn_key_block] halves (whole blocks; slots past n unread
+//      or masked).
+// Q8_0 keys, and the values of both types, are rows: [n][row_bytes].
+inline constexpr int attn_key_block = 32;
+static_assert(attn_tile_max % attn_key_block == 0);
+
+// Index, in halves, of element j of key t in an F16 tile's k.
+inline constexpr size_t attn_f16_key_index(int64_t head_dim, int64_t t, int64_t j) {
+    return static_cast<size_t>((t / attn_key_block * head_dim + j) * attn_key_block + t % attn_key_block);
+}
+
+// One kv head's keys and values for positions [pos0, pos0 + n), laid out as above; each row (or key)
+// head_dim elements of `type` (F16, or Q8_0 blocks of 32).
 struct kv_tile {
     ggml_type type;
     const void* k;
     const void* v;
-    size_t row_bytes;
+    size_t row_bytes;    // one position of one head; an F16 key block is attn_key_block * row_bytes
     int64_t pos0;
     int n;               // 1..attn_tile_max
-    // The keys of the tile the caller folds next with the same row layout, or null: decode prefetches
+    // The keys of the tile the caller folds next with the same layout, or null: decode prefetches
     // their first rows while it computes this tile's values, so the memory is not idle between tiles.
     const void* next_k = nullptr;
 };

@@ -81,12 +81,23 @@ TEST(KvCache, TilesHoldEachHeadsRowsOfAChunk) {
     EXPECT_EQ(t.pos0, 512);
     EXPECT_EQ(t.n, 88);
     EXPECT_EQ(t.type, formats::ggml_type::F16);
-    const auto* k_rows = static_cast<const formats::fp16_t*>(t.k);
+    const auto* keys = static_cast<const formats::fp16_t*>(t.k);  // blocked and transposed
     const auto* v_rows = static_cast<const formats::fp16_t*>(t.v);
     const size_t row = t.row_bytes / sizeof(formats::fp16_t);
-    EXPECT_EQ(formats::fp16_to_fp32(k_rows[0]), 512.5f);
-    EXPECT_EQ(formats::fp16_to_fp32(k_rows[10 * row + 63]), 522.5f);
+    EXPECT_EQ(formats::fp16_to_fp32(keys[kernels::cpu::attn_f16_key_index(kHeadDim, 0, 0)]), 512.5f);
+    EXPECT_EQ(formats::fp16_to_fp32(keys[kernels::cpu::attn_f16_key_index(kHeadDim, 10, 63)]), 522.5f);
+    EXPECT_EQ(formats::fp16_to_fp32(keys[kernels::cpu::attn_f16_key_index(kHeadDim, 87, 1)]), 599.5f);
     EXPECT_EQ(formats::fp16_to_fp32(v_rows[87 * row]), -599.0f);
+
+    // read_rows gives rows whatever the layout, and write_rows puts them back where tile() finds them.
+    std::vector<formats::fp16_t> rows(3 * row);
+    kv.read_rows(0, 2, 1, 85, 88, reinterpret_cast<uint8_t*>(rows.data()));
+    EXPECT_EQ(formats::fp16_to_fp32(rows[0]), 597.5f);
+    EXPECT_EQ(formats::fp16_to_fp32(rows[2 * row + 5]), 599.5f);
+    rows[2 * row + 5] = formats::fp32_to_fp16(-1.0f);
+    kv.write_rows(0, 2, 1, 85, 88, reinterpret_cast<const uint8_t*>(rows.data()));
+    EXPECT_EQ(formats::fp16_to_fp32(keys[kernels::cpu::attn_f16_key_index(kHeadDim, 87, 5)]), -1.0f);
+    EXPECT_EQ(formats::fp16_to_fp32(keys[kernels::cpu::attn_f16_key_index(kHeadDim, 87, 4)]), 599.5f);
     EXPECT_EQ(kv.tile(0, 0, 0, 600).n, kv_cache::chunk_tokens);
 }
 

@@ -25,6 +25,13 @@ float kv_value(ggml_type type, const uint8_t* row, int64_t j) {
     return formats::fp16_to_fp32(b->d) * static_cast<float>(b->qs[j % formats::QK8_0]);
 }
 
+// Element j of key t of a tile, as f32.
+float key_value(const kv_tile& kv, int64_t head_dim, int64_t t, int64_t j) {
+    if (kv.type == ggml_type::F16)
+        return formats::fp16_to_fp32(static_cast<const formats::fp16_t*>(kv.k)[attn_f16_key_index(head_dim, t, j)]);
+    return kv_value(kv.type, static_cast<const uint8_t*>(kv.k) + t * kv.row_bytes, j);
+}
+
 }  // namespace
 
 void attn_merge_row(int64_t head_dim, float* max_a, float* sum_a, float* acc_a, float max_b, float sum_b,
@@ -47,7 +54,6 @@ void attn_merge_row(int64_t head_dim, float* max_a, float* sum_a, float* acc_a, 
 // max score, then the shared merge.
 void attn_tile_scalar(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                       float scale, const attn_state& st) {
-    const auto* k = static_cast<const uint8_t*>(kv.k);
     const auto* v = static_cast<const uint8_t*>(kv.v);
     float score[attn_tile_max];
     float acc[kMaxHeadDim];
@@ -57,9 +63,8 @@ void attn_tile_scalar(const kv_tile& kv, int64_t head_dim, const float* q, int n
         const float* qr = q + r * head_dim;
         float max = kEmpty;
         for (int64_t t = 0; t < n_vis; ++t) {
-            const uint8_t* kt = k + t * kv.row_bytes;
             float dot = 0;
-            for (int64_t j = 0; j < head_dim; ++j) dot += qr[j] * kv_value(kv.type, kt, j);
+            for (int64_t j = 0; j < head_dim; ++j) dot += qr[j] * key_value(kv, head_dim, t, j);
             score[t] = dot * scale;
             max = std::max(max, score[t]);
         }

@@ -34,12 +34,6 @@ static inline float hmax(__m256 v) {
     return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
 }
 
-// Lanes i < n_valid all ones, the rest zero (0 <= n_valid <= 8).
-static inline __m256 first_lanes(int n_valid) {
-    return _mm256_castsi256_ps(
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(n_valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-}
-
 // score[i][t] = scale * (q_i . k_t) for the block's R rows (q: [R][head_dim]), t < n_score.
 template <int R>
 static void scores(const float* q, int64_t head_dim, const float* kt, int n_pad, int n_score, float scale,
@@ -68,13 +62,13 @@ static void scores(const float* q, int64_t head_dim, const float* kt, int n_pad,
 static float softmax_row(float* s, int n_vis, int n_score, float* max_out) {
     __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
     for (int t = 0; t < n_vis; t += 8)
-        m = _mm256_max_ps(m, _mm256_blendv_ps(m, _mm256_load_ps(s + t), first_lanes(n_vis - t)));
+        m = _mm256_max_ps(m, _mm256_blendv_ps(m, _mm256_load_ps(s + t), lanes_below(n_vis - t)));
     const float max = hmax(m);
     const __m256 vmax = _mm256_set1_ps(max);
     __m256 sum = _mm256_setzero_ps();
     int t = 0;
     for (; t < n_vis; t += 8) {
-        const __m256 p = _mm256_and_ps(exp_avx2(_mm256_sub_ps(_mm256_load_ps(s + t), vmax)), first_lanes(n_vis - t));
+        const __m256 p = _mm256_and_ps(exp_avx2(_mm256_sub_ps(_mm256_load_ps(s + t), vmax)), lanes_below(n_vis - t));
         _mm256_store_ps(s + t, p);
         sum = _mm256_add_ps(sum, p);
     }

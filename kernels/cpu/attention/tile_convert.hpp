@@ -70,10 +70,17 @@ static inline void transpose8(__m256 r[8]) {
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+// Lanes i < n_valid all ones, the rest zero (any n_valid).
+static inline __m256 lanes_below(int n_valid) {
+    return _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(n_valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+
 // The tile's keys transposed and its values, as f32 (head_dim a multiple of 8, n_pad of 8), with
 // row strides ldk = n_pad + kRowPad and ldv = head_dim + kRowPad:
 //   kt[head_dim][ldk]  kt[j][t] = k_t[j], positions n..n_pad-1 zero;
 //   vf[n][ldv]         vf[t][j] = v_t[j].
+// F16 keys are already transposed in their blocks (attention.hpp): converted in place, no shuffles.
 template <ggml_type T>
 static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* kt, float* vf, bool prefetch) {
     const auto* k = static_cast<const uint8_t*>(kv.k);
@@ -85,6 +92,21 @@ static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* 
             prefetch_rows(kv, k, t - kv.n + kPrefetchRows, t - kv.n + kPrefetchRows + 1);  // the first keys, at the end
         }
         for (int64_t j = 0; j < head_dim; j += 8) _mm256_store_ps(vf + t * ldv + j, load8<T>(v + t * kv.row_bytes, j));
+    }
+    if constexpr (T == ggml_type::F16) {
+        const auto* kh = static_cast<const formats::fp16_t*>(kv.k);
+        for (int b0 = 0; b0 < n_pad; b0 += attn_key_block) {
+            if (prefetch) prefetch_rows(kv, k, b0 + attn_key_block, b0 + 2 * attn_key_block);  // the next block
+            const int width = n_pad - b0 < attn_key_block ? n_pad - b0 : attn_key_block;
+            const formats::fp16_t* block = kh + static_cast<size_t>(b0) * head_dim;
+            for (int64_t j = 0; j < head_dim; ++j)
+                for (int c = 0; c < width; c += 8) {
+                    __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + j * attn_key_block + c)));
+                    if (b0 + c + 8 > kv.n) x = _mm256_and_ps(x, lanes_below(kv.n - b0 - c));
+                    _mm256_store_ps(kt + j * ldk + b0 + c, x);
+                }
+        }
+        return;
     }
     for (int t0 = 0; t0 < n_pad; t0 += 8) {
         if (prefetch) prefetch_rows(kv, k, t0 + kPrefetchRows, t0 + kPrefetchRows + 8);

@@ -25,40 +25,50 @@ using namespace strata::kernels::cpu;
 using strata::formats::ggml_type;
 namespace formats = strata::formats;
 
-// One kv head's cache: n_pos positions in tiles of tile_n, rows of `type`, and their decoded values.
+// One kv head's cache: n_pos positions in tiles of tile_n, and their decoded values. Each tile has
+// its own storage of whole key blocks (F16 keys blocked and transposed, attention.hpp; Q8_0 keys and all
+// values rows); the slots past a tile's last position hold NaN, which no kernel may let through.
 struct cache {
     ggml_type type;
     int64_t head_dim;
     int n_pos, tile_n;
     size_t row_bytes;
-    std::vector<uint8_t> k, v;    // [n_pos][row_bytes]
+    int tile_slots;               // tile_n rounded up to whole key blocks
+    std::vector<uint8_t> k, v;    // [n_tiles][tile_slots][row_bytes]
     std::vector<float> kf, vf;    // [n_pos][head_dim], decoded
 
     cache(ggml_type type_, int64_t head_dim_, int n_pos_, int tile_n_, uint32_t seed)
         : type(type_), head_dim(head_dim_), n_pos(n_pos_), tile_n(tile_n_),
           row_bytes(formats::row_size(type_, head_dim_)),
-          k(row_bytes * n_pos_), v(row_bytes * n_pos_), kf(n_pos_ * head_dim_), vf(n_pos_ * head_dim_) {
+          tile_slots((tile_n_ + attn_key_block - 1) / attn_key_block * attn_key_block),
+          k(row_bytes * tile_slots * n_tiles()), v(k.size()), kf(n_pos_ * head_dim_), vf(n_pos_ * head_dim_) {
+        const uint16_t nan_half = 0x7E00;
+        for (auto* bytes : {&k, &v})
+            for (size_t i = 0; i + 1 < bytes->size(); i += 2) std::memcpy(bytes->data() + i, &nan_half, 2);
         std::mt19937 rng(seed);
         std::normal_distribution<float> dist(0.0f, 1.0f);
         std::vector<float> x(head_dim);
+        std::vector<uint8_t> row(row_bytes);
         for (int t = 0; t < n_pos; ++t)
             for (auto [bytes, decoded] : {std::pair{&k, &kf}, std::pair{&v, &vf}}) {
                 for (auto& e : x) e = dist(rng);
-                uint8_t* row = bytes->data() + t * row_bytes;
-                if (type == ggml_type::F16) {
-                    auto* h = reinterpret_cast<uint16_t*>(row);
-                    for (int64_t j = 0; j < head_dim; ++j) h[j] = formats::fp32_to_fp16(x[j]);
+                formats::quantize_row(type, x.data(), row.data(), head_dim);
+                formats::dequantize_row(type, row.data(), decoded->data() + t * head_dim, head_dim);
+                uint8_t* tile = bytes->data() + static_cast<size_t>(t / tile_n) * tile_slots * row_bytes;
+                const int in_tile = t % tile_n;
+                if (type == ggml_type::F16 && bytes == &k) {
+                    auto* h = reinterpret_cast<uint16_t*>(tile);
+                    const auto* src = reinterpret_cast<const uint16_t*>(row.data());
+                    for (int64_t j = 0; j < head_dim; ++j) h[attn_f16_key_index(head_dim, in_tile, j)] = src[j];
                 } else {
-                    formats::quantize_row(type, x.data(), row, head_dim);
+                    std::memcpy(tile + in_tile * row_bytes, row.data(), row_bytes);
                 }
-                formats::dequantize_row(type, row, decoded->data() + t * head_dim, head_dim);
             }
     }
     int n_tiles() const { return (n_pos + tile_n - 1) / tile_n; }
     kv_tile tile(int i) const {
-        const int pos0 = i * tile_n;
-        return {type, k.data() + pos0 * row_bytes, v.data() + pos0 * row_bytes, row_bytes, pos0,
-                std::min(tile_n, n_pos - pos0)};
+        const size_t at = static_cast<size_t>(i) * tile_slots * row_bytes;
+        return {type, k.data() + at, v.data() + at, row_bytes, int64_t{i} * tile_n, std::min(tile_n, n_pos - i * tile_n)};
     }
 };
 
