@@ -3,7 +3,7 @@
 // alternating repeat by repeat so both see the same machine load), tokens/s of the batched matmul, and
 // the tiled attention on one thread (prompt GFLOP/s, decode GB/s of KV read vs the read bandwidth).
 #include <sys/mman.h>
-#include <xmmintrin.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <barrier>
@@ -125,6 +125,62 @@ std::vector<uint8_t> make_activations(ggml_type type, int64_t n_cols, int64_t n_
     return act;
 }
 
+// The single-precision FMA peak of one thread on the active ISA, GFLOP/s: kFmaChains independent FMA
+// chains, no memory, best of 5. Attention at small GQA groups is bounded by it, not by the memory.
+constexpr int kFmaChains = 16;
+constexpr long kFmaSteps = 4000000;
+
+template <class Run>
+double best_gflops(int lanes, Run run) {
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+        const auto t0 = clock_type::now();
+        run();
+        best = std::min(best, std::chrono::duration<double>(clock_type::now() - t0).count());
+    }
+    return 2.0 * lanes * kFmaChains * static_cast<double>(kFmaSteps) / best / 1e9;
+}
+
+__attribute__((target("avx512f"))) float fma_chains_avx512() {
+    __m512 a[kFmaChains];
+    for (int i = 0; i < kFmaChains; ++i) a[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+    const __m512 x = _mm512_set1_ps(0.9999f), y = _mm512_set1_ps(0.0001f);
+    for (long n = 0; n < kFmaSteps; ++n) {
+        for (auto& v : a) v = _mm512_fmadd_ps(v, x, y);
+        asm volatile("" : : : "memory");
+    }
+    float lanes[16], sum = 0;
+    for (const auto& v : a) {
+        _mm512_storeu_ps(lanes, v);
+        sum += lanes[0];
+    }
+    return sum;
+}
+
+__attribute__((target("avx2,fma"))) float fma_chains_avx2() {
+    __m256 a[kFmaChains];
+    for (int i = 0; i < kFmaChains; ++i) a[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
+    const __m256 x = _mm256_set1_ps(0.9999f), y = _mm256_set1_ps(0.0001f);
+    for (long n = 0; n < kFmaSteps; ++n) {
+        for (auto& v : a) v = _mm256_fmadd_ps(v, x, y);
+        asm volatile("" : : : "memory");
+    }
+    float lanes[8], sum = 0;
+    for (const auto& v : a) {
+        _mm256_storeu_ps(lanes, v);
+        sum += lanes[0];
+    }
+    return sum;
+}
+
+double fma_peak_gflops() {
+    switch (cpu::active_isa()) {
+        case cpu::isa::avx512: return best_gflops(16, [] { volatile float keep = fma_chains_avx512(); (void)keep; });
+        case cpu::isa::avx2: return best_gflops(8, [] { volatile float keep = fma_chains_avx2(); (void)keep; });
+        default: return 0;  // the scalar kernels have no FMA bound worth printing
+    }
+}
+
 // The attention rows: a Qwen3-30B-like head layout over one kv head per tile, one thread (the kernel is
 // single-threaded; the engine runs one (kv head, query tile) or (kv head, chunk) item per thread).
 struct attn_shape {
@@ -138,7 +194,10 @@ struct attn_shape {
 // p v) per (row, visible position). Decode: one token (group rows per kv head) over `depth` positions
 // of every layer that fits in `buf` (so the cache is read from memory, not the L3), GB/s of KV read,
 // next to a one-thread read of `reads` timed in alternation.
-nlohmann::json bench_attention(ggml_type type, int depth, int prompt_tokens, buffer& buf, buffer& reads, int repeats) {
+// fma_gbps: the KV GB/s at which decode's arithmetic (4 head_dim flops per query row and position, over
+// 2 rows of row_bytes) would keep the FMA units busy at fma_gflops.
+nlohmann::json bench_attention(ggml_type type, int depth, int prompt_tokens, buffer& buf, buffer& reads, int repeats,
+                               double fma_gflops) {
     using S = attn_shape;
     const size_t row_bytes = formats::row_size(type, S::head_dim);
     const int n_ctx = depth + prompt_tokens;
@@ -205,7 +264,9 @@ nlohmann::json bench_attention(ggml_type type, int depth, int prompt_tokens, buf
     const double kv_gbps = kv_bytes / median(t_decode) / 1e9;
     return {{"kv_type", std::string(formats::info(type).name)}, {"depth", depth}, {"prompt_tokens", prompt_tokens},
             {"prompt_gflops", prompt_flops / median(t_prompt) / 1e9}, {"decode_kv_gbps", kv_gbps},
-            {"read_gbps", read_gbps}, {"ratio", kv_gbps / read_gbps}, {"decode_layers", n_layers}};
+            {"read_gbps", read_gbps}, {"ratio", kv_gbps / read_gbps}, {"decode_layers", n_layers},
+            {"fma_gflops", fma_gflops},
+            {"fma_gbps", fma_gflops / (4.0 * S::group * S::head_dim / (2.0 * static_cast<double>(row_bytes)))}};
 }
 
 int run(int argc, char** argv) {
@@ -338,9 +399,11 @@ int run(int argc, char** argv) {
         }
     }
 
+    const double fma_gflops = attn_depths.empty() ? 0 : fma_peak_gflops();
     for (const int depth : attn_depths)
         for (const ggml_type type : attn_types)
-            out["attention"].push_back(bench_attention(type, depth, args["attn-prompt"].as<int>(), weights, reads, repeats));
+            out["attention"].push_back(
+                bench_attention(type, depth, args["attn-prompt"].as<int>(), weights, reads, repeats, fma_gflops));
 
     if (json) {
         std::printf("%s\n", out.dump(2).c_str());
@@ -361,12 +424,15 @@ int run(int argc, char** argv) {
                     "tile of a %d-token prompt after the depth, decode = 1 token over the depth\n",
                     attn_shape::n_head, attn_shape::n_head_kv, attn_shape::head_dim, attn_shape::query_tile,
                     args["attn-prompt"].as<int>());
-        std::printf("%-6s %7s %15s %15s %12s %7s\n", "kv", "depth", "prompt GFLOP/s", "decode KV GB/s", "read GB/s",
-                    "ratio");
+        std::printf("FMA bound: one thread's peak of %.1f GFLOP/s (independent FMA chains) spent on decode's 4 head_dim "
+                    "flops per query row and position\n", fma_gflops);
+        std::printf("%-6s %7s %15s %15s %12s %7s %15s %7s\n", "kv", "depth", "prompt GFLOP/s", "decode KV GB/s",
+                    "read GB/s", "ratio", "FMA-bound GB/s", "ratio");
         for (const auto& a : out["attention"])
-            std::printf("%-6s %7d %15.2f %15.2f %12.2f %6.0f%%\n", a["kv_type"].get<std::string>().c_str(),
+            std::printf("%-6s %7d %15.2f %15.2f %12.2f %6.0f%% %15.2f %6.0f%%\n", a["kv_type"].get<std::string>().c_str(),
                         a["depth"].get<int>(), a["prompt_gflops"].get<double>(), a["decode_kv_gbps"].get<double>(),
-                        a["read_gbps"].get<double>(), 100.0 * a["ratio"].get<double>());
+                        a["read_gbps"].get<double>(), 100.0 * a["ratio"].get<double>(), a["fma_gbps"].get<double>(),
+                        a["fma_gbps"].get<double>() > 0 ? 100.0 * a["decode_kv_gbps"].get<double>() / a["fma_gbps"].get<double>() : 0.0);
     }
     return 0;
 }
