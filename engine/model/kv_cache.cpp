@@ -7,6 +7,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include "formats/blocks.hpp"
 #include "formats/quant.hpp"
 
 namespace strata::engine {
@@ -102,43 +103,70 @@ void kv_cache::store(int layer, int pos, const float* k, const float* v) {
     const size_t slot = static_cast<size_t>(in_chunk) * head_row_bytes_;
     const ggml_type t = element_type(type_);
     for (int g = 0; g < n_head_kv_; ++g) {
-        const float* kg = k + static_cast<size_t>(g) * head_dim_;
-        if (type_ == kv_type::f16) {
-            auto* keys = reinterpret_cast<formats::fp16_t*>(tile_rows(layer, chunk, g));
-            for (int j = 0; j < head_dim_; ++j)
-                keys[kernels::cpu::attn_f16_key_index(head_dim_, in_chunk, j)] = formats::fp32_to_fp16(kg[j]);
-        } else {
-            formats::quantize_row(t, kg, tile_rows(layer, chunk, g) + slot, head_dim_);
-        }
+        put_key(tile_rows(layer, chunk, g), in_chunk, k + static_cast<size_t>(g) * head_dim_);
         formats::quantize_row(t, v + static_cast<size_t>(g) * head_dim_, tile_rows(layer, chunk, n_head_kv_ + g) + slot,
                               head_dim_);
     }
 }
 
+void kv_cache::put_key(uint8_t* tile, int r, const float* x) const {
+    if (type_ == kv_type::f16) {
+        for (int j = 0; j < head_dim_; ++j) {
+            const formats::fp16_t h = formats::fp32_to_fp16(x[j]);
+            std::memcpy(tile + kernels::cpu::attn_key_offset(ggml_type::F16, head_row_bytes_, r, j), &h, sizeof(h));
+        }
+        return;
+    }
+    for (int j0 = 0; j0 < head_dim_; j0 += formats::QK8_0) {
+        formats::block_q8_0 b;
+        formats::quantize_row(ggml_type::Q8_0, x + j0, reinterpret_cast<uint8_t*>(&b), formats::QK8_0);
+        put_key_block(tile, r, j0, b);
+    }
+}
+
+void kv_cache::put_key_block(uint8_t* tile, int r, int j0, const formats::block_q8_0& b) const {
+    for (int j = 0; j < formats::QK8_0; ++j)
+        std::memcpy(tile + kernels::cpu::attn_key_offset(ggml_type::Q8_0, head_row_bytes_, r, j0 + j), &b.qs[j], 1);
+    std::memcpy(tile + kernels::cpu::attn_key_scale_offset(head_dim_, head_row_bytes_, r, j0), &b.d, sizeof(b.d));
+}
+
 void kv_cache::read_rows(int layer, int chunk, int t, int r0, int r1, uint8_t* rows) const {
     const uint8_t* tile = tile_rows(layer, chunk, t);
-    if (!blocked_keys(t)) {
+    if (t >= n_head_kv_) {
         std::memcpy(rows, tile + static_cast<size_t>(r0) * head_row_bytes_, static_cast<size_t>(r1 - r0) * head_row_bytes_);
         return;
     }
-    const auto* keys = reinterpret_cast<const formats::fp16_t*>(tile);
-    auto* out = reinterpret_cast<formats::fp16_t*>(rows);
-    for (int r = r0; r < r1; ++r)
-        for (int j = 0; j < head_dim_; ++j)
-            *out++ = keys[kernels::cpu::attn_f16_key_index(head_dim_, r, j)];
+    for (int r = r0; r < r1; ++r, rows += head_row_bytes_) {
+        if (type_ == kv_type::f16) {
+            for (int j = 0; j < head_dim_; ++j)
+                std::memcpy(rows + 2 * j, tile + kernels::cpu::attn_key_offset(ggml_type::F16, head_row_bytes_, r, j), 2);
+            continue;
+        }
+        auto* blocks = reinterpret_cast<formats::block_q8_0*>(rows);
+        for (int j0 = 0; j0 < head_dim_; j0 += formats::QK8_0) {
+            formats::block_q8_0& b = blocks[j0 / formats::QK8_0];
+            for (int j = 0; j < formats::QK8_0; ++j)
+                std::memcpy(&b.qs[j], tile + kernels::cpu::attn_key_offset(ggml_type::Q8_0, head_row_bytes_, r, j0 + j), 1);
+            std::memcpy(&b.d, tile + kernels::cpu::attn_key_scale_offset(head_dim_, head_row_bytes_, r, j0), sizeof(b.d));
+        }
+    }
 }
 
 void kv_cache::write_rows(int layer, int chunk, int t, int r0, int r1, const uint8_t* rows) {
     uint8_t* tile = tile_rows(layer, chunk, t);
-    if (!blocked_keys(t)) {
+    if (t >= n_head_kv_) {
         std::memcpy(tile + static_cast<size_t>(r0) * head_row_bytes_, rows, static_cast<size_t>(r1 - r0) * head_row_bytes_);
         return;
     }
-    auto* keys = reinterpret_cast<formats::fp16_t*>(tile);
-    const auto* in = reinterpret_cast<const formats::fp16_t*>(rows);
-    for (int r = r0; r < r1; ++r)
-        for (int j = 0; j < head_dim_; ++j)
-            keys[kernels::cpu::attn_f16_key_index(head_dim_, r, j)] = *in++;
+    for (int r = r0; r < r1; ++r, rows += head_row_bytes_) {
+        if (type_ == kv_type::f16) {
+            for (int j = 0; j < head_dim_; ++j)
+                std::memcpy(tile + kernels::cpu::attn_key_offset(ggml_type::F16, head_row_bytes_, r, j), rows + 2 * j, 2);
+            continue;
+        }
+        const auto* blocks = reinterpret_cast<const formats::block_q8_0*>(rows);
+        for (int j0 = 0; j0 < head_dim_; j0 += formats::QK8_0) put_key_block(tile, r, j0, blocks[j0 / formats::QK8_0]);
+    }
 }
 
 kernels::cpu::kv_tile kv_cache::tile(int layer, int g, int chunk, int n_pos) const {

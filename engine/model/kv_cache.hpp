@@ -4,8 +4,8 @@
 // One chunk of one layer (positions [c * chunk_tokens, (c + 1) * chunk_tokens)) is one allocation:
 //   K: [n_head_kv][chunk_tokens][head_row]    head_row: head_dim halves, or head_dim / 32 Q8_0 blocks
 //   V: [n_head_kv][chunk_tokens][head_row]
-// so the keys (and the values) of one kv head in one chunk are one attention tile; f16 keys are
-// stored in the tile's blocked, transposed layout (kernels/cpu/attention.hpp), the same bytes.
+// so the keys (and the values) of one kv head in one chunk are one attention tile. Keys are stored in
+// the tile's blocked, transposed layout (kernels/cpu/attention.hpp): the same bytes, another order.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cpu/attention.hpp"
+#include "formats/blocks.hpp"
 
 namespace strata::engine {
 
@@ -75,8 +76,10 @@ private:
     const uint8_t* tile_rows(int layer, int chunk, int t) const {
         return chunks_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)].get() + static_cast<size_t>(t) * tile_bytes();
     }
-    // F16 keys are blocked and transposed (kernels/cpu/attention.hpp), everything else is rows.
-    bool blocked_keys(int t) const { return type_ == kv_type::f16 && t < n_head_kv_; }
+    // Writes key row x (head_dim floats) at row r of a key tile, in the blocked layout of
+    // kernels/cpu/attention.hpp; put_key_block one Q8_0 block of it (elements j0 .. j0 + 31).
+    void put_key(uint8_t* tile, int r, const float* x) const;
+    void put_key_block(uint8_t* tile, int r, int j0, const formats::block_q8_0& b) const;
 
     size_t tile_bytes() const { return static_cast<size_t>(chunk_tokens) * head_row_bytes_; }
 

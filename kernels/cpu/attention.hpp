@@ -18,26 +18,38 @@ namespace strata::kernels::cpu {
 // Positions per tile at most (the KV cache's chunk size).
 inline constexpr int attn_tile_max = 256;
 
-// F16 keys are stored transposed in blocks of attn_key_block positions, so one SIMD load gives one
-// dimension of consecutive positions and scoring needs no register transposes:
-//   k: [ceil(n / attn_key_block)][head_dim][attn_key_block] halves (whole blocks; slots past n unread
-//      or masked).
-// Q8_0 keys, and the values of both types, are rows: [n][row_bytes].
+// Keys are stored transposed in blocks of attn_key_block positions, so one SIMD load gives one
+// dimension of consecutive positions and scoring needs no register transposes. A block is
+// attn_key_block * row_bytes bytes:
+//   F16:  [head_dim][attn_key_block] halves;
+//   Q8_0: [head_dim][attn_key_block] int8 quants, then [head_dim / 32][attn_key_block] f16 scales (the
+//         scale of elements 32 b .. 32 b + 31 of a key, as in its Q8_0 row).
+// A tile's k holds ceil(n / attn_key_block) whole blocks; slots past n are never let through. Values
+// are rows: v is [n][row_bytes].
 inline constexpr int attn_key_block = 32;
 static_assert(attn_tile_max % attn_key_block == 0);
 
-// Index, in halves, of element j of key t in an F16 tile's k.
-inline constexpr size_t attn_f16_key_index(int64_t head_dim, int64_t t, int64_t j) {
-    return static_cast<size_t>((t / attn_key_block * head_dim + j) * attn_key_block + t % attn_key_block);
+// Byte offset in a tile's k of element j of key t: a half (F16) or an int8 quant (Q8_0).
+inline constexpr size_t attn_key_offset(ggml_type type, size_t row_bytes, int64_t t, int64_t j) {
+    const size_t block = static_cast<size_t>(t / attn_key_block) * attn_key_block * row_bytes;
+    const size_t slot = static_cast<size_t>(j * attn_key_block + t % attn_key_block);
+    return block + (type == ggml_type::F16 ? 2 * slot : slot);
 }
 
-// One kv head's keys and values for positions [pos0, pos0 + n), laid out as above; each row (or key)
+// Byte offset in a Q8_0 tile's k of the f16 scale of element j of key t.
+inline constexpr size_t attn_key_scale_offset(int64_t head_dim, size_t row_bytes, int64_t t, int64_t j) {
+    const size_t block = static_cast<size_t>(t / attn_key_block) * attn_key_block * row_bytes;
+    return block + static_cast<size_t>(head_dim * attn_key_block) +
+           2 * static_cast<size_t>(j / 32 * attn_key_block + t % attn_key_block);
+}
+
+// One kv head's keys and values for positions [pos0, pos0 + n), laid out as above; each key and value
 // head_dim elements of `type` (F16, or Q8_0 blocks of 32).
 struct kv_tile {
     ggml_type type;
     const void* k;
     const void* v;
-    size_t row_bytes;    // one position of one head; an F16 key block is attn_key_block * row_bytes
+    size_t row_bytes;    // one position of one head (a value row; a key block is attn_key_block of them)
     int64_t pos0;
     int n;               // 1..attn_tile_max
     // The keys of the tile the caller folds next with the same layout, or null: decode prefetches

@@ -2,7 +2,9 @@
 // and hands attention tiles of one kv head per chunk.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -81,12 +83,16 @@ TEST(KvCache, TilesHoldEachHeadsRowsOfAChunk) {
     EXPECT_EQ(t.pos0, 512);
     EXPECT_EQ(t.n, 88);
     EXPECT_EQ(t.type, formats::ggml_type::F16);
-    const auto* keys = static_cast<const formats::fp16_t*>(t.k);  // blocked and transposed
     const auto* v_rows = static_cast<const formats::fp16_t*>(t.v);
     const size_t row = t.row_bytes / sizeof(formats::fp16_t);
-    EXPECT_EQ(formats::fp16_to_fp32(keys[kernels::cpu::attn_f16_key_index(kHeadDim, 0, 0)]), 512.5f);
-    EXPECT_EQ(formats::fp16_to_fp32(keys[kernels::cpu::attn_f16_key_index(kHeadDim, 10, 63)]), 522.5f);
-    EXPECT_EQ(formats::fp16_to_fp32(keys[kernels::cpu::attn_f16_key_index(kHeadDim, 87, 1)]), 599.5f);
+    auto key = [&](int r, int j) {  // blocked and transposed
+        formats::fp16_t h;
+        std::memcpy(&h, static_cast<const uint8_t*>(t.k) + kernels::cpu::attn_key_offset(t.type, t.row_bytes, r, j), 2);
+        return formats::fp16_to_fp32(h);
+    };
+    EXPECT_EQ(key(0, 0), 512.5f);
+    EXPECT_EQ(key(10, 63), 522.5f);
+    EXPECT_EQ(key(87, 1), 599.5f);
     EXPECT_EQ(formats::fp16_to_fp32(v_rows[87 * row]), -599.0f);
 
     // read_rows gives rows whatever the layout, and write_rows puts them back where tile() finds them.
@@ -96,9 +102,49 @@ TEST(KvCache, TilesHoldEachHeadsRowsOfAChunk) {
     EXPECT_EQ(formats::fp16_to_fp32(rows[2 * row + 5]), 599.5f);
     rows[2 * row + 5] = formats::fp32_to_fp16(-1.0f);
     kv.write_rows(0, 2, 1, 85, 88, reinterpret_cast<const uint8_t*>(rows.data()));
-    EXPECT_EQ(formats::fp16_to_fp32(keys[kernels::cpu::attn_f16_key_index(kHeadDim, 87, 5)]), -1.0f);
-    EXPECT_EQ(formats::fp16_to_fp32(keys[kernels::cpu::attn_f16_key_index(kHeadDim, 87, 4)]), 599.5f);
+    EXPECT_EQ(key(87, 5), -1.0f);
+    EXPECT_EQ(key(87, 4), 599.5f);
     EXPECT_EQ(kv.tile(0, 0, 0, 600).n, kv_cache::chunk_tokens);
+}
+
+// int8 keys: a stored row reads back as the Q8_0 row quantize_row makes of it, and the blocked tile
+// dequantizes to the same values; rows written back land where they were.
+TEST(KvCache, Int8KeysReadBackAsTheirQ80Rows) {
+    kv_cache kv(1, 300, kHeads, kHeadDim, kv_type::int8);
+    kv.reserve(300);
+    std::vector<float> k(kHeads * kHeadDim), v(kHeads * kHeadDim, 0.5f);
+    auto key_of = [](int pos, int i) { return std::sin(0.37f * static_cast<float>(pos) + 0.11f * static_cast<float>(i)) * (1 + pos % 7); };
+    for (int pos = 0; pos < 300; ++pos) {
+        for (int i = 0; i < kHeads * kHeadDim; ++i) k[static_cast<size_t>(i)] = key_of(pos, i);
+        kv.store(0, pos, k.data(), v.data());
+    }
+    const size_t row_bytes = kv.head_row_bytes();
+    std::vector<uint8_t> rows(2 * row_bytes), expected(row_bytes);
+    kv.read_rows(0, 1, 1, 40, 42, rows.data());  // head 1, positions 296 and 297
+    for (int r = 0; r < 2; ++r) {
+        std::vector<float> x(kHeadDim);
+        for (int j = 0; j < kHeadDim; ++j) x[static_cast<size_t>(j)] = key_of(296 + r, kHeadDim + j);
+        formats::quantize_row(formats::ggml_type::Q8_0, x.data(), expected.data(), kHeadDim);
+        EXPECT_EQ(0, std::memcmp(rows.data() + r * row_bytes, expected.data(), row_bytes)) << "row " << r;
+    }
+    const kernels::cpu::kv_tile t = kv.tile(0, 1, 1, 300);
+    const auto* kb = static_cast<const uint8_t*>(t.k);
+    std::vector<float> deq(kHeadDim);
+    formats::dequantize_row(formats::ggml_type::Q8_0, rows.data() + row_bytes, deq.data(), kHeadDim);
+    for (int j = 0; j < kHeadDim; ++j) {
+        formats::fp16_t d;
+        std::memcpy(&d, kb + kernels::cpu::attn_key_scale_offset(kHeadDim, t.row_bytes, 41, j), 2);
+        const auto q = static_cast<int8_t>(kb[kernels::cpu::attn_key_offset(t.type, t.row_bytes, 41, j)]);
+        EXPECT_EQ(formats::fp16_to_fp32(d) * static_cast<float>(q), deq[static_cast<size_t>(j)]) << "element " << j;
+    }
+    std::vector<uint8_t> other(row_bytes);
+    kv.read_rows(0, 1, 0, 3, 4, other.data());  // head 0, position 259
+    kv.write_rows(0, 1, 1, 41, 42, other.data());
+    std::vector<uint8_t> back(row_bytes);
+    kv.read_rows(0, 1, 1, 41, 42, back.data());
+    EXPECT_EQ(other, back);
+    kv.read_rows(0, 1, 1, 40, 41, back.data());
+    EXPECT_EQ(0, std::memcmp(back.data(), rows.data(), row_bytes)) << "the row before is untouched";
 }
 
 }  // namespace

@@ -25,11 +25,17 @@ float kv_value(ggml_type type, const uint8_t* row, int64_t j) {
     return formats::fp16_to_fp32(b->d) * static_cast<float>(b->qs[j % formats::QK8_0]);
 }
 
-// Element j of key t of a tile, as f32.
+// Element j of key t of a tile, as f32 (the blocked layout of attention.hpp). Q8_0: d * q, as kv_value.
 float key_value(const kv_tile& kv, int64_t head_dim, int64_t t, int64_t j) {
-    if (kv.type == ggml_type::F16)
-        return formats::fp16_to_fp32(static_cast<const formats::fp16_t*>(kv.k)[attn_f16_key_index(head_dim, t, j)]);
-    return kv_value(kv.type, static_cast<const uint8_t*>(kv.k) + t * kv.row_bytes, j);
+    const auto* k = static_cast<const uint8_t*>(kv.k);
+    const size_t at = attn_key_offset(kv.type, kv.row_bytes, t, j);
+    formats::fp16_t h;
+    if (kv.type == ggml_type::F16) {
+        std::memcpy(&h, k + at, sizeof(h));
+        return formats::fp16_to_fp32(h);
+    }
+    std::memcpy(&h, k + attn_key_scale_offset(head_dim, kv.row_bytes, t, j), sizeof(h));
+    return formats::fp16_to_fp32(h) * static_cast<float>(static_cast<int8_t>(k[at]));
 }
 
 }  // namespace

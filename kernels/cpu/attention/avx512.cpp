@@ -97,18 +97,44 @@ static float softmax_row(float* s, int n_vis, int n_score, float* max_out) {
     return _mm512_reduce_add_ps(sum);
 }
 
-// scores() for kPosStep positions read straight from one block of F16 keys ([head_dim][attn_key_block]
-// halves, attention.hpp): the same conversions and FMA chain, so the same scores as from convert_tile.
-template <int R>
-static void scores_f16(const float* q, int64_t head_dim, const formats::fp16_t* block, float scale, float* score,
-                       int lds) {
+// Element j of keys t .. t + 15 (t a multiple of 16) of a tile, from the blocked layout of
+// attention.hpp: the values load_keys8 gives, 16 at a time. `scale16`: for Q8_0, the f32 scales of
+// the keys' group j / 32 (scales_at gives them), unused for F16.
+template <ggml_type T>
+static inline __m512 load_keys16(const uint8_t* k, size_t row_bytes, int t, int64_t j, __m512 scale16) {
+    const uint8_t* at = k + attn_key_offset(T, row_bytes, t, j);
+    if constexpr (T == ggml_type::F16) {
+        (void)scale16;
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+    } else {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+        return _mm512_mul_ps(scale16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+    }
+}
+
+static inline __m512 scales_at(const uint8_t* k, int64_t head_dim, size_t row_bytes, int t, int64_t j) {
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + attn_key_scale_offset(head_dim, row_bytes, t, j))));
+}
+
+// scores() for the kPosStep positions [t0, t0 + kPosStep) read straight from their key block: the same
+// key values and FMA chain, so the same scores as from convert_tile.
+template <ggml_type T, int R>
+static void scores_blocked(const float* q, int64_t head_dim, const kv_tile& kv, int t0, float scale, float* score,
+                           int lds) {
     static_assert(kPosStep == attn_key_block);
+    const auto* k = static_cast<const uint8_t*>(kv.k);
     __m512 acc[R][2];
     for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
-    const formats::fp16_t* k = block;
-    for (int64_t j = 0; j < head_dim; ++j, k += attn_key_block) {
-        const __m512 k0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k)));
-        const __m512 k1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + 16)));
+    __m512 d0 = _mm512_setzero_ps(), d1 = _mm512_setzero_ps();
+    for (int64_t j = 0; j < head_dim; ++j) {
+        if constexpr (T == ggml_type::Q8_0)
+            if (j % formats::QK8_0 == 0) {
+                d0 = scales_at(k, head_dim, kv.row_bytes, t0, j);
+                d1 = scales_at(k, head_dim, kv.row_bytes, t0 + 16, j);
+            }
+        const __m512 k0 = load_keys16<T>(k, kv.row_bytes, t0, j, d0);
+        const __m512 k1 = load_keys16<T>(k, kv.row_bytes, t0 + 16, j, d1);
         for (int i = 0; i < R; ++i) {
             const __m512 qj = _mm512_set1_ps(q[i * head_dim + j]);
             acc[i][0] = _mm512_fmadd_ps(qj, k0, acc[i][0]);
@@ -135,48 +161,6 @@ static inline __m512 load16(const uint8_t* row, int64_t j) {
         const __m512 scale = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(d)));
         return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
     }
-}
-
-// r[i][j] -> r[j][i] for a 16 x 16 block of floats.
-static inline void transpose16(__m512 r[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    // u[4 g + c]: in 128-bit lane L, column 4 L + c of rows 4 g .. 4 g + 3
-    __m512 u[16];
-    for (int g = 0; g < 4; ++g) {
-        u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
-        u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
-        u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
-        u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
-    }
-    for (int c = 0; c < 4; ++c) {
-        const __m512 a = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), b = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
-        const __m512 e = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88), d = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-        r[c] = _mm512_shuffle_f32x4(a, e, 0x88);
-        r[8 + c] = _mm512_shuffle_f32x4(a, e, 0xDD);
-        r[4 + c] = _mm512_shuffle_f32x4(b, d, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(b, d, 0xDD);
-    }
-}
-
-// Q8_0 keys (rows) as convert_tile gives them, on 16 lanes: positions [t_begin, t_begin + n_t) transposed,
-// n_t a multiple of 16, kt[j][t - t_begin] with row stride ldk, zero past the tile.
-template <ggml_type T>
-static void convert_keys16(const kv_tile& kv, int64_t head_dim, int t_begin, int n_t, float* kt, int64_t ldk) {
-    const auto* k = static_cast<const uint8_t*>(kv.k);
-    for (int t0 = 0; t0 < n_t; t0 += 16)
-        for (int64_t j0 = 0; j0 < head_dim; j0 += 16) {
-            __m512 r[16];
-            for (int i = 0; i < 16; ++i) {
-                const int t = t_begin + t0 + i;
-                r[i] = t < kv.n ? load16<T>(k + t * kv.row_bytes, j0) : _mm512_setzero_ps();
-            }
-            transpose16(r);
-            for (int i = 0; i < 16; ++i) _mm512_store_ps(kt + (j0 + i) * ldk + t0, r[i]);
-        }
 }
 
 // acc[i][:] = sum_{t < n_t} p[i][t] v_t[:] for the block's R rows (p: [R][ldp]); value(t, j) gives
@@ -251,8 +235,7 @@ static void with_rows(int n, F&& f) {
 }
 
 // NOTE: calls with few rows (decode: one token's query heads of a kv head) never convert the whole tile:
-// F16 keys are scored straight from their blocks, Q8_0 keys converted kPosStep positions at a time
-// (16 x 16 register transposes) into an L1-sized block, for every row at once; values are read from the tile and converted in registers, in
+// keys are scored straight from their blocks (no transposes, no copy), for every row at once; values are read from the tile and converted in registers, in
 // blocks of kValueRows rows x 32 dimensions (so a value row is converted once for all the group's rows). Every score,
 // exp, sum and acc element is still the same operation sequence as row_block's (p = 0 past a row's
 // visible positions leaves acc unchanged), so prompts and decode agree bitwise. The keys are
@@ -261,7 +244,6 @@ static void with_rows(int n, F&& f) {
 template <ggml_type T>
 static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                           float scale, const attn_state& st) {
-    alignas(64) float kt[kSimdMaxHeadDim * kPosStep];     // [head_dim][kPosStep] one block of keys, transposed
     alignas(64) float p[kFewRows * attn_tile_max];        // [n_rows][n_pad] scores, then probabilities
     alignas(64) float acc[kValueRows * kSimdMaxHeadDim];  // [kValueRows][head_dim]
     int n_vis[kFewRows], max_vis = 0;
@@ -272,19 +254,10 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
     for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
         prefetch_rows(kv, kv.k, t0 + kPrefetchPos, t0 + kPrefetchPos + kPosStep);
         prefetch_rows(kv, kv.v, 2 * t0, 2 * (t0 + kPosStep));  // all values requested by mid-tile
-        if constexpr (T == ggml_type::F16) {
-            const auto* block = static_cast<const formats::fp16_t*>(kv.k) + static_cast<size_t>(t0) * head_dim;
-            for (int r0 = 0; r0 < n_rows; r0 += kRows)
-                with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
-                    scores_f16<rows()>(q + r0 * head_dim, head_dim, block, scale, p + r0 * n_pad + t0, n_pad);
-                });
-        } else {
-            convert_keys16<T>(kv, head_dim, t0, kPosStep, kt, kPosStep);
-            for (int r0 = 0; r0 < n_rows; r0 += kRows)
-                with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
-                    scores<rows()>(q + r0 * head_dim, head_dim, kt, kPosStep, kPosStep, scale, p + r0 * n_pad + t0, n_pad);
-                });
-        }
+        for (int r0 = 0; r0 < n_rows; r0 += kRows)
+            with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
+                scores_blocked<T, rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * n_pad + t0, n_pad);
+            });
     }
     const auto* v = static_cast<const uint8_t*>(kv.v);
     if (kv.next_k) {

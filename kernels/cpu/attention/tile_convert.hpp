@@ -50,24 +50,20 @@ static inline __m256 load8(const uint8_t* row, int64_t j) {
     }
 }
 
-// r[i][j] -> r[j][i] for an 8 x 8 block of floats.
-static inline void transpose8(__m256 r[8]) {
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+// Element j of keys t .. t + 7 (t a multiple of 8) of a tile, as f32, from the blocked layout of
+// attention.hpp: the values load8 gives for their rows. Q8_0: d * q, exactly as kv_value.
+template <ggml_type T>
+static inline __m256 load_keys8(const kv_tile& kv, int64_t head_dim, int t, int64_t j) {
+    const auto* k = static_cast<const uint8_t*>(kv.k);
+    const uint8_t* at = k + attn_key_offset(T, kv.row_bytes, t, j);
+    if constexpr (T == ggml_type::F16) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
+    } else {
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(at));
+        const __m256 d = _mm256_cvtph_ps(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(k + attn_key_scale_offset(head_dim, kv.row_bytes, t, j))));
+        return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+    }
 }
 
 // Lanes i < n_valid all ones, the rest zero (any n_valid).
@@ -80,7 +76,7 @@ static inline __m256 lanes_below(int n_valid) {
 // row strides ldk = n_pad + kRowPad and ldv = head_dim + kRowPad:
 //   kt[head_dim][ldk]  kt[j][t] = k_t[j], positions n..n_pad-1 zero;
 //   vf[n][ldv]         vf[t][j] = v_t[j].
-// F16 keys are already transposed in their blocks (attention.hpp): converted in place, no shuffles.
+// Keys are already transposed in their blocks (attention.hpp): converted in place, no shuffles.
 template <ggml_type T>
 static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* kt, float* vf, bool prefetch) {
     const auto* k = static_cast<const uint8_t*>(kv.k);
@@ -93,30 +89,15 @@ static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* 
         }
         for (int64_t j = 0; j < head_dim; j += 8) _mm256_store_ps(vf + t * ldv + j, load8<T>(v + t * kv.row_bytes, j));
     }
-    if constexpr (T == ggml_type::F16) {
-        const auto* kh = static_cast<const formats::fp16_t*>(kv.k);
-        for (int b0 = 0; b0 < n_pad; b0 += attn_key_block) {
-            if (prefetch) prefetch_rows(kv, k, b0 + attn_key_block, b0 + 2 * attn_key_block);  // the next block
-            const int width = n_pad - b0 < attn_key_block ? n_pad - b0 : attn_key_block;
-            const formats::fp16_t* block = kh + static_cast<size_t>(b0) * head_dim;
-            for (int64_t j = 0; j < head_dim; ++j)
-                for (int c = 0; c < width; c += 8) {
-                    __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + j * attn_key_block + c)));
-                    if (b0 + c + 8 > kv.n) x = _mm256_and_ps(x, lanes_below(kv.n - b0 - c));
-                    _mm256_store_ps(kt + j * ldk + b0 + c, x);
-                }
-        }
-        return;
-    }
-    for (int t0 = 0; t0 < n_pad; t0 += 8) {
-        if (prefetch) prefetch_rows(kv, k, t0 + kPrefetchRows, t0 + kPrefetchRows + 8);
-        for (int64_t j0 = 0; j0 < head_dim; j0 += 8) {
-            __m256 r[8];
-            for (int i = 0; i < 8; ++i)
-                r[i] = t0 + i < kv.n ? load8<T>(k + (t0 + i) * kv.row_bytes, j0) : _mm256_setzero_ps();
-            transpose8(r);
-            for (int i = 0; i < 8; ++i) _mm256_store_ps(kt + (j0 + i) * ldk + t0, r[i]);
-        }
+    for (int b0 = 0; b0 < n_pad; b0 += attn_key_block) {
+        if (prefetch) prefetch_rows(kv, k, b0 + attn_key_block, b0 + 2 * attn_key_block);  // the next block
+        const int width = n_pad - b0 < attn_key_block ? n_pad - b0 : attn_key_block;
+        for (int64_t j = 0; j < head_dim; ++j)
+            for (int c = 0; c < width; c += 8) {
+                __m256 x = load_keys8<T>(kv, head_dim, b0 + c, j);
+                if (b0 + c + 8 > kv.n) x = _mm256_and_ps(x, lanes_below(kv.n - b0 - c));
+                _mm256_store_ps(kt + j * ldk + b0 + c, x);
+            }
     }
 }
 

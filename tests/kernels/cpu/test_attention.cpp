@@ -17,6 +17,7 @@
 
 #include "cpu/attention.hpp"
 #include "cpu/detail/kernel_table.hpp"
+#include "formats/blocks.hpp"
 #include "formats/quant.hpp"
 
 namespace {
@@ -26,8 +27,8 @@ using strata::formats::ggml_type;
 namespace formats = strata::formats;
 
 // One kv head's cache: n_pos positions in tiles of tile_n, and their decoded values. Each tile has
-// its own storage of whole key blocks (F16 keys blocked and transposed, attention.hpp; Q8_0 keys and all
-// values rows); the slots past a tile's last position hold NaN, which no kernel may let through.
+// its own storage of whole key blocks (keys blocked and transposed as attention.hpp lays them out, values
+// rows); the slots past a tile's last position hold NaN, which no kernel may let through.
 struct cache {
     ggml_type type;
     int64_t head_dim;
@@ -56,10 +57,16 @@ struct cache {
                 formats::dequantize_row(type, row.data(), decoded->data() + t * head_dim, head_dim);
                 uint8_t* tile = bytes->data() + static_cast<size_t>(t / tile_n) * tile_slots * row_bytes;
                 const int in_tile = t % tile_n;
-                if (type == ggml_type::F16 && bytes == &k) {
-                    auto* h = reinterpret_cast<uint16_t*>(tile);
-                    const auto* src = reinterpret_cast<const uint16_t*>(row.data());
-                    for (int64_t j = 0; j < head_dim; ++j) h[attn_f16_key_index(head_dim, in_tile, j)] = src[j];
+                if (bytes == &k) {  // blocked keys: each element (and Q8_0 scale) to its slot
+                    for (int64_t j = 0; j < head_dim; ++j) {
+                        if (type == ggml_type::F16) {
+                            std::memcpy(tile + attn_key_offset(type, row_bytes, in_tile, j), row.data() + 2 * j, 2);
+                            continue;
+                        }
+                        const auto& b = reinterpret_cast<const formats::block_q8_0*>(row.data())[j / formats::QK8_0];
+                        std::memcpy(tile + attn_key_offset(type, row_bytes, in_tile, j), &b.qs[j % formats::QK8_0], 1);
+                        std::memcpy(tile + attn_key_scale_offset(head_dim, row_bytes, in_tile, j), &b.d, 2);
+                    }
                 } else {
                     std::memcpy(tile + in_tile * row_bytes, row.data(), row_bytes);
                 }
