@@ -54,29 +54,42 @@ static inline __mmask16 first_lanes(int n_valid) {
     return n_valid >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n_valid) - 1);
 }
 
-// score[i][t] = scale * (q_i . k_t) for the block's R rows (q: [R][head_dim]), t < n_score
-// (kt: [head_dim][ldk] transposed keys; score: [R][lds]).
+// One block of kPosStep scores for the block's R rows (q: [R][head_dim]): score[i][0..31] =
+// scale * sum_j q_i[j] k_{0..31}[j], each one FMA chain over the dimensions in order; keys(j, k0, k1)
+// gives dimension j of the 32 keys.
+template <int R, class Keys>
+static inline void score_block(const float* q, int64_t head_dim, Keys&& keys, float scale, float* score, int lds) {
+    __m512 acc[R][2];
+    for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < head_dim; ++j) {
+        __m512 k0, k1;
+        keys(j, k0, k1);
+        for (int i = 0; i < R; ++i) {
+            const __m512 qj = _mm512_set1_ps(q[i * head_dim + j]);
+            acc[i][0] = _mm512_fmadd_ps(qj, k0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(qj, k1, acc[i][1]);
+        }
+    }
+    const __m512 s = _mm512_set1_ps(scale);
+    for (int i = 0; i < R; ++i) {
+        _mm512_storeu_ps(score + i * lds, _mm512_mul_ps(acc[i][0], s));
+        _mm512_storeu_ps(score + i * lds + 16, _mm512_mul_ps(acc[i][1], s));
+    }
+}
+
+// score[i][t] = scale * (q_i . k_t) for the block's R rows, t < n_score (kt: [head_dim][ldk] transposed
+// keys; score: [R][lds]).
 template <int R>
 static void scores(const float* q, int64_t head_dim, const float* kt, int64_t ldk, int n_score, float scale,
                    float* score, int lds) {
-    for (int t = 0; t < n_score; t += kPosStep) {
-        __m512 acc[R][2];
-        for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
-        const float* k = kt + t;  // k[j * ldk + 0..31] = k_{t..t+31}[j]
-        for (int64_t j = 0; j < head_dim; ++j, k += ldk) {
-            const __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16);
-            for (int i = 0; i < R; ++i) {
-                const __m512 qj = _mm512_set1_ps(q[i * head_dim + j]);
-                acc[i][0] = _mm512_fmadd_ps(qj, k0, acc[i][0]);
-                acc[i][1] = _mm512_fmadd_ps(qj, k1, acc[i][1]);
-            }
-        }
-        const __m512 s = _mm512_set1_ps(scale);
-        for (int i = 0; i < R; ++i) {
-            _mm512_storeu_ps(score + i * lds + t, _mm512_mul_ps(acc[i][0], s));
-            _mm512_storeu_ps(score + i * lds + t + 16, _mm512_mul_ps(acc[i][1], s));
-        }
-    }
+    for (int t = 0; t < n_score; t += kPosStep)
+        score_block<R>(
+            q, head_dim,
+            [&](int64_t j, __m512& k0, __m512& k1) {
+                k0 = _mm512_loadu_ps(kt + j * ldk + t);
+                k1 = _mm512_loadu_ps(kt + j * ldk + t + 16);
+            },
+            scale, score + t, lds);
 }
 
 // One row: s[t] <- exp(s[t] - max) for t < n_vis, 0 for n_vis <= t < n_score; returns the sum, sets max.
@@ -118,34 +131,25 @@ static inline __m512 scales_at(const uint8_t* k, int64_t head_dim, size_t row_by
 }
 
 // scores() for the kPosStep positions [t0, t0 + kPosStep) read straight from their key block: the same
-// key values and FMA chain, so the same scores as from convert_tile.
+// key values and FMA chains, so the same scores as from convert_tile.
 template <ggml_type T, int R>
 static void scores_blocked(const float* q, int64_t head_dim, const kv_tile& kv, int t0, float scale, float* score,
                            int lds) {
     static_assert(kPosStep == attn_key_block);
     const auto* k = static_cast<const uint8_t*>(kv.k);
-    __m512 acc[R][2];
-    for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
     __m512 d0 = _mm512_setzero_ps(), d1 = _mm512_setzero_ps();
-    for (int64_t j = 0; j < head_dim; ++j) {
-        if constexpr (T == ggml_type::Q8_0)
-            if (j % formats::QK8_0 == 0) {
-                d0 = scales_at(k, head_dim, kv.row_bytes, t0, j);
-                d1 = scales_at(k, head_dim, kv.row_bytes, t0 + 16, j);
-            }
-        const __m512 k0 = load_keys16<T>(k, kv.row_bytes, t0, j, d0);
-        const __m512 k1 = load_keys16<T>(k, kv.row_bytes, t0 + 16, j, d1);
-        for (int i = 0; i < R; ++i) {
-            const __m512 qj = _mm512_set1_ps(q[i * head_dim + j]);
-            acc[i][0] = _mm512_fmadd_ps(qj, k0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(qj, k1, acc[i][1]);
-        }
-    }
-    const __m512 s = _mm512_set1_ps(scale);
-    for (int i = 0; i < R; ++i) {
-        _mm512_storeu_ps(score + i * lds, _mm512_mul_ps(acc[i][0], s));
-        _mm512_storeu_ps(score + i * lds + 16, _mm512_mul_ps(acc[i][1], s));
-    }
+    score_block<R>(
+        q, head_dim,
+        [&](int64_t j, __m512& k0, __m512& k1) {
+            if constexpr (T == ggml_type::Q8_0)
+                if (j % formats::QK8_0 == 0) {
+                    d0 = scales_at(k, head_dim, kv.row_bytes, t0, j);
+                    d1 = scales_at(k, head_dim, kv.row_bytes, t0 + 16, j);
+                }
+            k0 = load_keys16<T>(k, kv.row_bytes, t0, j, d0);
+            k1 = load_keys16<T>(k, kv.row_bytes, t0 + 16, j, d1);
+        },
+        scale, score, lds);
 }
 
 // Elements j..j+15 (j a multiple of 16) of one tile row, as f32: the values load8 gives, 16 at a time.
