@@ -18,6 +18,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "bandwidth.hpp"
+#include "fma_peak.hpp"
 #include "gguf/gguf_reader.hpp"
 #include "model_info.hpp"
 #include "modes.hpp"
@@ -260,6 +261,7 @@ int run(int argc, char** argv) {
     std::vector<std::string> skipped;          // arms not run because the engine ran CPU-only
     std::vector<std::string> notes;            // lines after the table (JSON: {"note": ...} entries)
     double cpu_bytes_per_token = 0;
+    double fma_gflops = -1;                    // one thread's FMA peak, measured when first needed
     std::string kv_per_position;               // the header's KV cache bytes per token of context, per --kv
     std::string breakdowns;                    // --breakdown tables, after the main one
     for (size_t ai = 0; ai < arms.size(); ++ai) {
@@ -324,6 +326,23 @@ int run(int argc, char** argv) {
                                         kv_bpt / (1 << 20), implied, bw, 100.0 * implied / bw);
                 row.update({{"bytes_per_token", bpt}, {"kv_bytes_per_token", kv_bpt}, {"decode_gbs", implied},
                             {"read_bandwidth_gbs", bw}, {"bandwidth_ratio", implied / bw}});
+                // Attention's arithmetic: 4 head_dim flops per query head and position of context, on every
+                // layer. At small GQA groups it takes longer on the FMA units than its KV takes to read.
+                const model_info& mi = m->info();
+                const double attn_flops = 4.0 * mi.n_head * mi.head_dim * mi.n_layer * (r.depth + 1 + n_gen / 2.0);
+                if (fma_gflops < 0) fma_gflops = fma_peak_gflops();
+                if (r.depth > 0 && fma_gflops > 0) {
+                    const double fma_s = attn_flops / (fma_gflops * 1e9 * std::max(r.threads, 1));
+                    const double bound_s = (bpt + std::max(kv_bpt, fma_s * bw * 1e9)) / (bw * 1e9);
+                    notes.push_back(fmt::format(
+                        "{} at depth {}: attention's {:.2f} GFLOP per token take at least {:.2f} ms at {} x {:.1f} "
+                        "GFLOP/s (one thread's FMA peak, measured), against {:.2f} ms to read its KV: decode is "
+                        "bounded by {:.1f} tok/s (weights read + the longer of the two), {:.0f} % reached.",
+                        arm.label(), r.depth, attn_flops / 1e9, 1e3 * fma_s, std::max(r.threads, 1), fma_gflops,
+                        1e3 * kv_bpt / (bw * 1e9), 1 / bound_s, 100.0 * g.median * bound_s));
+                    row.update({{"attention_gflop_per_token", attn_flops / 1e9}, {"fma_peak_gflops", fma_gflops},
+                                {"fma_bound_tps", 1 / bound_s}});
+                }
             }
             if (r.passes > 0) {
                 double total_ms = 0;
