@@ -6,7 +6,8 @@
 //   score[kRows][n_pad]    scale * q_r . k_t, one lane per position, broadcast q_r[j] times kt[j];
 //                          then p = exp(score - max) in place, 0 past the row's visible positions;
 //   acc[kRows][head_dim]   sum_t p_t v_t, one lane per dimension, broadcast p_t times vf[t];
-// and each row's (max, sum, acc) is folded into the state with the shared attn_merge_row.
+// and each row's (max, sum, acc) is folded into the state with the shared attn_merge_row. Calls of at
+// most kFewRows rows (decode) take attn_tile_few instead, which streams the tile with the same arithmetic.
 //
 // NOTE: departures from attn_tile_scalar (matched to rounding, not bitwise):
 //   - a score is one FMA chain over the dimensions in order; an acc element one FMA chain over the
@@ -16,6 +17,7 @@
 // So a row's state depends only on its q, its last_pos and the tile, never on n_rows or the other rows.
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "cpu/attention/tile_convert.hpp"
 #include "cpu/detail/exp_avx2.hpp"
@@ -26,7 +28,9 @@ namespace {
 
 constexpr int kRows = 4;      // query rows per register block
 constexpr int kPosStep = 16;  // positions per score register block (2 vectors); n_pad is a multiple
-constexpr int kFewRows = 16;  // calls with at most this many rows (decode) prefetch the tile as they convert it
+constexpr int kFewRows = 16;  // calls with at most this many rows (decode) take attn_tile_few
+constexpr int kFewBlock = 8;  // attn_tile_few's query rows per register block (one vector each)
+constexpr int kPrefetchPos = 64;  // how far ahead of its key block attn_tile_few prefetches
 
 static inline float hmax(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -140,16 +144,112 @@ static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const 
     }
 }
 
+// f(std::integral_constant<int, n>{}) for 1 <= n <= R.
+template <int R, class F>
+static void with_rows(int n, F&& f) {
+    if constexpr (R > 1)
+        if (n < R) return with_rows<R - 1>(n, f);
+    f(std::integral_constant<int, R>{});
+}
+
+// scores() for the 8 positions [t0, t0 + 8) of R rows, read straight from their key block: the same
+// key values (load_keys8's) and FMA chains, so the same scores. score: [R][lds].
+template <ggml_type T, int R>
+static void scores_blocked8(const float* q, int64_t head_dim, const kv_tile& kv, int t0, float scale, float* score,
+                            int lds) {
+    const auto* k = static_cast<const uint8_t*>(kv.k);
+    __m256 acc[R];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    __m256 d = _mm256_setzero_ps();
+    for (int64_t j = 0; j < head_dim; ++j) {
+        const uint8_t* at = k + attn_key_offset(T, kv.row_bytes, t0, j);
+        __m256 kj;
+        if constexpr (T == ggml_type::F16) {
+            kj = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
+        } else {
+            if (j % formats::QK8_0 == 0)
+                d = _mm256_cvtph_ps(_mm_loadu_si128(
+                    reinterpret_cast<const __m128i*>(k + attn_key_scale_offset(head_dim, kv.row_bytes, t0, j))));
+            kj = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at)))));
+        }
+        for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + i * head_dim + j), kj, acc[i]);
+    }
+    const __m256 s = _mm256_set1_ps(scale);
+    for (int i = 0; i < R; ++i) _mm256_storeu_ps(score + i * lds, _mm256_mul_ps(acc[i], s));
+}
+
+// weighted_values() for R rows reading the tile's value rows in place (load8's values, the same FMA
+// chains): acc[i][:] = sum_{t < n_t} p[i][t] v_t[:], p: [R][ldp].
+template <ggml_type T, int R>
+static void weighted_values_rows(const float* p, int ldp, int n_t, const kv_tile& kv, int64_t head_dim, float* acc) {
+    const auto* v = static_cast<const uint8_t*>(kv.v);
+    for (int64_t j = 0; j < head_dim; j += 8) {
+        __m256 a[R];
+        for (auto& x : a) x = _mm256_setzero_ps();
+        for (int t = 0; t < n_t; ++t) {
+            const __m256 vt = load8<T>(v + t * kv.row_bytes, j);
+            for (int i = 0; i < R; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * ldp + t), vt, a[i]);
+        }
+        for (int i = 0; i < R; ++i) _mm256_storeu_ps(acc + i * head_dim + j, a[i]);
+    }
+}
+
+// NOTE: calls with few rows (decode: one token's query heads of a kv head) stream the tile instead of
+// converting it: scores straight from the key blocks for kFewBlock rows at once (a key vector is
+// converted once for all of them), values read and converted in registers. Every score, exp, sum and
+// acc element is the same operation sequence as row_block's, so prompts and decode agree bitwise.
+template <ggml_type T>
+static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
+                          float scale, const attn_state& st) {
+    alignas(32) float p[kFewRows * attn_tile_max];       // [n_rows][n_pad] scores, then probabilities
+    alignas(32) float acc[kFewBlock * kSimdMaxHeadDim];  // [kFewBlock][head_dim]
+    int n_vis[kFewRows], max_vis = 0;
+    for (int r = 0; r < n_rows; ++r) max_vis = std::max(max_vis, n_vis[r] = visible(kv, last_pos[r]));
+    if (max_vis == 0) return;
+    const int n_pad = (max_vis + kPosStep - 1) / kPosStep * kPosStep;
+    prefetch_rows(kv, kv.k, 0, kPrefetchPos);
+    for (int t0 = 0; t0 < n_pad; t0 += 8) {
+        if (t0 % attn_key_block == 0) {
+            prefetch_rows(kv, kv.k, t0 + kPrefetchPos, t0 + kPrefetchPos + attn_key_block);
+            prefetch_rows(kv, kv.v, 2 * t0, 2 * (t0 + attn_key_block));  // all values requested by mid-tile
+        }
+        for (int r0 = 0; r0 < n_rows; r0 += kFewBlock)
+            with_rows<kFewBlock>(std::min(kFewBlock, n_rows - r0), [&](auto rows) {
+                scores_blocked8<T, rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * n_pad + t0, n_pad);
+            });
+    }
+    if (kv.next_k) {
+        const auto* next = static_cast<const char*>(kv.next_k);
+        for (size_t off = 0; off < kPrefetchPos * kv.row_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+    }
+    for (int r0 = 0; r0 < n_rows; r0 += kFewBlock) {
+        const int nr = std::min(kFewBlock, n_rows - r0);
+        int block_vis = 0;
+        for (int i = 0; i < nr; ++i) block_vis = std::max(block_vis, n_vis[r0 + i]);
+        if (block_vis == 0) continue;
+        float max[kFewBlock], sum[kFewBlock];
+        for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * n_pad, n_vis[r0 + i], n_pad, max + i);
+        with_rows<kFewBlock>(nr, [&](auto rows) {
+            weighted_values_rows<T, rows()>(p + r0 * n_pad, n_pad, block_vis, kv, head_dim, acc);
+        });
+        for (int i = 0; i < nr; ++i)
+            if (n_vis[r0 + i] > 0)
+                attn_merge_row(head_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * head_dim, max[i],
+                               sum[i], acc + i * head_dim);
+    }
+}
+
 template <ggml_type T>
 static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                         float scale, const attn_state& st) {
     bool any = false;
     for (int r = 0; r < n_rows && !any; ++r) any = visible(kv, last_pos[r]) > 0;
     if (!any) return;
+    if (n_rows <= kFewRows) return attn_tile_few<T>(kv, head_dim, q, n_rows, last_pos, scale, st);
     alignas(32) float kt[kTileFloats];  // [head_dim][n_pad + kRowPad]
     alignas(32) float vf[kTileFloats];  // [n][head_dim + kRowPad]
     const int n_pad = (kv.n + kPosStep - 1) / kPosStep * kPosStep;
-    convert_tile<T>(kv, head_dim, n_pad, kt, vf, /*prefetch=*/n_rows <= kFewRows);
+    convert_tile<T>(kv, head_dim, n_pad, kt, vf);
     int r0 = 0;
     for (; r0 + kRows <= n_rows; r0 += kRows) row_block<kRows>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
     row_tail<kRows - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_rows - r0, kt, vf, n_pad);

@@ -296,7 +296,7 @@ static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int
     alignas(64) float kt[kTileFloats];  // [head_dim][n_pad + kRowPad]
     alignas(64) float vf[kTileFloats];  // [n][head_dim + kRowPad]
     const int n_pad = (kv.n + kPosStep - 1) / kPosStep * kPosStep;
-    convert_tile<T>(kv, head_dim, n_pad, kt, vf, /*prefetch=*/false);  // attn_tile_few prefetches for decode
+    convert_tile<T>(kv, head_dim, n_pad, kt, vf);
     int r0 = 0;
     for (; r0 + kRows <= n_rows; r0 += kRows) row_block<kRows>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
     row_tail<kRows - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_rows - r0, kt, vf, n_pad);

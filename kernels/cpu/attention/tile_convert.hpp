@@ -20,12 +20,8 @@ inline constexpr int64_t kSimdMaxHeadDim = 256;
 inline constexpr int kRowPad = 16;
 inline constexpr size_t kTileFloats = (kSimdMaxHeadDim + kRowPad) * attn_tile_max;
 
-// How many rows ahead convert_tile prefetches when asked (decode, where the tile is read from memory
-// and little arithmetic hides it): the hardware prefetchers stop at 4 KiB pages (16 f16 rows of 128
-// dimensions).
-inline constexpr int kPrefetchRows = 16;
-
-// Asks for rows [t_begin, t_end) (clamped to [0, n)) of a tile's k or v ([n][row_bytes], contiguous).
+// Asks for the bytes of positions [t_begin, t_end) (clamped to [0, n)) of a tile's v, or of its k when
+// the range is whole key blocks: row_bytes per position either way.
 static inline void prefetch_rows(const kv_tile& kv, const void* rows, int t_begin, int t_end) {
     t_begin = t_begin > 0 ? t_begin : 0;
     t_end = t_end < kv.n ? t_end : kv.n;
@@ -78,19 +74,12 @@ static inline __m256 lanes_below(int n_valid) {
 //   vf[n][ldv]         vf[t][j] = v_t[j].
 // Keys are already transposed in their blocks (attention.hpp): converted in place, no shuffles.
 template <ggml_type T>
-static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* kt, float* vf, bool prefetch) {
-    const auto* k = static_cast<const uint8_t*>(kv.k);
+static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* kt, float* vf) {
     const auto* v = static_cast<const uint8_t*>(kv.v);
     const int64_t ldk = n_pad + kRowPad, ldv = head_dim + kRowPad;
-    for (int t = 0; t < kv.n; ++t) {
-        if (prefetch) {
-            prefetch_rows(kv, v, t + kPrefetchRows, t + kPrefetchRows + 1);
-            prefetch_rows(kv, k, t - kv.n + kPrefetchRows, t - kv.n + kPrefetchRows + 1);  // the first keys, at the end
-        }
+    for (int t = 0; t < kv.n; ++t)
         for (int64_t j = 0; j < head_dim; j += 8) _mm256_store_ps(vf + t * ldv + j, load8<T>(v + t * kv.row_bytes, j));
-    }
     for (int b0 = 0; b0 < n_pad; b0 += attn_key_block) {
-        if (prefetch) prefetch_rows(kv, k, b0 + attn_key_block, b0 + 2 * attn_key_block);  // the next block
         const int width = n_pad - b0 < attn_key_block ? n_pad - b0 : attn_key_block;
         for (int64_t j = 0; j < head_dim; ++j)
             for (int c = 0; c < width; c += 8) {
