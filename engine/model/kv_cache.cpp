@@ -63,7 +63,7 @@ kv_cache::chunk_ptr kv_cache::allocate_chunk() const {
     const size_t bytes = (chunk_bytes() + chunk_align - 1) / chunk_align * chunk_align;
     auto* p = static_cast<uint8_t*>(std::aligned_alloc(chunk_align, bytes));
     if (p == nullptr) throw std::bad_alloc();
-    std::memset(p, 0, bytes);  // the unwritten slots of a partial F16 key block are scored (then masked): keep them finite
+    std::memset(p, 0, bytes);  // the unwritten slots of a partial key block are scored (then masked): keep them finite
     return chunk_ptr(p);
 }
 
