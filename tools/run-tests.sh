@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds strata and runs every test lane: unit/model/server tests, the real-NUMA VM lane, the
 # address/undefined-behaviour sanitizer build over the unit tests, the thread sanitizer over the
-# pool and engine API tests, the CUDA backend's gpu-labelled tests on the CPU emulator (STRATA_CUDA=EMU; the
-# Release build's own gpu tests skip without a device), and 60 s of libFuzzer on the request parser.
+# pool, engine API and server tests, the CUDA backend's gpu-labelled tests on the CPU emulator
+# (STRATA_CUDA=EMU; the Release build's own gpu tests skip without a device), and 60 s of libFuzzer on
+# the request parser.
 # Usage: tools/run-tests.sh            (from anywhere; builds under build/, build-asan/, build-tsan/,
 #                                       build-emu/, build-fuzz/)
 set -euo pipefail
@@ -83,10 +84,11 @@ gtest_run build-asan/tests/engine/test_engine_api
 unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 record_lane asan "$((asan_unit + gtest_passed)) passed"
 
-echo "== thread sanitizer build, pool and engine API tests (tests/tsan.supp names the oneTBB frames it ignores)"
+echo "== thread sanitizer build, pool, engine API and server tests (tests/tsan.supp names the oneTBB frames it ignores)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=thread -DSTRATA_CUDA=OFF >/dev/null
-tsan_bins=(arenas/strata_test_arenas_pool arenas/strata_test_arenas_moe arenas/strata_test_arenas_store engine/test_engine_api)
-cmake --build build-tsan -j"$jobs" --target strata_test_arenas_pool strata_test_arenas_moe strata_test_arenas_store test_engine_api
+tsan_bins=(arenas/strata_test_arenas_pool arenas/strata_test_arenas_moe arenas/strata_test_arenas_store engine/test_engine_api
+           server/test_server)
+cmake --build build-tsan -j"$jobs" --target strata_test_arenas_pool strata_test_arenas_moe strata_test_arenas_store test_engine_api test_server
 tsan_tests=0
 for t in "${tsan_bins[@]}"; do
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" gtest_run "build-tsan/tests/$t"

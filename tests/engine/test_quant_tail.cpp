@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "expert_pool.hpp"
 #include "formats/quant.hpp"
@@ -40,7 +42,7 @@ std::unique_ptr<loaded> load(gguf::reader file) {
 }
 
 // The same metadata and tensors, every tensor dequantized to F32.
-gguf::reader dequantized_copy(const gguf::reader& src) {
+gguf::writer dequantized_copy(const gguf::reader& src) {
     gguf::writer out;
     for (const auto& [key, v] : src.metadata())
         if (key != "general.alignment") out.set(key, v);
@@ -53,7 +55,7 @@ gguf::reader dequantized_copy(const gguf::reader& src) {
                                     reinterpret_cast<float*>(bytes.data()) + r * t.ne[0], t.ne[0]);
         out.add_tensor(t.name, ggml_type::F32, t.ne, std::move(bytes));
     }
-    return gguf::reader::from_bytes(out.write_to_memory());
+    return out;
 }
 
 std::unique_ptr<arenas::expert_pool> make_pool() {
@@ -108,14 +110,42 @@ struct tail {
     int route_flips = 0;
 };
 
-tail measure(const make_model::model_spec& spec, int n_steps) {
-    auto quant = load(gguf::reader::from_bytes(make_model::build_model(spec).write_to_memory()));
-    auto exact = load(dequantized_copy(quant->file));
+// With STRATA_QUANT_TAIL_DIR set, `measure` writes NAME.quant.gguf, NAME.f32.gguf and NAME.path there:
+// the two files and the token path with both files' log-probabilities, to score the same path with
+// another engine.
+void write_path(const std::string& file, const std::vector<int32_t>& prompt, const std::vector<int32_t>& tokens,
+                const std::vector<step>& want, const std::vector<step>& got) {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr) << file;
+    std::fprintf(f, "# prompt\n");
+    for (int32_t t : prompt) std::fprintf(f, "%d ", t);
+    std::fprintf(f, "\n# step token log_p_f32 log_p_quant\n");
+    for (size_t i = 0; i < want.size(); ++i)
+        std::fprintf(f, "%zu %d %.9f %.9f\n", i, tokens[i], want[i].log_prob, got[i].log_prob);
+    std::fclose(f);
+}
+
+tail measure(const make_model::model_spec& spec, int n_steps, const std::string& name) {
+    const std::vector<uint8_t> quant_bytes = make_model::build_model(spec).write_to_memory();
+    auto quant = load(gguf::reader::from_bytes(quant_bytes));
+    const gguf::writer exact_file = dequantized_copy(quant->file);
+    auto exact = load(gguf::reader::from_bytes(exact_file.write_to_memory()));
     auto pool = make_pool();
     const std::vector<int32_t> prompt = {1, 17, 230, 5, 99, 311, 42, 7};
     std::vector<int32_t> tokens;
     const auto want = decode(*exact, *pool, prompt, n_steps, tokens, true);
     const auto got = decode(*quant, *pool, prompt, n_steps, tokens, false);
+    if (const char* dir = std::getenv("STRATA_QUANT_TAIL_DIR")) {
+        const std::string base = std::string(dir) + "/" + name;
+        std::FILE* f = std::fopen((base + ".quant.gguf").c_str(), "wb");
+        EXPECT_NE(f, nullptr) << base;
+        if (f) {
+            std::fwrite(quant_bytes.data(), 1, quant_bytes.size(), f);
+            std::fclose(f);
+        }
+        exact_file.write_file(base + ".f32.gguf");
+        write_path(base + ".path", prompt, tokens, want, got);
+    }
     tail t;
     for (size_t i = 0; i < want.size(); ++i) {
         const double e = std::abs(got[i].log_prob - want[i].log_prob);
@@ -154,7 +184,9 @@ TEST_P(QuantTail, WorstStepStaysNearTheMean) {
         auto spec = f32_model(seed);
         spec.type_experts = spec.type_shexp = c.experts;
         spec.type_attn = c.attn;
-        const tail t = measure(spec, 63);
+        std::string name = std::string(c.name) + "-seed" + std::to_string(seed);
+        std::replace(name.begin(), name.end(), ' ', '_');
+        const tail t = measure(spec, 63, name);
         std::printf("  %s seed %llu: |d log p| mean %.4f, max %.4f; max where routing agrees %.4f; %d of 63 steps "
                     "routed differently\n",
                     c.name, static_cast<unsigned long long>(seed), t.mean, t.max, t.max_same_route, t.route_flips);

@@ -2,7 +2,9 @@
 // answer, in the order they arrived; a client that disconnects frees the engine at the next token.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <thread>
 
 #include "server_fixture.hpp"
@@ -129,16 +131,41 @@ TEST(ServerQueue, WholeAnswerClientDisconnectCancels) {
 namespace strata::server::test {
 namespace {
 
+// Wall time of a greedy completion of `max_tokens` tokens: the fastest of three.
+double completion_seconds(const test_server& s, const std::string& prompt, int max_tokens) {
+    double best = 1e9;
+    for (int i = 0; i < 3; ++i) {
+        const auto t0 = clock_type::now();
+        const reply r = s.post("/v1/completions", text_body(prompt, max_tokens));
+        EXPECT_EQ(r.status, 200) << r.body;
+        best = std::min(best, std::chrono::duration<double>(clock_type::now() - t0).count());
+    }
+    return best;
+}
+
 TEST(ServerQueue, RequestTimeoutStopsTheGeneration) {
+    // The timeout is set from this build's own speed (a sanitizer build is ~10x slower): the prompt
+    // and first token, plus a quarter of the generation at the measured per-token time. It fires
+    // far from both ends: long after the first token, long before the last.
+    const std::string prompt = "Take your time";
+    const int n_tokens = test_ctx - 32, probe_tokens = 33;
+    double first_s = 0, per_token_s = 0;
+    {
+        test_server probe;
+        first_s = completion_seconds(probe, prompt, 1);
+        per_token_s = std::max(0.0, completion_seconds(probe, prompt, probe_tokens) - first_s) / (probe_tokens - 1);
+    }
     server_options o;
-    o.request_timeout_s = 0.1;  // 992 tokens take the tiny model well over 0.1 s
+    o.request_timeout_s = first_s + per_token_s * n_tokens / 4;
+    std::printf("  first token %.4f s, then %.5f s per token: timeout %.3f s\n", first_s, per_token_s,
+                o.request_timeout_s);
     test_server s(o);
-    const reply r = s.post("/v1/completions", json{{"prompt", "Take your time"}, {"max_tokens", test_ctx - 32},
-                                                   {"ignore_eos", true}, {"temperature", 0}});
+    const reply r = s.post("/v1/completions", text_body(prompt, n_tokens));
     ASSERT_EQ(r.status, 200) << r.body;
     const json j = r.parsed();
     EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
-    EXPECT_LT(j["usage"]["completion_tokens"].get<int>(), test_ctx - 32);
+    EXPECT_GT(j["usage"]["completion_tokens"].get<int>(), 0);
+    EXPECT_LT(j["usage"]["completion_tokens"].get<int>(), n_tokens);
     EXPECT_EQ(s.status()["last_request"]["stopped_by"], "timeout");
 }
 
