@@ -27,11 +27,15 @@ public:
     std::vector<std::vector<float>> logits(const std::vector<int32_t>& tokens);
     int n_vocab() const { return n_vocab_; }
     // Per position of the last logits() call: the smallest gap, over layers, between the router logits
-    // of the k-th and the (k+1)-th expert (log of their probability ratio). Near zero, a rounding
-    // difference can pick the other expert, and the logits may then legitimately differ.
+    // of the k-th and the (k+1)-th expert (log of their probability ratio; under sigmoid gating, the
+    // change of their router logits that closes the gap of their selection scores). Near zero,
+    // a rounding difference can pick the other expert, and the logits may then legitimately differ.
     const std::vector<float>& route_margins() const { return margins_; }
-    // Per position, per layer: the experts chosen, in order.
+    // Per position, per layer: the experts chosen, in order (none for a leading dense layer).
     const std::vector<std::vector<std::vector<int>>>& route_ids() const { return ids_; }
+    // Per position of the last logits() call: the layers whose chosen experts the score-correction
+    // bias (exp_probs_b) changed.
+    const std::vector<int>& bias_changed_selections() const { return bias_changed_; }
 
 private:
     struct matrix {
@@ -47,6 +51,11 @@ private:
     const gguf::reader& f_;
     std::string arch_;
     int n_layer_, n_embd_, n_head_, n_head_kv_, head_dim_, n_rot_, n_expert_, n_used_, n_ff_, n_vocab_;
+    int n_dense_ = 0;            // leading dense layers (glm4moe)
+    bool sigmoid_ = false;       // expert_gating_func 2
+    bool norm_w_ = false;        // expert_weights_norm
+    float scale_w_ = 0;          // expert_weights_scale
+    std::vector<int> bias_changed_;
     float eps_, freq_base_;
     rope_scaling scaling_;
     mutable std::map<std::string, matrix> dequantized_;  // load()'s cache, by tensor name

@@ -94,6 +94,7 @@ struct parity_case {
     ggml_type attn;
     double tolerance;  // relative to the largest reference logit
     shape sh = shape::tiny;
+    kv_type kv = kv_type::f16;
 };
 
 struct shaped_spec {
@@ -102,7 +103,7 @@ struct shaped_spec {
 };
 
 shaped_spec spec_for(const parity_case& c) {
-    shaped_spec s{make_model::preset("tiny")};
+    shaped_spec s{make_model::preset("tiny", c.a)};
     if (c.sh != shape::tiny) {
         s.spec.n_head = 8;
         s.spec.n_head_kv = 1;
@@ -116,7 +117,6 @@ shaped_spec spec_for(const parity_case& c) {
     } else if (c.sh == shape::wide_ff) {
         s.spec.n_ff_exp = s.spec.n_ff_shexp = 1536;
     }
-    s.spec.architecture = c.a;
     s.spec.type_experts = c.experts;
     s.spec.type_shexp = c.experts;
     s.spec.type_attn = c.attn;
@@ -129,7 +129,8 @@ TEST_P(ForwardParity, MatchesNaiveReference) {
     const parity_case& c = GetParam();
     const shaped_spec s = spec_for(c);
     auto m = load(s.spec, s.n_rot);
-    ASSERT_EQ(m->hp.n_rot, s.n_rot > 0 ? s.n_rot : s.spec.head_dim);
+    const bool glm = c.a == arch::glm4moe;  // half the head turns unless overridden
+    ASSERT_EQ(m->hp.n_rot, s.n_rot > 0 ? s.n_rot : glm ? s.spec.head_dim / 2 : s.spec.head_dim);
     ASSERT_EQ(m->hp.n_expert_used, s.spec.n_expert_used);
     // With 128 experts the gap between the 8th and 9th is often below kTieMargin: more positions, and
     // a margin nearer the router logits' real error (~0.01 here), keep enough of them compared.
@@ -137,13 +138,13 @@ TEST_P(ForwardParity, MatchesNaiveReference) {
     const float tie_margin = many ? 0.05f : kTieMargin;
     const auto tokens = some_tokens(m->hp.n_vocab, many ? 24 : 12);
     auto pool = make_pool("off", 2);
-    const std::vector<float> got = run(*m, *pool, tokens, kv_type::f16, 512);
+    const std::vector<float> got = run(*m, *pool, tokens, c.kv, 512);
     testing::reference_model ref(m->file);
     const auto want = ref.logits(tokens);
 
     // Decode token by token and compare the experts chosen per layer with the reference's.
     forward_pass fwd(*pool, m->hp, m->w, *m->rows);
-    kv_cache cache(m->hp.n_layer, 64, m->hp.n_head_kv, m->hp.head_dim, kv_type::f16);
+    kv_cache cache(m->hp.n_layer, 64, m->hp.n_head_kv, m->hp.head_dim, c.kv);
     std::vector<float> last(static_cast<size_t>(m->hp.n_vocab));
     std::vector<uint64_t> before = fwd.routing().counts;
     for (size_t p = 0; p < tokens.size(); ++p) {
@@ -177,6 +178,14 @@ TEST_P(ForwardParity, MatchesNaiveReference) {
     }
     EXPECT_GE(checked, static_cast<int>(tokens.size()) / 2);
     EXPECT_GE(argmax_agree, checked - 1);
+    if (glm) {
+        // The routing compared above must include choices that the correction bias changed.
+        int biased = 0;
+        for (size_t p = 0; p < tokens.size(); ++p)
+            biased += ref.route_margins()[p] > tie_margin ? ref.bias_changed_selections()[p] : 0;
+        std::printf("  %d layer choices changed by exp_probs_b and compared\n", biased);
+        EXPECT_GT(biased, 0);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -195,32 +204,41 @@ INSTANTIATE_TEST_SUITE_P(
                       parity_case{arch::mixtral, ggml_type::IQ4_NL, ggml_type::F16, 0.03, shape::many_experts},
                       parity_case{arch::qwen3moe, ggml_type::Q4_K, ggml_type::Q6_K, 0.03, shape::wide_ff},
                       parity_case{arch::qwen2moe, ggml_type::Q6_K, ggml_type::Q8_0, 0.03, shape::wide_ff},
-                      parity_case{arch::mixtral, ggml_type::Q5_K, ggml_type::Q8_0, 0.03, shape::wide_ff}),
+                      parity_case{arch::mixtral, ggml_type::Q5_K, ggml_type::Q8_0, 0.03, shape::wide_ff},
+                      parity_case{arch::glm4moe, ggml_type::Q4_K, ggml_type::Q8_0, 0.03},
+                      parity_case{arch::glm4moe, ggml_type::Q8_0, ggml_type::F16, 0.03},
+                      parity_case{arch::glm4moe, ggml_type::Q6_K, ggml_type::Q8_0, 0.05, shape::tiny, kv_type::int8},
+                      parity_case{arch::glm4moe, ggml_type::Q8_0, ggml_type::Q8_0, 0.03, shape::many_experts},
+                      parity_case{arch::glm4moe, ggml_type::Q4_K, ggml_type::Q6_K, 0.03, shape::wide_ff}),
     [](const auto& info) {
         const parity_case& c = info.param;
         const char* sh = c.sh == shape::tiny ? "tiny" : c.sh == shape::many_experts ? "many_experts" : "wide_ff";
         return make_model::arch_name(c.a) + "_" + std::string(formats::info(c.experts).name) + "_" +
-               std::string(formats::info(c.attn).name) + "_" + sh;
+               std::string(formats::info(c.attn).name) + "_" + sh + (c.kv == kv_type::int8 ? "_int8kv" : "");
     });
 
 TEST(Forward, BitwiseAcrossPoolModesWorkersAndBatches) {
-    make_model::model_spec spec = make_model::preset("tiny");
-    spec.architecture = arch::qwen2moe;
-    auto m = load(spec);
-    const auto tokens = some_tokens(m->hp.n_vocab, 20);
-    auto base_pool = make_pool("off", 1);
-    const std::vector<float> base = run(*m, *base_pool, tokens, kv_type::f16, 512);
-    int compared = 0;
-    for (const std::string mode : {"off", "test:2", "test:3"})
-        for (int workers : {1, 2, 3})
-            for (int n_batch : {1, 7, 512}) {
-                auto pool = make_pool(mode, workers);
-                const std::vector<float> got = run(*m, *pool, tokens, kv_type::f16, n_batch);
-                ASSERT_EQ(std::memcmp(got.data(), base.data(), base.size() * sizeof(float)), 0)
-                    << mode << " workers " << workers << " batch " << n_batch;
-                ++compared;
-            }
-    std::printf("  %d configurations bitwise identical\n", compared);
+    // glm4moe adds a leading dense layer, sigmoid routing with a correction bias and an ungated shared expert.
+    for (const auto& [a, kv] : {std::pair{arch::qwen2moe, kv_type::f16}, std::pair{arch::glm4moe, kv_type::f16},
+                               std::pair{arch::glm4moe, kv_type::int8}}) {
+        auto m = load(make_model::preset("tiny", a));
+        const auto tokens = some_tokens(m->hp.n_vocab, 20);
+        auto base_pool = make_pool("off", 1);
+        const std::vector<float> base = run(*m, *base_pool, tokens, kv, 512);
+        int compared = 0;
+        for (const std::string mode : {"off", "test:2", "test:3"})
+            for (int workers : {1, 2, 3})
+                for (int n_batch : {1, 7, 512}) {
+                    auto pool = make_pool(mode, workers);
+                    const std::vector<float> got = run(*m, *pool, tokens, kv, n_batch);
+                    ASSERT_EQ(std::memcmp(got.data(), base.data(), base.size() * sizeof(float)), 0)
+                        << make_model::arch_name(a) << " " << kv_type_name(kv) << " " << mode << " workers " << workers
+                        << " batch " << n_batch;
+                    ++compared;
+                }
+        std::printf("  %s, %s KV: %d configurations bitwise identical\n", make_model::arch_name(a).c_str(),
+                    kv_type_name(kv), compared);
+    }
 }
 
 // Past several KV chunks (256 positions each): prompt batches fold the chunks per query tile, single
@@ -323,6 +341,29 @@ TEST(Forward, RopeScalingMatchesNaiveReference) {
         EXPECT_GE(checked, 10);
         EXPECT_GT(moved, 0.03);
     }
+}
+
+TEST(Forward, RouteTokenSigmoidBiasSelectsButDoesNotWeigh) {
+    const float logits[4] = {0.0f, 1.0f, 2.0f, 0.5f};
+    const float bias[4] = {0.5f, 0.0f, 0.0f, 0.0f};
+    const auto sig = [](float x) { return 1.0f / (1.0f + std::exp(-x)); };
+    int32_t ids[2];
+    float w[2];
+    route_token(logits, nullptr, 4, 2, {gating_func::sigmoid, false, 0.0f}, ids, w);
+    EXPECT_EQ(ids[0], 2);
+    EXPECT_EQ(ids[1], 1);
+    // Expert 0's score 0.5 + bias 0.5 beats expert 1's 0.73; its weight stays the unbiased 0.5.
+    route_token(logits, bias, 4, 2, {gating_func::sigmoid, false, 0.0f}, ids, w);
+    EXPECT_EQ(ids[0], 0);
+    EXPECT_EQ(ids[1], 2);
+    EXPECT_FLOAT_EQ(w[0], 0.5f);
+    EXPECT_FLOAT_EQ(w[1], sig(2.0f));
+    route_token(logits, bias, 4, 2, {gating_func::sigmoid, true, 2.5f}, ids, w);
+    EXPECT_FLOAT_EQ(w[0], 2.5f * 0.5f / (0.5f + sig(2.0f)));
+    EXPECT_FLOAT_EQ(w[1], 2.5f * sig(2.0f) / (0.5f + sig(2.0f)));
+    // A scale of 1 (or 0, unset) leaves the weights as they are.
+    route_token(logits, bias, 4, 2, {gating_func::sigmoid, false, 1.0f}, ids, w);
+    EXPECT_FLOAT_EQ(w[0], 0.5f);
 }
 
 TEST(Forward, RouteTokenNormalisesTopK) {
