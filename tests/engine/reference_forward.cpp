@@ -146,7 +146,7 @@ std::vector<float> reference_model::ffn(const matrix& gate, const matrix& up, co
     return down.apply(g);
 }
 
-std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_t>& tokens) {
+std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_t>& tokens, const routes* follow) {
     const bool qwen2 = arch_ == "qwen2moe", glm = arch_ == "glm4moe";
     const bool neox = arch_ != "llama";
     const int hd = head_dim_, n_q = n_head_ * hd, n_kv = n_head_kv_ * hd;
@@ -157,11 +157,14 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
     margins_.clear();
     ids_.clear();
     bias_changed_.clear();
+    layer_margins_.clear();
+    followed_ = 0;
 
     for (size_t pos = 0; pos < tokens.size(); ++pos) {
         float margin = 1e9f;
         ids_.emplace_back();
-        bias_changed_.push_back(0);
+        bias_changed_.emplace_back(static_cast<size_t>(n_layer_), false);
+        layer_margins_.emplace_back(static_cast<size_t>(n_layer_), 1e9f);
         std::vector<float> x(embd.w.begin() + std::ptrdiff_t(size_t(tokens[pos]) * size_t(n_embd_)),
                              embd.w.begin() + std::ptrdiff_t(size_t(tokens[pos] + 1) * size_t(n_embd_)));
         for (int il = 0; il < n_layer_; ++il) {
@@ -233,22 +236,40 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
                                  [&](int a, int c) { return score[size_t(a)] > score[size_t(c)]; });
                 return order;
             };
-            const std::vector<int> order = ranked(sel);
-            if (n_used_ < n_expert_) {
-                const size_t ek = size_t(order[size_t(n_used_ - 1)]), ek1 = size_t(order[size_t(n_used_)]);
-                // Sigmoid: the router-logit change (half on each, opposite ways) that closes the gap, to first order.
-                const double slope = double(p[ek]) * (1 - p[ek]) + double(p[ek1]) * (1 - p[ek1]);
-                margin = std::min(margin, sigmoid_ ? float(2 * (sel[ek] - sel[ek1]) / std::max(slope, 1e-12))
-                                                   : std::log(sel[ek] / sel[ek1]));
+            std::vector<int> order = ranked(sel);
+            float layer_margin = 1e9f;
+            if (n_used_ < n_expert_ && !sigmoid_) {
+                layer_margin = std::log(sel[size_t(order[size_t(n_used_ - 1)])] / sel[size_t(order[size_t(n_used_)])]);
+            } else if (n_used_ < n_expert_) {
+                // Sigmoid: over every chosen / not chosen pair, the router-logit change (half on each,
+                // opposite ways) that closes their selection gap, to first order. The slopes differ, so
+                // the closest pair need not be the k-th and the (k+1)-th.
+                for (int i = 0; i < n_used_; ++i)
+                    for (int j = n_used_; j < n_expert_; ++j) {
+                        const size_t a = size_t(order[size_t(i)]), c = size_t(order[size_t(j)]);
+                        const double slope = double(p[a]) * (1 - p[a]) + double(p[c]) * (1 - p[c]);
+                        layer_margin = std::min(layer_margin, float(2 * (sel[a] - sel[c]) / std::max(slope, 1e-12)));
+                    }
             }
-            if (biased) {
-                const std::vector<int> plain = ranked(p);
-                std::vector<int> a(order.begin(), order.begin() + n_used_), c(plain.begin(), plain.begin() + n_used_);
+            margin = std::min(margin, layer_margin);
+            layer_margins_.back()[size_t(il)] = layer_margin;
+            const auto chosen = [&](const std::vector<int>& ranking) {
+                std::vector<int> a(ranking.begin(), ranking.begin() + n_used_);
                 std::sort(a.begin(), a.end());
-                std::sort(c.begin(), c.end());
-                bias_changed_.back() += a != c;
-            }
+                return a;
+            };
+            if (biased) bias_changed_.back()[size_t(il)] = chosen(order) != chosen(ranked(p));
             ids_.back().back().assign(order.begin(), order.begin() + n_used_);
+            if (follow && layer_margin <= follow->tie_margin) {
+                std::vector<int> theirs = follow->ids.at(pos).at(size_t(il));
+                std::sort(theirs.begin(), theirs.end());
+                if (theirs.size() == size_t(n_used_) && theirs != chosen(order)) {
+                    std::stable_sort(theirs.begin(), theirs.end(),
+                                     [&](int a, int c) { return sel[size_t(a)] > sel[size_t(c)]; });
+                    std::copy(theirs.begin(), theirs.end(), order.begin());
+                    ++followed_;
+                }
+            }
             float wsum = 0;
             for (int j = 0; j < n_used_; ++j) wsum += p[size_t(order[size_t(j)])];
             wsum = std::max(wsum, 6.103515625e-5f);

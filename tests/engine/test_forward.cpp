@@ -132,58 +132,68 @@ TEST_P(ForwardParity, MatchesNaiveReference) {
     const bool glm = c.a == arch::glm4moe;  // half the head turns unless overridden
     ASSERT_EQ(m->hp.n_rot, s.n_rot > 0 ? s.n_rot : glm ? s.spec.head_dim / 2 : s.spec.head_dim);
     ASSERT_EQ(m->hp.n_expert_used, s.spec.n_expert_used);
-    // With 128 experts the gap between the 8th and 9th is often below kTieMargin: more positions, and
-    // a margin nearer the router logits' real error (~0.01 here), keep enough of them compared.
+    // With 128 experts the gap between the 8th and 9th is often below kTieMargin: more positions keep
+    // enough layer choices compared.
     const bool many = c.sh == shape::many_experts;
-    const float tie_margin = many ? 0.05f : kTieMargin;
+    const float tie_margin = kTieMargin;
     const auto tokens = some_tokens(m->hp.n_vocab, many ? 24 : 12);
     auto pool = make_pool("off", 2);
     const std::vector<float> got = run(*m, *pool, tokens, c.kv, 512);
-    testing::reference_model ref(m->file);
-    const auto want = ref.logits(tokens);
 
-    // Decode token by token and compare the experts chosen per layer with the reference's.
+    // Decode token by token: the same bits as the batch, and the experts chosen per layer.
     forward_pass fwd(*pool, m->hp, m->w, *m->rows);
     kv_cache cache(m->hp.n_layer, 64, m->hp.n_head_kv, m->hp.head_dim, c.kv);
     std::vector<float> last(static_cast<size_t>(m->hp.n_vocab));
     std::vector<uint64_t> before = fwd.routing().counts;
+    testing::reference_model::routes engine_routes{{}, tie_margin};
     for (size_t p = 0; p < tokens.size(); ++p) {
         fwd.eval(std::span(tokens).subspan(p, 1), static_cast<int>(p), cache, last.data());
+        auto& layers = engine_routes.ids.emplace_back(static_cast<size_t>(m->hp.n_layer));
         for (int il = 0; il < m->hp.n_layer; ++il)
-            for (int e : ref.route_ids()[p][static_cast<size_t>(il)]) {
+            for (int e = 0; e < m->hp.n_expert; ++e) {
                 const size_t i = static_cast<size_t>(il) * m->hp.n_expert + e;
-                if (ref.route_margins()[p] > tie_margin) {
-                    EXPECT_EQ(fwd.routing().counts[i], before[i] + 1) << "position " << p << " layer " << il << " expert " << e;
-                }
+                if (fwd.routing().counts[i] != before[i]) layers[static_cast<size_t>(il)].push_back(e);
             }
         before = fwd.routing().counts;
         EXPECT_EQ(std::memcmp(last.data(), got.data() + p * last.size(), last.size() * sizeof(float)), 0)
             << "decode one token at a time differs from the batch at position " << p;
     }
-    int argmax_agree = 0, checked = 0;
+    // The reference settles near-ties (router gaps within tie_margin, where the engine's 8-bit
+    // activations may legitimately pick the other expert) as the engine did; elsewhere its own choice
+    // must be the engine's.
+    testing::reference_model ref(m->file);
+    const auto want = ref.logits(tokens, &engine_routes);
+    int argmax_agree = 0, compared = 0, near_ties = 0, biased = 0;
     for (size_t p = 0; p < tokens.size(); ++p) {
+        for (int il = 0; il < m->hp.n_layer; ++il) {
+            if (!m->hp.is_moe_layer(il)) continue;
+            const size_t l = static_cast<size_t>(il);
+            if (ref.route_layer_margins()[p][l] <= tie_margin) {
+                ++near_ties;
+                continue;
+            }
+            std::vector<int> own = ref.route_ids()[p][l];
+            std::sort(own.begin(), own.end());
+            EXPECT_EQ(engine_routes.ids[p][l], own) << "position " << p << " layer " << il;
+            ++compared;
+            biased += ref.route_bias_changed()[p][l];
+        }
         const float* g = got.data() + p * static_cast<size_t>(m->hp.n_vocab);
         const double err = rel_err(g, want[p]);
-        // Where two experts' router logits are within tie_margin, quantized activations may route differently.
-        if (ref.route_margins()[p] <= tie_margin) {
-            std::printf("  position %zu: routing near-tie (margin %.4f), not compared\n", p, ref.route_margins()[p]);
-            continue;
-        }
         EXPECT_LT(err, c.tolerance) << "position " << p;
-        ++checked;
         const auto gi = std::max_element(g, g + m->hp.n_vocab) - g;
         const auto wi = std::max_element(want[p].begin(), want[p].end()) - want[p].begin();
         argmax_agree += gi == wi;
-        std::printf("  position %zu: relative error %.4f, argmax %td vs %td\n", p, err, gi, wi);
+        std::printf("  position %zu: relative error %.4f, argmax %td vs %td, routing margin %.3f\n", p, err, gi, wi,
+                    ref.route_margins()[p]);
     }
-    EXPECT_GE(checked, static_cast<int>(tokens.size()) / 2);
-    EXPECT_GE(argmax_agree, checked - 1);
+    std::printf("  %d layer choices compared, %d near-ties (the reference took the engine's side in %d)\n", compared,
+                near_ties, ref.followed());
+    EXPECT_GE(compared, near_ties) << "too few layer choices test the routing itself";
+    EXPECT_GE(argmax_agree, static_cast<int>(tokens.size()) - 1);
     if (glm) {
         // The routing compared above must include choices that the correction bias changed.
-        int biased = 0;
-        for (size_t p = 0; p < tokens.size(); ++p)
-            biased += ref.route_margins()[p] > tie_margin ? ref.bias_changed_selections()[p] : 0;
-        std::printf("  %d layer choices changed by exp_probs_b and compared\n", biased);
+        std::printf("  %d of them changed by exp_probs_b\n", biased);
         EXPECT_GT(biased, 0);
     }
 }
@@ -205,17 +215,40 @@ INSTANTIATE_TEST_SUITE_P(
                       parity_case{arch::qwen3moe, ggml_type::Q4_K, ggml_type::Q6_K, 0.03, shape::wide_ff},
                       parity_case{arch::qwen2moe, ggml_type::Q6_K, ggml_type::Q8_0, 0.03, shape::wide_ff},
                       parity_case{arch::mixtral, ggml_type::Q5_K, ggml_type::Q8_0, 0.03, shape::wide_ff},
-                      parity_case{arch::glm4moe, ggml_type::Q4_K, ggml_type::Q8_0, 0.03},
+                      // glm4moe: three layers, routed weights scaled by 2.5 and an unscaled shared
+                      // expert carry more of the weights' rounding to the logits.
+                      parity_case{arch::glm4moe, ggml_type::Q4_K, ggml_type::Q8_0, 0.045},
                       parity_case{arch::glm4moe, ggml_type::Q8_0, ggml_type::F16, 0.03},
                       parity_case{arch::glm4moe, ggml_type::Q6_K, ggml_type::Q8_0, 0.05, shape::tiny, kv_type::int8},
                       parity_case{arch::glm4moe, ggml_type::Q8_0, ggml_type::Q8_0, 0.03, shape::many_experts},
-                      parity_case{arch::glm4moe, ggml_type::Q4_K, ggml_type::Q6_K, 0.03, shape::wide_ff}),
+                      parity_case{arch::glm4moe, ggml_type::Q5_K, ggml_type::Q8_0, 0.045, shape::wide_ff}),
     [](const auto& info) {
         const parity_case& c = info.param;
         const char* sh = c.sh == shape::tiny ? "tiny" : c.sh == shape::many_experts ? "many_experts" : "wide_ff";
         return make_model::arch_name(c.a) + "_" + std::string(formats::info(c.experts).name) + "_" +
                std::string(formats::info(c.attn).name) + "_" + sh + (c.kv == kv_type::int8 ? "_int8kv" : "");
     });
+
+// With every weight F32 the engine keeps its activations in f32 too: what remains against the
+// reference is summation order, so any departure from the architecture's definition shows.
+TEST(Forward, AllF32MatchesNaiveReferenceClosely) {
+    for (arch a : {arch::qwen3moe, arch::qwen2moe, arch::mixtral, arch::glm4moe}) {
+        make_model::model_spec spec = make_model::preset("tiny", a);
+        for (ggml_type* t : {&spec.type_experts, &spec.type_shexp, &spec.type_attn, &spec.type_embd, &spec.type_out})
+            *t = ggml_type::F32;
+        auto m = load(spec);
+        const auto tokens = some_tokens(m->hp.n_vocab, 12);
+        auto pool = make_pool("off", 2);
+        const std::vector<float> got = run(*m, *pool, tokens, kv_type::f16, 512);
+        testing::reference_model ref(m->file);
+        const auto want = ref.logits(tokens);
+        double worst = 0;
+        for (size_t p = 0; p < tokens.size(); ++p)
+            worst = std::max(worst, rel_err(got.data() + p * static_cast<size_t>(m->hp.n_vocab), want[p]));
+        std::printf("  %s all-F32: worst relative logit error %.2e\n", make_model::arch_name(a).c_str(), worst);
+        EXPECT_LT(worst, 2e-3) << make_model::arch_name(a);
+    }
+}
 
 TEST(Forward, BitwiseAcrossPoolModesWorkersAndBatches) {
     // glm4moe adds a leading dense layer, sigmoid routing with a correction bias and an ungated shared expert.

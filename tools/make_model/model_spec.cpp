@@ -148,9 +148,8 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
         }
         // A wider router spread makes routing decisions clear rather than near-uniform.
         matrix(b + "ffn_gate_inp.weight", s.type_router, {n_embd, s.n_expert}, 4.0f * matrix_scale(n_embd));
-        // A correction bias that reorders experts whose scores are close (as saturated sigmoid scores
-        // are) without making far-apart ones tie: a swap at a tie moves the output by their score gap.
-        if (glm) t.push_back({b + "exp_probs_b.bias", ggml_type::F32, {s.n_expert}, init::bias, 0.03f});
+        // A correction bias as large as the gaps between the top sigmoid scores, so that it changes selections.
+        if (glm) t.push_back({b + "exp_probs_b.bias", ggml_type::F32, {s.n_expert}, init::bias, 0.1f});
         if (s.architecture == arch::mixtral && s.split_experts) {
             for (int e = 0; e < s.n_expert; ++e) {
                 matrix(fmt::format("{}ffn_gate.{}.weight", b, e), s.type_experts, {n_embd, s.n_ff_exp});
