@@ -238,9 +238,11 @@ void log_nextn_layers(const gguf::reader& f, const engine::hparams& hp) {
     for (const auto& t : f.tensors())
         for (int il = hp.n_layer; il < hp.n_layer + hp.n_layer_nextn; ++il)
             if (t.name.starts_with(fmt::format("blk.{}.", il))) ++n_tensors;
-    logger("engine")->info("The file's {} next-token-prediction layer(s) (blk.{}..{}, {} tensors) are not loaded: "
-                           "strata evaluates the {} layers before them, as llama.cpp does.",
-                           hp.n_layer_nextn, hp.n_layer, hp.n_layer + hp.n_layer_nextn - 1, n_tensors, hp.n_layer);
+    const int last = hp.n_layer + hp.n_layer_nextn - 1;
+    const std::string blocks = hp.n_layer_nextn == 1 ? fmt::format("blk.{}", last) : fmt::format("blk.{}..{}", hp.n_layer, last);
+    logger("engine")->info("The file's next-token-prediction layers ({}, {} tensors) are not loaded: strata evaluates "
+                           "the {} layers before them, as llama.cpp does.",
+                           blocks, n_tensors, hp.n_layer);
 }
 
 // The GPU hybrid pass for options.gpu, or nullptr (CPU only) with the reason in one log line, kept

@@ -250,6 +250,21 @@ TEST(Forward, AllF32MatchesNaiveReferenceClosely) {
     }
 }
 
+// A glm4moe file with a next-token-prediction layer runs the layers before it and nothing else: the
+// same logits, bit for bit, as the file without it (tensors are drawn by name, so the rest is equal).
+TEST(Forward, NextTokenPredictionLayersAreNotEvaluated) {
+    make_model::model_spec spec = make_model::preset("tiny", arch::glm4moe);
+    auto plain = load(spec);
+    spec.n_layer_nextn = 1;
+    auto with_nextn = load(spec);
+    ASSERT_EQ(with_nextn->hp.n_layer, plain->hp.n_layer);
+    const auto tokens = some_tokens(plain->hp.n_vocab, 10);
+    auto pool = make_pool("off", 2);
+    const std::vector<float> a = run(*plain, *pool, tokens, kv_type::f16, 512);
+    const std::vector<float> b = run(*with_nextn, *pool, tokens, kv_type::f16, 512);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
 TEST(Forward, BitwiseAcrossPoolModesWorkersAndBatches) {
     // glm4moe adds a leading dense layer, sigmoid routing with a correction bias and an ungated shared expert.
     for (const auto& [a, kv] : {std::pair{arch::qwen2moe, kv_type::f16}, std::pair{arch::glm4moe, kv_type::f16},
