@@ -410,5 +410,22 @@ TEST(Glm4moeHparams, QkNormAndBiasesAreOptionalButQkNormComesInPairs) {
               std::string::npos);
 }
 
+TEST(Glm4moeHparams, InfoSummaryShowsTheKeysAndTensorClasses) {
+    make_model::model_spec s = make_model::preset("tiny", arch::glm4moe);
+    s.n_layer_nextn = 1;
+    const model_summary m = summarize(file_with(s));
+    std::map<std::string, std::string> keys(m.hparams.begin(), m.hparams.end());
+    EXPECT_EQ(keys["leading_dense_block_count"], "1");
+    EXPECT_EQ(keys["expert_gating_func"], "2");
+    EXPECT_EQ(keys["expert_weights_norm"], "true");
+    EXPECT_EQ(keys["expert_shared_count"], "1");
+    EXPECT_EQ(keys["nextn_predict_layers"], "1");
+    EXPECT_TRUE(keys.contains("expert_weights_scale"));
+    EXPECT_EQ(m.bytes_by_class.at("nextn").n_tensors, 4);        // eh_proj, enorm, hnorm, shared_head_norm
+    EXPECT_EQ(m.bytes_by_class.at("router").n_tensors, 3 * 2);   // ffn_gate_inp and exp_probs_b, 3 MoE blocks
+    EXPECT_EQ(m.bytes_by_class.at("ffn").n_tensors, 3);          // the dense layer's gate, up, down
+    EXPECT_FALSE(m.bytes_by_class.contains("other"));
+}
+
 }  // namespace
 }  // namespace strata::engine
