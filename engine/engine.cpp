@@ -217,10 +217,43 @@ model_options checked(model_options o, int n_ctx_train) {
     return o;
 }
 
+// What the GPU hybrid does not run yet (it routes by softmax and expects experts in every layer),
+// or empty.
+std::string hybrid_unsupported(const engine::hparams& hp) {
+    if (hp.n_layer_dense_lead > 0)
+        return fmt::format("the GPU hybrid does not run the {} leading dense layers of {} models yet",
+                           hp.n_layer_dense_lead, hp.arch.name);
+    if (hp.gating != engine::gating_func::softmax || hp.arch.exp_probs_b || hp.expert_weights_norm != hp.arch.norm_topk ||
+        (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f))
+        return fmt::format("the GPU hybrid does not run {}'s routing (sigmoid gating, score-correction bias, "
+                           "weight scale) yet",
+                           hp.arch.name);
+    return {};
+}
+
+// The file's next-token-prediction layers are not evaluated: one log line saying so.
+void log_nextn_layers(const gguf::reader& f, const engine::hparams& hp) {
+    if (hp.n_layer_nextn == 0) return;
+    size_t n_tensors = 0;
+    for (const auto& t : f.tensors())
+        for (int il = hp.n_layer; il < hp.n_layer + hp.n_layer_nextn; ++il)
+            if (t.name.starts_with(fmt::format("blk.{}.", il))) ++n_tensors;
+    const int last = hp.n_layer + hp.n_layer_nextn - 1;
+    const std::string blocks = hp.n_layer_nextn == 1 ? fmt::format("blk.{}", last) : fmt::format("blk.{}..{}", hp.n_layer, last);
+    logger("engine")->info("The file's next-token-prediction layers ({}, {} tensors) are not loaded: strata evaluates "
+                           "the {} layers before them, as llama.cpp does.",
+                           blocks, n_tensors, hp.n_layer);
+}
+
 // The GPU hybrid pass for options.gpu, or nullptr (CPU only) with the reason in one log line, kept
 // for model_info.
 std::unique_ptr<engine::gpu::hybrid_forward> create_hybrid(model::impl& r, const gpu_choice& gpu) {
     const model_options& o = r.options;
+    if (std::string why = hybrid_unsupported(r.hp); !why.empty()) {
+        logger("gpu")->warn("Running CPU-only: {}.", why);
+        r.cpu_only_reason = why;
+        return nullptr;
+    }
     engine::gpu::hybrid_options h;
     h.gpu = o.gpu;
     h.device = gpu.device;  // when absent, create() asks again and says why
@@ -268,6 +301,7 @@ model::impl::impl(const model_options& o)
       tokenizer(tok::tokenizer::from_gguf(file)),
       kv(engine::parse_kv_type(o.kv_type)) {
     options = checked(o, hp.n_ctx_train);
+    log_nextn_layers(file, hp);
     if (hp.rope.freq_scale != 1.0f || hp.rope.ext_factor != 0.0f)
         logger("engine")->info("RoPE scaling: {} (base frequency {:g}).", engine::describe_rope(hp.rope),
                                hp.rope.freq_base);

@@ -8,9 +8,10 @@ std::string_view tensor_class(std::string_view n) {
     auto has = [&](std::string_view s) { return n.find(s) != std::string_view::npos; };
     if (n.starts_with("token_embd") || n.starts_with("position_embd")) return "embeddings";
     if (n.starts_with("output.") || n == "output") return "head";
+    if (has(".nextn.")) return "nextn";  // next-token-prediction layers (glm4moe), not evaluated
     if (has("_norm")) return "norms";
     if (has("ffn_gate_inp_shexp") || has("_shexp")) return "shared_expert";
-    if (has("ffn_gate_inp")) return "router";
+    if (has("ffn_gate_inp") || has("exp_probs_b")) return "router";
     if (has("_exps")) return "experts";
     // Older Mixtral files name experts one by one: blk.N.ffn_{gate,up,down}.E.weight
     if (n.starts_with("blk.") && has(".ffn_")) {

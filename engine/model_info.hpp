@@ -13,7 +13,8 @@
 
 namespace strata {
 
-// "attention", "experts", "router", "shared_expert", "ffn" (dense), "embeddings", "head", "norms", "other".
+// "attention", "experts", "router", "shared_expert", "ffn" (dense), "embeddings", "head", "norms",
+// "nextn" (next-token-prediction layers), "other".
 std::string_view tensor_class(std::string_view tensor_name);
 
 struct model_summary {

@@ -74,6 +74,10 @@ bool writer::erase(const std::string& key) {
     return std::erase_if(kv_, [&](const auto& kv) { return kv.first == key; }) > 0;
 }
 
+bool writer::erase_tensor(const std::string& name) {
+    return std::erase_if(tensors_, [&](const auto& t) { return t.name == name; }) > 0;
+}
+
 void writer::add_tensor(const std::string& name, formats::ggml_type type, std::vector<int64_t> ne, fill_fn fill) {
     if (name.empty() || name.size() > kMaxTensorName)
         throw gguf_error(fmt::format("tensor name '{}' must have 1..{} bytes", name, kMaxTensorName));

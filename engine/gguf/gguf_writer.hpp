@@ -23,6 +23,8 @@ public:
     void set(const std::string& key, value v);
     // Removes a metadata key; false when it was not there.
     bool erase(const std::string& key);
+    // Removes a tensor; false when it was not there.
+    bool erase_tensor(const std::string& name);
 
     // Shapes are in ggml order (ne[0] = row length). Throws gguf_error on a duplicate name, a shape that
     // does not fit the type's blocks, or (for the buffer form) a byte count that does not match.

@@ -25,26 +25,41 @@ uint64_t bytes_of(const weight_matrix& w) { return w.present() ? static_cast<uin
 
 }  // namespace
 
-void route_token(const float* logits, int n_expert, int k, bool normalize, int32_t* ids, float* weights) {
+void route_token(const float* logits, const float* bias, int n_expert, int k, const routing_options& o, int32_t* ids,
+                 float* weights) {
+    constexpr float kMinSum = 6.103515625e-5f;  // 2^-14, the smallest normal f16: llama.cpp's clamp
     std::vector<float> p(logits, logits + n_expert);
-    cpu::softmax(p.data(), n_expert);
+    if (o.gating == gating_func::softmax)
+        cpu::softmax(p.data(), n_expert);
+    else
+        for (float& x : p) x = sigmoid(x);
+    std::vector<float> sel(p);
+    if (bias)
+        for (int e = 0; e < n_expert; ++e) sel[static_cast<size_t>(e)] += bias[e];
     std::vector<int32_t> order(static_cast<size_t>(n_expert));
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+                      [&](int32_t a, int32_t b) { return sel[a] > sel[b] || (sel[a] == sel[b] && a < b); });
     float sum = 0;
     for (int j = 0; j < k; ++j) {
         ids[j] = order[static_cast<size_t>(j)];
         weights[j] = p[static_cast<size_t>(order[static_cast<size_t>(j)])];
         sum += weights[j];
     }
-    if (normalize)
-        for (int j = 0; j < k; ++j) weights[j] /= sum;
+    if (o.normalize)
+        for (int j = 0; j < k; ++j) weights[j] /= std::max(sum, kMinSum);
+    if (o.scale != 0.0f && o.scale != 1.0f)
+        for (int j = 0; j < k; ++j) weights[j] *= o.scale;
+}
+
+void route_token(const float* logits, int n_expert, int k, bool normalize, int32_t* ids, float* weights) {
+    route_token(logits, nullptr, n_expert, k, {gating_func::softmax, normalize, 0.0f}, ids, weights);
 }
 
 std::vector<arenas::moe_layer> moe_layers(const model_weights& w) {
     std::vector<arenas::moe_layer> layers;
-    for (const auto& l : w.layers) layers.push_back({l.gate, l.up, l.down});
+    for (const auto& l : w.layers)
+        if (l.router.present()) layers.push_back({l.gate, l.up, l.down});
     return layers;
 }
 
@@ -61,7 +76,8 @@ forward_pass::forward_pass(arenas::expert_pool& pool, const hparams& hp, const m
 
 const char* phase_clock::name(int p) {
     static const char* const names[n_parts] = {"attention projections", "attention", "router", "experts: quantize",
-                                               "experts: gate+up", "experts: down", "shared expert", "output head",
+                                               "experts: gate+up", "experts: down", "shared expert", "dense FFN",
+                                               "output head",
                                                "other"};
     return p >= 0 && p < n_parts ? names[p] : "?";
 }
@@ -129,8 +145,8 @@ void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_ca
     att_.resize(nt * hp_.n_q());
     k_.resize(nt * hp_.n_kv());
     v_.resize(nt * hp_.n_kv());
-    tmp_.resize(nt * std::max<size_t>(n_embd, static_cast<size_t>(hp_.n_ff_shexp)));
-    tmp2_.resize(nt * static_cast<size_t>(std::max(hp_.n_ff_shexp, 1)));
+    tmp_.resize(nt * n_embd);
+    tmp2_.resize(nt * static_cast<size_t>(std::max({hp_.n_ff_shexp, hp_.n_ff, 1})));
     router_.resize(nt * hp_.n_expert);
     ids_.resize(nt * hp_.n_expert_used);
     weights_.resize(nt * hp_.n_expert_used);
@@ -154,6 +170,13 @@ void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_ca
 
         for (int t = 0; t < n_tok; ++t)
             cpu::rms_norm(x_.data() + t * n_embd, l.ffn_norm, hp_.rms_eps, hp_.n_embd, xn_.data() + t * n_embd);
+        if (!hp_.is_moe_layer(il)) {
+            arenas::scoped_seconds t(seconds(phase_clock::dense_ffn));
+            add_bytes(phase_clock::dense_ffn, bytes_of(l.ffn_gate) + bytes_of(l.ffn_up) + bytes_of(l.ffn_down));
+            ffn(l.ffn_gate, l.ffn_up, l.ffn_down, hp_.n_ff, n_tok);
+            for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
+            continue;
+        }
         moe(il, n_tok);
         for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
         if (l.shexp_gate.present()) {
@@ -190,11 +213,12 @@ void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
         float* q = q_.data() + static_cast<size_t>(t) * n_q;
         float* k = k_.data() + static_cast<size_t>(t) * n_kv;
         float* v = v_.data() + static_cast<size_t>(t) * n_kv;
-        if (l.bq) {
+        if (l.bq)
             for (int i = 0; i < n_q; ++i) q[i] += l.bq[i];
+        if (l.bk)
             for (int i = 0; i < n_kv; ++i) k[i] += l.bk[i];
+        if (l.bv)
             for (int i = 0; i < n_kv; ++i) v[i] += l.bv[i];
-        }
         if (l.q_norm) {
             for (int h = 0; h < hp_.n_head; ++h) cpu::rms_norm(q + h * hd, l.q_norm, hp_.rms_eps, hd, q + h * hd);
             for (int h = 0; h < hp_.n_head_kv; ++h) cpu::rms_norm(k + h * hd, l.k_norm, hp_.rms_eps, hd, k + h * hd);
@@ -209,20 +233,22 @@ void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
 void forward_pass::moe(int il, int n_tok) {
     const layer_weights& l = w_.layers[static_cast<size_t>(il)];
     const int k = hp_.n_expert_used;
+    const int moe_il = il - hp_.n_layer_dense_lead;  // the pool's layer index
+    const routing_options ro{hp_.gating, hp_.expert_weights_norm, hp_.expert_weights_scale};
     std::optional<arenas::scoped_seconds> t;
     t.emplace(seconds(phase_clock::router));
     add_bytes(phase_clock::router, bytes_of(l.router));
     matmul(l.router, n_tok, xn_.data(), router_.data());
     uint64_t* counts = routing_.counts.data() + static_cast<size_t>(il) * hp_.n_expert;
     for (int t = 0; t < n_tok; ++t) {
-        route_token(router_.data() + static_cast<size_t>(t) * hp_.n_expert, hp_.n_expert, k, hp_.arch.norm_topk,
+        route_token(router_.data() + static_cast<size_t>(t) * hp_.n_expert, l.exp_probs_b, hp_.n_expert, k, ro,
                     ids_.data() + t * k, weights_.data() + t * k);
         for (int j = 0; j < k; ++j) ++counts[ids_[static_cast<size_t>(t * k + j)]];
     }
     t.reset();
-    moe_.run(il, n_tok, xn_.data(), ids_.data(), weights_.data(), tmp_.data());
+    moe_.run(moe_il, n_tok, xn_.data(), ids_.data(), weights_.data(), tmp_.data());
     if (clock_) {
-        const arenas::moe_layer& e = moe_layers_[static_cast<size_t>(il)];
+        const arenas::moe_layer& e = moe_layers_[static_cast<size_t>(moe_il)];
         const uint64_t n = moe_.n_active();
         clock_->bytes[phase_clock::experts_gate_up] +=
             n * (static_cast<uint64_t>(e.gate.n_rows) * e.gate.row_stride + static_cast<uint64_t>(e.up.n_rows) * e.up.row_stride);
@@ -230,16 +256,22 @@ void forward_pass::moe(int il, int n_tok) {
     }
 }
 
+void forward_pass::ffn(const weight_matrix& gate, const weight_matrix& up, const weight_matrix& down, int n_ff,
+                       int n_tok) {
+    const size_t nf = static_cast<size_t>(n_ff);
+    shexp_up_.resize(static_cast<size_t>(n_tok) * nf);
+    matmul(gate, n_tok, xn_.data(), tmp2_.data());
+    matmul(up, n_tok, xn_.data(), shexp_up_.data());
+    for (int t = 0; t < n_tok; ++t)
+        cpu::silu_mul(tmp2_.data() + t * nf, shexp_up_.data() + t * nf, static_cast<int64_t>(nf), tmp2_.data() + t * nf);
+    matmul(down, n_tok, tmp2_.data(), tmp_.data());
+}
+
 void forward_pass::shared_expert(int il, int n_tok) {
     const layer_weights& l = w_.layers[static_cast<size_t>(il)];
-    const size_t n_embd = static_cast<size_t>(hp_.n_embd), n_ff = static_cast<size_t>(hp_.n_ff_shexp);
-    shexp_up_.resize(static_cast<size_t>(n_tok) * n_ff);
-    matmul(l.shexp_gate, n_tok, xn_.data(), tmp2_.data());
-    matmul(l.shexp_up, n_tok, xn_.data(), shexp_up_.data());
-    for (int t = 0; t < n_tok; ++t)
-        cpu::silu_mul(tmp2_.data() + t * n_ff, shexp_up_.data() + t * n_ff, static_cast<int64_t>(n_ff),
-                      tmp2_.data() + t * n_ff);
-    matmul(l.shexp_down, n_tok, tmp2_.data(), tmp_.data());
+    const size_t n_embd = static_cast<size_t>(hp_.n_embd);
+    ffn(l.shexp_gate, l.shexp_up, l.shexp_down, hp_.n_ff_shexp, n_tok);
+    if (!l.shexp_gate_inp) return;
     for (int t = 0; t < n_tok; ++t) {
         const float* xn = xn_.data() + t * n_embd;
         float dot = 0;

@@ -31,6 +31,7 @@ struct phase_clock {
         experts_gate_up,
         experts_down,      // down and the weighted sum
         shared_expert,
+        dense_ffn,         // the FFN of leading dense layers
         head,              // output norm and matmul
         other,             // the rest of the pass: embedding, norms, residual adds
         n_parts
@@ -65,6 +66,8 @@ private:
     void eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
     void attention(int layer, int n_tok, int pos0, kv_cache& kv);
     void moe(int layer, int n_tok);
+    // tmp_ = down(silu(gate xn) * up xn) over n_ff hidden units, for dense and shared-expert FFNs.
+    void ffn(const weight_matrix& gate, const weight_matrix& up, const weight_matrix& down, int n_ff, int n_tok);
     void shared_expert(int layer, int n_tok);
     // y[t][r] = W[r, :] . in[t] for every row r: in: [n_tok][in_cols], y: [n_tok][n_rows].
     void matmul(const weight_matrix& w, int n_tok, const float* in, float* y);
@@ -88,20 +91,32 @@ private:
     std::vector<float> q_;        // [n_tok][n_q]
     std::vector<float> k_, v_;    // [n_tok][n_kv]
     std::vector<float> att_;      // [n_tok][n_q]
-    std::vector<float> tmp_;      // [n_tok][max(n_embd, n_ff_shexp)]
-    std::vector<float> tmp2_;     // [n_tok][n_ff_shexp]
-    std::vector<float> shexp_up_; // [n_tok][n_ff_shexp]
+    std::vector<float> tmp_;      // [n_tok][n_embd]
+    std::vector<float> tmp2_;     // [n_tok][n_ff_dense] with n_ff_dense = max(n_ff_shexp, n_ff)
+    std::vector<float> shexp_up_; // [n_tok][n_ff_dense]
     std::vector<float> router_;   // [n_tok][n_expert]
     std::vector<int32_t> ids_;    // [n_tok][n_expert_used]
     std::vector<float> weights_;  // [n_tok][n_expert_used]
     std::vector<uint8_t> act_;    // quantized activations of a matmul
 };
 
-// The routed experts of every layer, as the pool reads them.
+// The routed experts of every MoE layer in layer order, as the pool reads them: the pool's layer
+// il - hp.n_layer_dense_lead is the model's layer il (leading dense layers have no experts).
 std::vector<arenas::moe_layer> moe_layers(const model_weights& w);
 
-// Softmax over the router logits, top-k by probability (ties: the lower expert id), optionally
-// renormalised: ids and weights [k]. Exposed for tests.
+// How one token's router logits become expert ids and weights (llama.cpp's build_moe_ffn).
+struct routing_options {
+    gating_func gating = gating_func::softmax;
+    bool normalize = false;  // weights divided by their sum (at least 2^-14, as llama.cpp clamps it)
+    float scale = 0;         // weights multiplied by this unless 0 or 1
+};
+
+// Scores = softmax or sigmoid of the logits; top-k by score + bias[e] (bias may be null; ties: the
+// lower expert id); the weights are the unbiased scores of the chosen experts, then normalised and
+// scaled as `o` says: ids and weights [k]. Exposed for tests.
+void route_token(const float* logits, const float* bias, int n_expert, int k, const routing_options& o, int32_t* ids,
+                 float* weights);
+// Softmax, no bias, optionally renormalised.
 void route_token(const float* logits, int n_expert, int k, bool normalize, int32_t* ids, float* weights);
 
 }  // namespace strata::engine

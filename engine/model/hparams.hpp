@@ -10,16 +10,25 @@
 
 namespace strata::engine {
 
-enum class arch { qwen3moe, qwen2moe, mixtral };
+enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe };
+
+// Whether the file must, may or must not carry a class of tensors.
+enum class presence { absent, optional, required };
+
+// How router logits become expert scores (llama.cpp's expert_gating_func: 1 softmax, 2 sigmoid).
+enum class gating_func { softmax, sigmoid };
 
 // What differs between the architectures, as llama.cpp defines each one.
 struct arch_traits {
     arch id;
     const char* name;
-    bool qk_norm;           // per-head RMSNorm of q and k before RoPE (qwen3moe)
-    bool qkv_bias;          // q/k/v projections have biases (qwen2moe)
-    bool shared_expert;     // an always-on expert with a sigmoid gate (qwen2moe)
-    bool norm_topk;         // renormalise the top-k routing weights to sum to 1
+    presence qk_norm;       // per-head RMSNorm of q and k before RoPE (qwen3moe; optional in glm4moe)
+    presence qkv_bias;      // q/k/v projections have biases (qwen2moe; optional in glm4moe)
+    bool shared_expert;     // an always-on expert (qwen2moe's with a sigmoid gate, glm4moe's without)
+    bool norm_topk;         // default of expert_weights_norm: renormalise the top-k weights to sum to 1
+    gating_func gating;     // default of expert_gating_func
+    bool exp_probs_b;       // a per-expert score-correction bias for the selection (glm4moe)
+    const char* ffn_norm;   // the pre-FFN norm's tensor name within a block
     kernels::cpu::rope_style rope;
 };
 
@@ -28,7 +37,7 @@ const arch_traits& traits(arch a);
 struct hparams {
     arch_traits arch;
     std::string gguf_arch;     // general.architecture as written ("llama" for mixtral)
-    int n_layer = 0;
+    int n_layer = 0;           // layers evaluated: block_count less the next-token-prediction layers
     int n_embd = 0;
     int n_head = 0;
     int n_head_kv = 0;
@@ -38,6 +47,13 @@ struct hparams {
     int n_expert_used = 0;
     int n_ff_exp = 0;          // routed expert hidden size
     int n_ff_shexp = 0;        // shared expert hidden size (0 when absent)
+    int n_ff = 0;              // dense FFN hidden size of the leading dense layers (0 when there are none)
+    int n_layer_dense_lead = 0;  // the first layers run a dense FFN instead of experts
+    int n_layer_nextn = 0;     // next-token-prediction layers after the n_layer evaluated ones, not run
+    int n_expert_shared = 0;   // glm4moe: shared experts, n_ff_shexp = n_expert_shared * n_ff_exp
+    gating_func gating = gating_func::softmax;
+    bool expert_weights_norm = false;  // top-k weights renormalised to sum to 1
+    float expert_weights_scale = 0;    // top-k weights multiplied by this (0 or 1: unscaled)
     int n_ctx_train = 0;
     int n_vocab = 0;
     float rms_eps = 1e-6f;
@@ -45,6 +61,8 @@ struct hparams {
 
     int n_q() const { return n_head * head_dim; }
     int n_kv() const { return n_head_kv * head_dim; }
+    bool is_moe_layer(int il) const { return il >= n_layer_dense_lead; }
+    int n_moe_layer() const { return n_layer - n_layer_dense_lead; }
 };
 
 // Reads and checks the hyper-parameters, llama.cpp's default for an absent optional key (docs/DETAILS.md

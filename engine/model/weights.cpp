@@ -124,22 +124,37 @@ model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
         l.wk = b.mat(p + "attn_k.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
         l.wv = b.mat(p + "attn_v.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
         l.wo = b.mat(p + "attn_output.weight", hp.n_q(), hp.n_embd, "n_head * head_dim, n_embd");
-        if (hp.arch.qkv_bias) {
-            l.bq = b.vec(p + "attn_q.bias", hp.n_q(), "n_head * head_dim");
-            l.bk = b.vec(p + "attn_k.bias", hp.n_kv(), "n_head_kv * head_dim");
-            l.bv = b.vec(p + "attn_v.bias", hp.n_kv(), "n_head_kv * head_dim");
+        if (hp.arch.qkv_bias != presence::absent) {
+            const bool req = hp.arch.qkv_bias == presence::required;
+            l.bq = b.vec(p + "attn_q.bias", hp.n_q(), "n_head * head_dim", req);
+            l.bk = b.vec(p + "attn_k.bias", hp.n_kv(), "n_head_kv * head_dim", req);
+            l.bv = b.vec(p + "attn_v.bias", hp.n_kv(), "n_head_kv * head_dim", req);
         }
-        if (hp.arch.qk_norm) {
-            l.q_norm = b.vec(p + "attn_q_norm.weight", hp.head_dim, "head_dim");
-            l.k_norm = b.vec(p + "attn_k_norm.weight", hp.head_dim, "head_dim");
+        if (hp.arch.qk_norm != presence::absent) {
+            const bool req = hp.arch.qk_norm == presence::required;
+            l.q_norm = b.vec(p + "attn_q_norm.weight", hp.head_dim, "head_dim", req);
+            l.k_norm = b.vec(p + "attn_k_norm.weight", hp.head_dim, "head_dim", req);
+            if ((l.q_norm == nullptr) != (l.k_norm == nullptr))
+                throw std::runtime_error(fmt::format("{}: layer {} has only one of attn_q_norm.weight and "
+                                                     "attn_k_norm.weight; strata needs both or neither",
+                                                     f.path(), i));
         }
-        l.ffn_norm = b.vec(p + "ffn_norm.weight", hp.n_embd, "n_embd");
+        l.ffn_norm = b.vec(p + hp.arch.ffn_norm + ".weight", hp.n_embd, "n_embd");
+        if (!hp.is_moe_layer(i)) {
+            l.ffn_gate = b.mat(p + "ffn_gate.weight", hp.n_embd, hp.n_ff, "n_embd, n_ff");
+            l.ffn_up = b.mat(p + "ffn_up.weight", hp.n_embd, hp.n_ff, "n_embd, n_ff");
+            l.ffn_down = b.mat(p + "ffn_down.weight", hp.n_ff, hp.n_embd, "n_ff, n_embd");
+            w.layers.push_back(std::move(l));
+            continue;
+        }
         l.router = b.mat(p + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert, "n_embd, n_expert");
+        if (hp.arch.exp_probs_b) l.exp_probs_b = b.vec(p + "exp_probs_b.bias", hp.n_expert, "n_expert");
         l.gate = b.experts(p, "gate", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
         l.up = b.experts(p, "up", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
         l.down = b.experts(p, "down", hp.n_ff_exp, hp.n_embd, hp.n_expert, "n_ff_exp, n_embd, n_expert");
-        if (hp.arch.shared_expert) {
-            l.shexp_gate_inp = b.vec(p + "ffn_gate_inp_shexp.weight", hp.n_embd, "n_embd");
+        if (hp.n_ff_shexp > 0) {
+            if (hp.arch.id == arch::qwen2moe)
+                l.shexp_gate_inp = b.vec(p + "ffn_gate_inp_shexp.weight", hp.n_embd, "n_embd");
             l.shexp_gate = b.mat(p + "ffn_gate_shexp.weight", hp.n_embd, hp.n_ff_shexp, "n_embd, n_ff_shexp");
             l.shexp_up = b.mat(p + "ffn_up_shexp.weight", hp.n_embd, hp.n_ff_shexp, "n_embd, n_ff_shexp");
             l.shexp_down = b.mat(p + "ffn_down_shexp.weight", hp.n_ff_shexp, hp.n_embd, "n_ff_shexp, n_embd");

@@ -27,15 +27,19 @@ using expert_matrix = arenas::expert_tensor;
 struct layer_weights {
     const float* attn_norm = nullptr;   // [n_embd]
     weight_matrix wq, wk, wv, wo;       // [n_q x n_embd], [n_kv x n_embd] x2, [n_embd x n_q]
-    const float* bq = nullptr;          // [n_q]  (qwen2moe)
+    const float* bq = nullptr;          // [n_q]  (qwen2moe, glm4moe; each may be absent in glm4moe)
     const float* bk = nullptr;          // [n_kv]
     const float* bv = nullptr;          // [n_kv]
     const float* q_norm = nullptr;      // [head_dim] (qwen3moe)
     const float* k_norm = nullptr;      // [head_dim]
-    const float* ffn_norm = nullptr;    // [n_embd]
+    const float* ffn_norm = nullptr;    // [n_embd] (glm4moe: post_attention_norm)
+    // A leading dense layer has ffn_gate/up/down and none of the expert tensors below.
+    weight_matrix ffn_gate, ffn_up;     // [n_ff x n_embd]
+    weight_matrix ffn_down;             // [n_embd x n_ff]
     weight_matrix router;               // [n_expert x n_embd]
+    const float* exp_probs_b = nullptr; // [n_expert] score correction for the selection only (glm4moe)
     expert_matrix gate, up, down;       // gate/up: [n_ff x n_embd] per expert; down: [n_embd x n_ff]
-    const float* shexp_gate_inp = nullptr;      // [n_embd] (qwen2moe)
+    const float* shexp_gate_inp = nullptr;      // [n_embd] (qwen2moe's sigmoid gate; glm4moe has none)
     weight_matrix shexp_gate, shexp_up, shexp_down;
 };
 
@@ -46,7 +50,8 @@ struct model_weights {
     std::vector<layer_weights> layers;
 };
 
-// Binds every tensor the architecture needs. Throws std::runtime_error naming the tensor with the
+// Binds every tensor the architecture needs, for the hp.n_layer evaluated layers (the tensors of
+// next-token-prediction layers after them are left unread). Throws std::runtime_error naming the tensor with the
 // expected and found shape or type (a missing tensor, a wrong shape, a type without a CPU kernel,
 // a norm that is not F32).
 model_weights bind_weights(const gguf::reader& file, const hparams& hp);

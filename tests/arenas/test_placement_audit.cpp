@@ -122,3 +122,16 @@ TEST(PlacementAudit, ModelDryRunBytesPerNode) {
     EXPECT_EQ(run_report("--model " + path), 2);  // --dry-run is required
     EXPECT_EQ(run_report("--model /nonexistent.gguf --dry-run"), 2);
 }
+
+// glm4moe: the leading dense layer has no experts and the next-token-prediction layer is not loaded,
+// so only the two MoE layers between them count, as the engine's expert store places them.
+TEST(PlacementAudit, ModelDryRunSkipsDenseAndNextTokenPredictionLayers) {
+    strata::make_model::model_spec spec = strata::make_model::preset("tiny", strata::make_model::arch::glm4moe);
+    spec.n_layer_nextn = 1;
+    const std::string path = ::testing::TempDir() + "/dry-run-glm.gguf";
+    strata::make_model::build_model(spec).write_file(path);
+    const auto r = nlohmann::json::parse(
+        capture_report("--model " + path + " --dry-run --json --numa-pool off --topology 'pack:1 numa:1 core:2 pu:1'"));
+    EXPECT_EQ(r["layers"].get<int>(), 2);
+    EXPECT_EQ(r["n_expert"].get<int>(), 8);
+}

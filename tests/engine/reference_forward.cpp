@@ -68,7 +68,8 @@ void rope(float* h, int hd, int pos, float base, bool neox, const rope_scaling& 
 reference_model::reference_model(const gguf::reader& f) : f_(f) {
     arch_ = f.at("general.architecture").as_string();
     const std::string p = arch_ + ".";
-    n_layer_ = int(f.at(p + "block_count").as_u64());
+    // glm4moe: block_count counts the next-token-prediction layers, which are not evaluated.
+    n_layer_ = int(f.at(p + "block_count").as_u64() - f.get_u64(p + "nextn_predict_layers", 0));
     n_embd_ = int(f.at(p + "embedding_length").as_u64());
     n_head_ = int(f.at(p + "attention.head_count").as_u64());
     n_head_kv_ = int(f.at(p + "attention.head_count_kv").as_u64());
@@ -79,6 +80,15 @@ reference_model::reference_model(const gguf::reader& f) : f_(f) {
     n_ff_ = int(arch_ == "llama" ? f.at(p + "feed_forward_length").as_u64()
                                  : f.at(p + "expert_feed_forward_length").as_u64());
     n_vocab_ = int(f.find_tensor("token_embd.weight")->ne[1]);
+    norm_w_ = arch_ != "qwen2moe";
+    if (arch_ == "glm4moe") {
+        n_dense_ = int(f.get_u64(p + "leading_dense_block_count", 0));
+        const uint64_t gating = f.get_u64(p + "expert_gating_func", 0);
+        sigmoid_ = gating == 0 || gating == 2;
+        const gguf::value* norm = f.find(p + "expert_weights_norm");
+        norm_w_ = norm && norm->as_bool();
+        scale_w_ = float(f.get_f64(p + "expert_weights_scale", 0.0));
+    }
     eps_ = float(f.at(p + "attention.layer_norm_rms_epsilon").as_f64());
     freq_base_ = float(f.at(p + "rope.freq_base").as_f64());
     // llama.cpp: type linear when absent, factor 0 (none) when absent, original context = the context.
@@ -136,10 +146,9 @@ std::vector<float> reference_model::ffn(const matrix& gate, const matrix& up, co
     return down.apply(g);
 }
 
-std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_t>& tokens) {
-    const bool qwen3 = arch_ == "qwen3moe", qwen2 = arch_ == "qwen2moe";
-    const bool neox = qwen3 || qwen2;
-    const bool norm_topk = !qwen2;
+std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_t>& tokens, const routes* follow) {
+    const bool qwen2 = arch_ == "qwen2moe", glm = arch_ == "glm4moe";
+    const bool neox = arch_ != "llama";
     const int hd = head_dim_, n_q = n_head_ * hd, n_kv = n_head_kv_ * hd;
     std::vector<std::vector<std::vector<float>>> kcache(static_cast<size_t>(n_layer_)), vcache(static_cast<size_t>(n_layer_));
     const matrix embd = load("token_embd.weight");
@@ -147,10 +156,15 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
     std::vector<std::vector<float>> result;
     margins_.clear();
     ids_.clear();
+    bias_changed_.clear();
+    layer_margins_.clear();
+    followed_ = 0;
 
     for (size_t pos = 0; pos < tokens.size(); ++pos) {
         float margin = 1e9f;
         ids_.emplace_back();
+        bias_changed_.emplace_back(static_cast<size_t>(n_layer_), false);
+        layer_margins_.emplace_back(static_cast<size_t>(n_layer_), 1e9f);
         std::vector<float> x(embd.w.begin() + std::ptrdiff_t(size_t(tokens[pos]) * size_t(n_embd_)),
                              embd.w.begin() + std::ptrdiff_t(size_t(tokens[pos] + 1) * size_t(n_embd_)));
         for (int il = 0; il < n_layer_; ++il) {
@@ -159,12 +173,12 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
             std::vector<float> q = load(b + "attn_q.weight").apply(xn);
             std::vector<float> k = load(b + "attn_k.weight").apply(xn);
             std::vector<float> v = load(b + "attn_v.weight").apply(xn);
-            if (qwen2) {
+            if (f_.find_tensor(b + "attn_q.bias")) {  // qwen2moe; glm4moe
                 const auto bq = vec(b + "attn_q.bias"), bk = vec(b + "attn_k.bias"), bv = vec(b + "attn_v.bias");
                 for (int i = 0; i < n_q; ++i) q[size_t(i)] += bq[size_t(i)];
                 for (int i = 0; i < n_kv; ++i) k[size_t(i)] += bk[size_t(i)], v[size_t(i)] += bv[size_t(i)];
             }
-            if (qwen3) {
+            if (f_.find_tensor(b + "attn_q_norm.weight")) {  // qwen3moe; glm4moe optionally
                 const auto qn = vec(b + "attn_q_norm.weight"), kn = vec(b + "attn_k_norm.weight");
                 for (int h = 0; h < n_head_; ++h) {
                     auto o = rmsnorm(q, qn, eps_, size_t(h * hd), size_t(hd));
@@ -196,28 +210,84 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
             const std::vector<float> o = load(b + "attn_output.weight").apply(att);
             for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += o[size_t(i)];
 
-            xn = rmsnorm(x, vec(b + "ffn_norm.weight"), eps_);
-            std::vector<float> p = load(b + "ffn_gate_inp.weight").apply(xn);
-            softmax(p);
-            std::vector<int> order(static_cast<size_t>(n_expert_));
-            std::iota(order.begin(), order.end(), 0);
-            std::stable_sort(order.begin(), order.end(), [&](int a, int c) { return p[size_t(a)] > p[size_t(c)]; });
-            if (n_used_ < n_expert_) {
-                const float pk = p[size_t(order[size_t(n_used_ - 1)])], pk1 = p[size_t(order[size_t(n_used_)])];
-                margin = std::min(margin, std::log(pk / pk1));
+            xn = rmsnorm(x, vec(b + (glm ? "post_attention_norm.weight" : "ffn_norm.weight")), eps_);
+            ids_.back().emplace_back();
+            if (il < n_dense_) {
+                const auto y = ffn(load(b + "ffn_gate.weight"), load(b + "ffn_up.weight"), load(b + "ffn_down.weight"), xn);
+                for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += y[size_t(i)];
+                continue;
             }
-            ids_.back().emplace_back(order.begin(), order.begin() + n_used_);
+            std::vector<float> p = load(b + "ffn_gate_inp.weight").apply(xn);
+            if (sigmoid_)
+                for (float& v : p) v = float(1.0 / (1.0 + std::exp(-double(v))));
+            else
+                softmax(p);
+            // The experts are chosen by score + correction bias; their weights are the plain scores.
+            std::vector<float> sel = p;
+            const bool biased = f_.find_tensor(b + "exp_probs_b.bias") != nullptr;
+            if (biased) {
+                const auto bias = vec(b + "exp_probs_b.bias");
+                for (int e = 0; e < n_expert_; ++e) sel[size_t(e)] += bias[size_t(e)];
+            }
+            const auto ranked = [&](const std::vector<float>& score) {
+                std::vector<int> order(static_cast<size_t>(n_expert_));
+                std::iota(order.begin(), order.end(), 0);
+                std::stable_sort(order.begin(), order.end(),
+                                 [&](int a, int c) { return score[size_t(a)] > score[size_t(c)]; });
+                return order;
+            };
+            std::vector<int> order = ranked(sel);
+            float layer_margin = 1e9f;
+            if (n_used_ < n_expert_ && !sigmoid_) {
+                layer_margin = std::log(sel[size_t(order[size_t(n_used_ - 1)])] / sel[size_t(order[size_t(n_used_)])]);
+            } else if (n_used_ < n_expert_) {
+                // Sigmoid: over every chosen / not chosen pair, the router-logit change (half on each,
+                // opposite ways) that closes their selection gap, to first order. The slopes differ, so
+                // the closest pair need not be the k-th and the (k+1)-th.
+                for (int i = 0; i < n_used_; ++i)
+                    for (int j = n_used_; j < n_expert_; ++j) {
+                        const size_t a = size_t(order[size_t(i)]), c = size_t(order[size_t(j)]);
+                        const double slope = double(p[a]) * (1 - p[a]) + double(p[c]) * (1 - p[c]);
+                        layer_margin = std::min(layer_margin, float(2 * (sel[a] - sel[c]) / std::max(slope, 1e-12)));
+                    }
+            }
+            margin = std::min(margin, layer_margin);
+            layer_margins_.back()[size_t(il)] = layer_margin;
+            const auto chosen = [&](const std::vector<int>& ranking) {
+                std::vector<int> a(ranking.begin(), ranking.begin() + n_used_);
+                std::sort(a.begin(), a.end());
+                return a;
+            };
+            if (biased) bias_changed_.back()[size_t(il)] = chosen(order) != chosen(ranked(p));
+            ids_.back().back().assign(order.begin(), order.begin() + n_used_);
+            if (follow && layer_margin <= follow->tie_margin) {
+                std::vector<int> theirs = follow->ids.at(pos).at(size_t(il));
+                std::sort(theirs.begin(), theirs.end());
+                if (theirs.size() == size_t(n_used_) && theirs != chosen(order)) {
+                    std::stable_sort(theirs.begin(), theirs.end(),
+                                     [&](int a, int c) { return sel[size_t(a)] > sel[size_t(c)]; });
+                    std::copy(theirs.begin(), theirs.end(), order.begin());
+                    ++followed_;
+                }
+            }
             float wsum = 0;
             for (int j = 0; j < n_used_; ++j) wsum += p[size_t(order[size_t(j)])];
+            wsum = std::max(wsum, 6.103515625e-5f);
             std::vector<float> moe(static_cast<size_t>(n_embd_), 0.0f);
             for (int j = 0; j < n_used_; ++j) {
                 const int e = order[size_t(j)];
-                const float w = norm_topk ? p[size_t(e)] / wsum : p[size_t(e)];
+                float w = norm_w_ ? p[size_t(e)] / wsum : p[size_t(e)];
+                if (scale_w_ != 0 && scale_w_ != 1) w *= scale_w_;
                 const std::string es = std::to_string(e);
                 const auto y = ffn(expert(b + "ffn_gate_exps.weight", b + "ffn_gate." + es + ".weight", e, false),
                                    expert(b + "ffn_up_exps.weight", b + "ffn_up." + es + ".weight", e, false),
                                    expert(b + "ffn_down_exps.weight", b + "ffn_down." + es + ".weight", e, true), xn);
                 for (int i = 0; i < n_embd_; ++i) moe[size_t(i)] += w * y[size_t(i)];
+            }
+            if (glm && f_.find_tensor(b + "ffn_gate_shexp.weight")) {  // no gate of its own
+                const auto y = ffn(load(b + "ffn_gate_shexp.weight"), load(b + "ffn_up_shexp.weight"),
+                                   load(b + "ffn_down_shexp.weight"), xn);
+                for (int i = 0; i < n_embd_; ++i) moe[size_t(i)] += y[size_t(i)];
             }
             if (qwen2 && f_.find_tensor(b + "ffn_gate_shexp.weight")) {
                 const auto gi = vec(b + "ffn_gate_inp_shexp.weight");

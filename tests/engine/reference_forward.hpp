@@ -23,15 +23,32 @@ class reference_model {
 public:
     explicit reference_model(const gguf::reader& file);
 
-    // Logits [n_vocab] after each token of `tokens`, fed one at a time from position 0.
-    std::vector<std::vector<float>> logits(const std::vector<int32_t>& tokens);
+    // Experts chosen elsewhere, [position][layer] in any order, and the layer margin (see
+    // route_layer_margins()) at or below which the reference takes them over its own choice.
+    struct routes {
+        std::vector<std::vector<std::vector<int>>> ids;
+        float tie_margin = 0;
+    };
+    // Logits [n_vocab] after each token of `tokens`, fed one at a time from position 0. With `follow`,
+    // a near-tie is settled as the engine settled it: under sigmoid gating with a correction bias the
+    // two sides of a tie weigh the outputs differently, and taking the other side would move every
+    // later position through the KV cache.
+    std::vector<std::vector<float>> logits(const std::vector<int32_t>& tokens, const routes* follow = nullptr);
     int n_vocab() const { return n_vocab_; }
     // Per position of the last logits() call: the smallest gap, over layers, between the router logits
-    // of the k-th and the (k+1)-th expert (log of their probability ratio). Near zero, a rounding
+    // of the k-th and the (k+1)-th expert (log of their probability ratio; under sigmoid gating, the
+    // least change of router logits that swaps a chosen expert for another). Near zero, a rounding
     // difference can pick the other expert, and the logits may then legitimately differ.
     const std::vector<float>& route_margins() const { return margins_; }
-    // Per position, per layer: the experts chosen, in order.
+    // Per position, per layer: the margin above for that layer alone (huge for a dense layer), and
+    // whether the score-correction bias (exp_probs_b) changed the experts chosen.
+    const std::vector<std::vector<float>>& route_layer_margins() const { return layer_margins_; }
+    const std::vector<std::vector<bool>>& route_bias_changed() const { return bias_changed_; }
+    // Per position, per layer: the experts the reference itself chose, in order (none for a leading
+    // dense layer).
     const std::vector<std::vector<std::vector<int>>>& route_ids() const { return ids_; }
+    // (position, layer) pairs of the last logits() call that took `follow`'s experts over its own.
+    int followed() const { return followed_; }
 
 private:
     struct matrix {
@@ -47,6 +64,13 @@ private:
     const gguf::reader& f_;
     std::string arch_;
     int n_layer_, n_embd_, n_head_, n_head_kv_, head_dim_, n_rot_, n_expert_, n_used_, n_ff_, n_vocab_;
+    int n_dense_ = 0;            // leading dense layers (glm4moe)
+    bool sigmoid_ = false;       // expert_gating_func 2
+    bool norm_w_ = false;        // expert_weights_norm
+    float scale_w_ = 0;          // expert_weights_scale
+    std::vector<std::vector<bool>> bias_changed_;
+    std::vector<std::vector<float>> layer_margins_;
+    int followed_ = 0;
     float eps_, freq_base_;
     rope_scaling scaling_;
     mutable std::map<std::string, matrix> dequantized_;  // load()'s cache, by tensor name

@@ -16,9 +16,7 @@ namespace {
 std::string model_path(make_model::arch a = make_model::arch::qwen3moe) {
     const auto path = std::filesystem::temp_directory_path() / ("strata_api_" + make_model::arch_name(a) + ".gguf");
     if (!std::filesystem::exists(path)) {
-        make_model::model_spec s = make_model::preset("tiny");
-        s.architecture = a;
-        make_model::build_model(s).write_file(path.string());
+        make_model::build_model(make_model::preset("tiny", a)).write_file(path.string());
     }
     return path.string();
 }
@@ -232,7 +230,7 @@ TEST(EngineApi, PhaseTimingCoversTheDecodePassesByPart) {
     const auto prompt = m->tokenize("Hello there");
     const generation_result r = session(m).generate(prompt, greedy(5));
     EXPECT_EQ(r.time.decode_passes, 4);
-    ASSERT_EQ(r.time.decode_phases.size(), 9u);
+    ASSERT_EQ(r.time.decode_phases.size(), 10u);
     double ms = 0;
     uint64_t attention = 0, gate_up = 0, down = 0;
     for (const auto& p : r.time.decode_phases) {
@@ -250,6 +248,28 @@ TEST(EngineApi, PhaseTimingCoversTheDecodePassesByPart) {
     EXPECT_GT(down, 0u);
 
     EXPECT_TRUE(session(load()).generate(prompt, greedy(3)).time.decode_phases.empty());  // off by default
+}
+
+// glm4moe runs on the CPU: the GPU hybrid refuses its dense leading layer and sigmoid routing with a
+// reason, before asking for a device; decode timing has a dense FFN part.
+TEST(EngineApi, Glm4moeRunsCpuOnlyWithTheReasonAndTimesItsDenseLayer) {
+    model_options o;
+    o.path = model_path(make_model::arch::glm4moe);
+    o.numa_pool = "off";
+    o.n_ctx = 128;
+    o.gpu = 0;
+    o.phase_timing = true;
+    const auto m = model::load(o);
+    EXPECT_FALSE(m->info().gpu_hybrid);
+    EXPECT_NE(m->info().gpu_cpu_only_reason.find("does not run the 1 leading dense layers of glm4moe"),
+              std::string::npos)
+        << m->info().gpu_cpu_only_reason;
+    const generation_result r = session(m).generate(m->tokenize("Hello there"), greedy(4));
+    EXPECT_EQ(r.tokens.size(), 4u);
+    uint64_t dense = 0;
+    for (const auto& p : r.time.decode_phases)
+        if (p.name == "dense FFN") dense = p.bytes;
+    EXPECT_EQ(dense, 3u * 256 * 512 * 34 / 32 * 3);  // 3 passes x gate, up, down of 256 x 512 in Q8_0
 }
 
 TEST(EngineApi, StatisticsCountRoutedExperts) {

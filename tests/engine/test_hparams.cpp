@@ -5,6 +5,8 @@
 #include <map>
 #include <string>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "generate.hpp"
 #include "gguf/gguf_writer.hpp"
 #include "model/hparams.hpp"
@@ -215,7 +217,8 @@ struct arch_case {
     const char* prefix;  // general.architecture + "."
 };
 
-const arch_case kArchCases[] = {{arch::qwen3moe, "qwen3moe."}, {arch::qwen2moe, "qwen2moe."}, {arch::mixtral, "llama."}};
+const arch_case kArchCases[] = {{arch::qwen3moe, "qwen3moe."}, {arch::qwen2moe, "qwen2moe."}, {arch::mixtral, "llama."},
+                                {arch::glm4moe, "glm4moe."}};
 
 gguf::reader without(arch a, const std::vector<std::string>& keys,
                      const std::vector<std::pair<std::string, gguf::value>>& set = {}) {
@@ -223,6 +226,7 @@ gguf::reader without(arch a, const std::vector<std::string>& keys,
     if (!built.contains(a)) {
         make_model::model_spec s = tiny();
         s.architecture = a;
+        if (a == arch::glm4moe) s.n_layer = 2;  // its leading dense layer, then one with experts
         built.emplace(a, make_model::build_model(s));
     }
     gguf::writer w = built.at(a);
@@ -316,6 +320,111 @@ TEST(Hparams, RmsEpsilonIsReadNotDefaulted) {
     const std::string msg = load_error(
         without(arch::qwen3moe, {}, {{"qwen3moe.attention.layer_norm_rms_epsilon", gguf::value::f32(-1.0f)}}));
     EXPECT_NE(msg.find("qwen3moe.attention.layer_norm_rms_epsilon is -1"), std::string::npos) << msg;
+}
+
+// ---- glm4moe: the routing and layer-layout keys, llama.cpp's defaults, its next-token-prediction layers ----
+
+TEST(Glm4moeHparams, RoutingKeysAsWrittenAndTheirDefaults) {
+    const hparams hp = read_hparams(without(arch::glm4moe, {}));
+    EXPECT_EQ(hp.gating, gating_func::sigmoid);
+    EXPECT_TRUE(hp.expert_weights_norm);
+    EXPECT_EQ(hp.expert_weights_scale, 2.5f);
+    EXPECT_EQ(hp.n_layer_dense_lead, 1);
+    EXPECT_EQ(hp.n_ff, 512);
+    EXPECT_EQ(hp.n_expert_shared, 1);
+    EXPECT_EQ(hp.n_ff_shexp, hp.n_ff_exp);
+    EXPECT_EQ(hp.n_rot, hp.head_dim / 2);
+    const std::string p = "glm4moe.";
+    const hparams d = read_hparams(without(arch::glm4moe, {p + "expert_gating_func", p + "expert_weights_norm",
+                                                           p + "expert_weights_scale", p + "leading_dense_block_count",
+                                                           p + "nextn_predict_layers"}));
+    EXPECT_EQ(d.gating, gating_func::sigmoid);  // llama.cpp: sigmoid when unset
+    EXPECT_FALSE(d.expert_weights_norm);
+    EXPECT_EQ(d.expert_weights_scale, 0.0f);
+    EXPECT_EQ(d.n_layer_dense_lead, 0);
+    EXPECT_EQ(d.n_layer_nextn, 0);
+    EXPECT_EQ(read_hparams(without(arch::glm4moe, {}, {{p + "expert_gating_func", gguf::value::u32(1)}})).gating,
+              gating_func::softmax);
+    // Without the dense layer count, layer 0 must have experts: its dense tensors alone are a load error.
+    EXPECT_NE(load_error(without(arch::glm4moe, {p + "leading_dense_block_count"})).find("blk.0.ffn_gate_inp.weight"),
+              std::string::npos);
+}
+
+TEST(Glm4moeHparams, BadOrMissingKeysNameTheKey) {
+    const std::string p = "glm4moe.";
+    const auto has = [](const std::string& msg, const std::string& what) {
+        EXPECT_NE(msg.find(what), std::string::npos) << msg;
+    };
+    has(load_error(without(arch::glm4moe, {p + "expert_shared_count"})), "'glm4moe.expert_shared_count' is missing");
+    has(load_error(without(arch::glm4moe, {p + "expert_feed_forward_length"})),
+        "'glm4moe.expert_feed_forward_length' is missing");
+    has(load_error(without(arch::glm4moe, {p + "feed_forward_length"})), "'glm4moe.feed_forward_length' is missing");
+    has(load_error(without(arch::glm4moe, {}, {{p + "expert_gating_func", gguf::value::u32(3)}})),
+        "glm4moe.expert_gating_func is 3");
+    has(load_error(without(arch::glm4moe, {}, {{p + "leading_dense_block_count", gguf::value::u32(2)}})),
+        "glm4moe.leading_dense_block_count is 2, but only 2 layers are evaluated");
+    has(load_error(without(arch::glm4moe, {}, {{p + "nextn_predict_layers", gguf::value::u32(2)}})),
+        "glm4moe.nextn_predict_layers is 2, must be below glm4moe.block_count (2)");
+    has(load_error(without(arch::glm4moe, {}, {{p + "expert_weights_scale", gguf::value::f32(-1)}})),
+        "glm4moe.expert_weights_scale is -1");
+    has(load_error(without(arch::glm4moe, {},
+                           {{p + "rope.dimension_sections", gguf::value::i32_array({8, 8, 16, 0})}})),
+        "glm4moe.rope.dimension_sections");
+}
+
+TEST(Glm4moeHparams, NextTokenPredictionLayersAreCountedOutAndLeftUnread) {
+    make_model::model_spec s = make_model::preset("tiny", arch::glm4moe);
+    s.n_layer_nextn = 1;
+    const gguf::reader f = file_with(s);
+    EXPECT_EQ(f.get_u64("glm4moe.block_count", 0), 4u);
+    ASSERT_NE(f.find_tensor("blk.3.nextn.eh_proj.weight"), nullptr);
+    const hparams hp = read_hparams(f);
+    EXPECT_EQ(hp.n_layer, 3);
+    EXPECT_EQ(hp.n_layer_nextn, 1);
+    const model_weights w = bind_weights(f, hp);
+    EXPECT_EQ(w.layers.size(), 3u);
+}
+
+TEST(Glm4moeHparams, QkNormAndBiasesAreOptionalButQkNormComesInPairs) {
+    make_model::model_spec s = make_model::preset("tiny", arch::glm4moe);
+    s.qk_norm = false;
+    gguf::writer w = make_model::build_model(s);
+    for (int il = 0; il < s.n_layer; ++il) EXPECT_TRUE(w.erase_tensor(fmt::format("blk.{}.attn_k.bias", il)));
+    const gguf::reader f = gguf::reader::from_bytes(w.write_to_memory(), "glm.gguf");
+    const hparams hp = read_hparams(f);
+    const model_weights mw = bind_weights(f, hp);
+    EXPECT_EQ(mw.layers[1].q_norm, nullptr);
+    EXPECT_NE(mw.layers[1].bq, nullptr);
+    EXPECT_EQ(mw.layers[1].bk, nullptr);
+    EXPECT_NE(mw.layers[1].exp_probs_b, nullptr);
+    EXPECT_TRUE(mw.layers[0].ffn_gate.present());
+    EXPECT_FALSE(mw.layers[0].router.present());
+
+    gguf::writer half = make_model::build_model(make_model::preset("tiny", arch::glm4moe));
+    EXPECT_TRUE(half.erase_tensor("blk.1.attn_k_norm.weight"));
+    EXPECT_NE(load_error(gguf::reader::from_bytes(half.write_to_memory(), "glm.gguf")).find("only one of attn_q_norm"),
+              std::string::npos);
+    gguf::writer no_bias = make_model::build_model(make_model::preset("tiny", arch::glm4moe));
+    EXPECT_TRUE(no_bias.erase_tensor("blk.2.exp_probs_b.bias"));
+    EXPECT_NE(load_error(gguf::reader::from_bytes(no_bias.write_to_memory(), "glm.gguf")).find("'blk.2.exp_probs_b.bias' is missing"),
+              std::string::npos);
+}
+
+TEST(Glm4moeHparams, InfoSummaryShowsTheKeysAndTensorClasses) {
+    make_model::model_spec s = make_model::preset("tiny", arch::glm4moe);
+    s.n_layer_nextn = 1;
+    const model_summary m = summarize(file_with(s));
+    std::map<std::string, std::string> keys(m.hparams.begin(), m.hparams.end());
+    EXPECT_EQ(keys["leading_dense_block_count"], "1");
+    EXPECT_EQ(keys["expert_gating_func"], "2");
+    EXPECT_EQ(keys["expert_weights_norm"], "true");
+    EXPECT_EQ(keys["expert_shared_count"], "1");
+    EXPECT_EQ(keys["nextn_predict_layers"], "1");
+    EXPECT_TRUE(keys.contains("expert_weights_scale"));
+    EXPECT_EQ(m.bytes_by_class.at("nextn").n_tensors, 4);        // eh_proj, enorm, hnorm, shared_head_norm
+    EXPECT_EQ(m.bytes_by_class.at("router").n_tensors, 3 * 2);   // ffn_gate_inp and exp_probs_b, 3 MoE blocks
+    EXPECT_EQ(m.bytes_by_class.at("ffn").n_tensors, 3);          // the dense layer's gate, up, down
+    EXPECT_FALSE(m.bytes_by_class.contains("other"));
 }
 
 }  // namespace

@@ -65,6 +65,48 @@ TEST(MakeModel, Qwen2MoeHasBiasesAndSharedExpert) {
     EXPECT_EQ(r.find_tensor("blk.0.attn_q_norm.weight"), nullptr);
 }
 
+TEST(MakeModel, Glm4MoeHasLlamaCppKeysNamesAndShapes) {
+    model_spec s = preset("tiny", arch::glm4moe);
+    s.n_layer_nextn = 1;
+    const gguf::reader r = generate(s);
+    const std::string p = "glm4moe.";
+    EXPECT_EQ(r.at("general.architecture").as_string(), "glm4moe");
+    EXPECT_EQ(r.at(p + "block_count").as_u64(), 4u);  // 3 evaluated + 1 next-token-prediction layer
+    EXPECT_EQ(r.at(p + "nextn_predict_layers").as_u64(), 1u);
+    EXPECT_EQ(r.at(p + "leading_dense_block_count").as_u64(), 1u);
+    EXPECT_EQ(r.at(p + "feed_forward_length").as_u64(), 512u);
+    EXPECT_EQ(r.at(p + "expert_feed_forward_length").as_u64(), 256u);
+    EXPECT_EQ(r.at(p + "expert_shared_count").as_u64(), 1u);
+    EXPECT_EQ(r.at(p + "expert_gating_func").as_u64(), 2u);
+    EXPECT_TRUE(r.at(p + "expert_weights_norm").as_bool());
+    EXPECT_EQ(r.at(p + "expert_weights_scale").as_f64(), 2.5);
+    EXPECT_EQ(r.at(p + "rope.dimension_count").as_u64(), 32u);  // half of the 64-wide heads
+    expect_tensor(r, "blk.0.post_attention_norm.weight", {256}, ggml_type::F32);
+    expect_tensor(r, "blk.0.ffn_gate.weight", {256, 512}, ggml_type::Q8_0);
+    expect_tensor(r, "blk.0.ffn_down.weight", {512, 256}, ggml_type::Q8_0);
+    EXPECT_EQ(r.find_tensor("blk.0.ffn_gate_inp.weight"), nullptr);
+    expect_tensor(r, "blk.1.attn_q.bias", {256}, ggml_type::F32);
+    expect_tensor(r, "blk.1.attn_k_norm.weight", {64}, ggml_type::F32);
+    expect_tensor(r, "blk.1.ffn_gate_inp.weight", {256, 8}, ggml_type::F32);
+    expect_tensor(r, "blk.1.exp_probs_b.bias", {8}, ggml_type::F32);
+    expect_tensor(r, "blk.2.ffn_up_exps.weight", {256, 256, 8}, ggml_type::Q4_K);
+    expect_tensor(r, "blk.2.ffn_down_shexp.weight", {256, 256}, ggml_type::Q8_0);
+    EXPECT_EQ(r.find_tensor("blk.2.ffn_gate_inp_shexp.weight"), nullptr);  // no sigmoid gate, unlike qwen2moe
+    expect_tensor(r, "blk.3.nextn.eh_proj.weight", {512, 256}, ggml_type::Q8_0);
+    expect_tensor(r, "blk.3.nextn.shared_head_norm.weight", {256}, ggml_type::F32);
+
+    // bench: GLM-4.5 at half width, its expert count and expert-to-embedding ratio kept.
+    const model_spec b = preset("bench", arch::glm4moe);
+    EXPECT_EQ(b.n_expert, 160);
+    EXPECT_EQ(b.n_ff_exp * 5120, 1536 * b.n_embd);
+    EXPECT_THROW(build_model([] {
+                     model_spec d = preset("tiny", arch::glm4moe);
+                     d.n_layer_dense_lead = 3;
+                     return d;
+                 }()),
+                 std::invalid_argument);
+}
+
 TEST(MakeModel, MixtralIsLlamaArchitectureWithBothExpertNamings) {
     model_spec s = tiny(arch::mixtral);
     gguf::reader merged = generate(s);

@@ -203,7 +203,8 @@ void set_hparams(gguf::writer& w, const model_spec& s) {
     const std::string a = gguf_architecture(s.architecture) + ".";
     w.set(a + "context_length", value::u32(s.n_ctx));
     w.set(a + "embedding_length", value::u32(s.n_embd));
-    w.set(a + "block_count", value::u32(s.n_layer));
+    const bool glm = s.architecture == arch::glm4moe;
+    w.set(a + "block_count", value::u32(s.n_layer + (glm ? s.n_layer_nextn : 0)));
     w.set(a + "attention.head_count", value::u32(s.n_head));
     w.set(a + "attention.head_count_kv", value::u32(s.n_head_kv));
     w.set(a + "attention.key_length", value::u32(s.head_dim));
@@ -223,12 +224,25 @@ void set_hparams(gguf::writer& w, const model_spec& s) {
             w.set(a + "expert_feed_forward_length", value::u32(s.n_ff_exp));
             w.set(a + "expert_shared_feed_forward_length", value::u32(s.n_ff_shexp));
             break;
+        case arch::glm4moe:  // feed_forward_length is the leading dense layers' width
+            w.set(a + "feed_forward_length", value::u32(s.n_ff));
+            w.set(a + "expert_feed_forward_length", value::u32(s.n_ff_exp));
+            w.set(a + "rope.dimension_count", value::u32(s.n_rot > 0 ? s.n_rot : s.head_dim / 2));
+            w.set(a + "leading_dense_block_count", value::u32(s.n_layer_dense_lead));
+            w.set(a + "expert_shared_count", value::u32(s.n_expert_shared));
+            w.set(a + "expert_weights_norm", value::boolean(s.expert_weights_norm));
+            w.set(a + "expert_weights_scale", value::f32(s.expert_weights_scale));
+            w.set(a + "expert_gating_func", value::u32(2));  // sigmoid
+            w.set(a + "nextn_predict_layers", value::u32(s.n_layer_nextn));
+            w.set(a + "vocab_size", value::u32(s.n_vocab));
+            break;
         case arch::mixtral:  // llama-style MoE: feed_forward_length is the expert's hidden size
             w.set(a + "feed_forward_length", value::u32(s.n_ff_exp));
             w.set(a + "rope.dimension_count", value::u32(s.head_dim));
             w.set(a + "vocab_size", value::u32(s.n_vocab));
             break;
     }
+    if (s.n_rot > 0) w.set(a + "rope.dimension_count", value::u32(s.n_rot));
 }
 
 void set_gpt2_tokenizer(gguf::writer& w, const model_spec& s) {
@@ -375,6 +389,14 @@ gguf::writer build_model(const model_spec& spec) {
     if (spec.n_expert_used < 1 || spec.n_expert_used > spec.n_expert)
         throw std::invalid_argument(fmt::format("experts used per token must be 1..{} (the expert count), got {}",
                                                 spec.n_expert, spec.n_expert_used));
+    if (spec.architecture == arch::glm4moe && (spec.n_layer_dense_lead < 0 || spec.n_layer_dense_lead >= spec.n_layer))
+        throw std::invalid_argument(fmt::format("{} leading dense layers leave no MoE layer among {}",
+                                                spec.n_layer_dense_lead, spec.n_layer));
+    const int n_rot = spec.n_rot > 0 ? spec.n_rot : spec.head_dim;
+    if (n_rot % 2 != 0 || n_rot > spec.head_dim)
+        throw std::invalid_argument(fmt::format("the rotated dimensions ({}) must be even and at most the head "
+                                                "width {}",
+                                                n_rot, spec.head_dim));
     if (spec.split_experts && spec.architecture != arch::mixtral)
         throw std::invalid_argument("per-expert tensors (--split-experts) exist only for mixtral");
     const std::vector<tensor_spec> tensors = tensor_specs(spec);

@@ -32,7 +32,7 @@ int run(int argc, char** argv) {
         ("o,output", "output file", cxxopts::value<std::string>()->default_value("model.gguf"))
         ("preset", "tiny | demo | bench (dimensions below override it)",
          cxxopts::value<std::string>()->default_value("tiny"))
-        ("arch", "qwen3moe | qwen2moe | mixtral", cxxopts::value<std::string>()->default_value("qwen3moe"))
+        ("arch", "qwen3moe | qwen2moe | mixtral | glm4moe", cxxopts::value<std::string>()->default_value("qwen3moe"))
         ("name", "general.name", cxxopts::value<std::string>())
         ("seed", "random seed", cxxopts::value<uint64_t>())
         ("layers", "transformer blocks", cxxopts::value<int>())
@@ -44,6 +44,14 @@ int run(int argc, char** argv) {
         ("experts-used", "experts routed per token", cxxopts::value<int>())
         ("n-ff", "hidden size of a routed expert", cxxopts::value<int>())
         ("n-ff-shared", "hidden size of the shared expert (qwen2moe)", cxxopts::value<int>())
+        ("rope-dims", "rope.dimension_count: dimensions of a head that RoPE turns (default: all; glm4moe half)",
+         cxxopts::value<int>())
+        ("dense-layers", "glm4moe: leading layers with a dense FFN (leading_dense_block_count)", cxxopts::value<int>())
+        ("n-ff-dense", "glm4moe: hidden size of the leading dense layers' FFN", cxxopts::value<int>())
+        ("shared-experts", "glm4moe: shared experts (expert_shared_count), each --n-ff wide", cxxopts::value<int>())
+        ("nextn-layers", "glm4moe: next-token-prediction layers written after the others (nextn_predict_layers)",
+         cxxopts::value<int>())
+        ("no-qk-norm", "glm4moe: no attn_q_norm / attn_k_norm, as GLM-4.5-Air")
         ("vocab", "vocabulary size", cxxopts::value<int>())
         ("ctx", "context length", cxxopts::value<int>())
         ("rope-scaling", "write rope.scaling.type: none | linear | yarn (default: no scaling keys)",
@@ -68,8 +76,7 @@ int run(int argc, char** argv) {
     }
 
     using namespace strata::make_model;
-    model_spec s = preset(a["preset"].as<std::string>());
-    s.architecture = parse_arch(a["arch"].as<std::string>());
+    model_spec s = preset(a["preset"].as<std::string>(), parse_arch(a["arch"].as<std::string>()));
     auto set_int = [&](const char* flag, int& field) {
         if (!a.count(flag)) return;
         field = a[flag].as<int>();
@@ -85,6 +92,15 @@ int run(int argc, char** argv) {
     set_int("n-ff", s.n_ff_exp);
     set_int("n-ff-shared", s.n_ff_shexp);
     set_int("vocab", s.n_vocab);
+    set_int("rope-dims", s.n_rot);
+    set_int("n-ff-dense", s.n_ff);
+    for (auto [flag, field] : {std::pair{"dense-layers", &s.n_layer_dense_lead}, std::pair{"shared-experts", &s.n_expert_shared},
+                               std::pair{"nextn-layers", &s.n_layer_nextn}}) {
+        if (!a.count(flag)) continue;
+        *field = a[flag].as<int>();
+        if (*field < 0) throw std::invalid_argument(fmt::format("--{} must be 0 or more, got {}", flag, *field));
+    }
+    s.qk_norm = a.count("no-qk-norm") == 0;
     set_int("ctx", s.n_ctx);
     if (a.count("seed")) s.seed = a["seed"].as<uint64_t>();
     if (a.count("name")) s.name = a["name"].as<std::string>();

@@ -14,6 +14,7 @@ std::string arch_name(arch a) {
         case arch::qwen3moe: return "qwen3moe";
         case arch::qwen2moe: return "qwen2moe";
         case arch::mixtral: return "mixtral";
+        case arch::glm4moe: return "glm4moe";
     }
     return "?";
 }
@@ -21,9 +22,9 @@ std::string arch_name(arch a) {
 std::string gguf_architecture(arch a) { return a == arch::mixtral ? "llama" : arch_name(a); }
 
 arch parse_arch(const std::string& name) {
-    for (arch a : {arch::qwen3moe, arch::qwen2moe, arch::mixtral})
+    for (arch a : {arch::qwen3moe, arch::qwen2moe, arch::mixtral, arch::glm4moe})
         if (arch_name(a) == name) return a;
-    throw std::invalid_argument("unknown architecture '" + name + "' (valid: qwen3moe, qwen2moe, mixtral)");
+    throw std::invalid_argument("unknown architecture '" + name + "' (valid: qwen3moe, qwen2moe, mixtral, glm4moe)");
 }
 
 tokenizer_kind parse_tokenizer(const std::string& name) {
@@ -44,8 +45,9 @@ tokenizer_kind resolve_tokenizer(const model_spec& spec) {
     return spec.architecture == arch::mixtral ? tokenizer_kind::llama : tokenizer_kind::gpt2;
 }
 
-model_spec preset(const std::string& name) {
+model_spec preset(const std::string& name, arch a) {
     model_spec s;
+    s.architecture = a;
     if (name == "tiny") {
         s.name = "strata tiny";  // the defaults above
     } else if (name == "demo") {
@@ -80,6 +82,24 @@ model_spec preset(const std::string& name) {
     } else {
         throw std::invalid_argument("unknown preset '" + name + "' (valid: tiny, demo, bench)");
     }
+    if (a != arch::glm4moe) return s;
+    // One dense layer before the MoE ones, as GLM-4.5-Air; bench is GLM-4.5 at half its width, its
+    // expert count and expert-to-embedding ratio (1536 / 5120) kept.
+    if (name == "tiny") {
+        s.n_layer = 3;
+    } else if (name == "demo") {
+        s.n_layer = 5;
+        s.n_ff = 1024;
+    } else {
+        s.n_layer = 4;
+        s.n_embd = 2560;
+        s.n_head = 48;
+        s.n_head_kv = 4;
+        s.n_expert = 160;
+        s.n_ff_exp = 768;
+        s.n_ff = 6144;
+        s.type_shexp = ggml_type::Q4_K;
+    }
     return s;
 }
 
@@ -100,26 +120,36 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
         t.push_back({std::move(name), ggml_type::F32, {n}, kind, kind == init::norm ? 0.1f : 0.02f});
     };
 
+    const bool glm = s.architecture == arch::glm4moe;
+    const int n_blocks = s.n_layer + (glm ? s.n_layer_nextn : 0);
     t.push_back({"token_embd.weight", s.type_embd, {n_embd, s.n_vocab}, init::embedding, 1.0f});
-    for (int i = 0; i < s.n_layer; ++i) {
+    for (int i = 0; i < n_blocks; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         vec(b + "attn_norm.weight", n_embd, init::norm);
         matrix(b + "attn_q.weight", s.type_attn, {n_embd, n_q});
         matrix(b + "attn_k.weight", s.type_attn, {n_embd, n_kv});
         matrix(b + "attn_v.weight", s.type_attn, {n_embd, n_kv});
         matrix(b + "attn_output.weight", s.type_attn, {n_q, n_embd});
-        if (s.architecture == arch::qwen3moe) {
+        if (s.architecture == arch::qwen3moe || (glm && s.qk_norm)) {
             vec(b + "attn_q_norm.weight", hd, init::norm);
             vec(b + "attn_k_norm.weight", hd, init::norm);
         }
-        if (s.architecture == arch::qwen2moe) {
+        if (s.architecture == arch::qwen2moe || glm) {
             vec(b + "attn_q.bias", n_q, init::bias);
             vec(b + "attn_k.bias", n_kv, init::bias);
             vec(b + "attn_v.bias", n_kv, init::bias);
         }
-        vec(b + "ffn_norm.weight", n_embd, init::norm);
+        vec(b + (glm ? "post_attention_norm.weight" : "ffn_norm.weight"), n_embd, init::norm);
+        if (glm && i < s.n_layer_dense_lead) {
+            matrix(b + "ffn_gate.weight", s.type_shexp, {n_embd, s.n_ff});
+            matrix(b + "ffn_down.weight", s.type_shexp, {s.n_ff, n_embd});
+            matrix(b + "ffn_up.weight", s.type_shexp, {n_embd, s.n_ff});
+            continue;
+        }
         // A wider router spread makes routing decisions clear rather than near-uniform.
         matrix(b + "ffn_gate_inp.weight", s.type_router, {n_embd, s.n_expert}, 4.0f * matrix_scale(n_embd));
+        // A correction bias as large as the gaps between the top sigmoid scores, so that it changes selections.
+        if (glm) t.push_back({b + "exp_probs_b.bias", ggml_type::F32, {s.n_expert}, init::bias, 0.1f});
         if (s.architecture == arch::mixtral && s.split_experts) {
             for (int e = 0; e < s.n_expert; ++e) {
                 matrix(fmt::format("{}ffn_gate.{}.weight", b, e), s.type_experts, {n_embd, s.n_ff_exp});
@@ -131,11 +161,19 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
             matrix(b + "ffn_down_exps.weight", s.type_experts, {s.n_ff_exp, n_embd, s.n_expert});
             matrix(b + "ffn_up_exps.weight", s.type_experts, {n_embd, s.n_ff_exp, s.n_expert});
         }
-        if (s.architecture == arch::qwen2moe) {
+        if (s.architecture == arch::qwen2moe)
             matrix(b + "ffn_gate_inp_shexp.weight", ggml_type::F32, {n_embd});
-            matrix(b + "ffn_gate_shexp.weight", s.type_shexp, {n_embd, s.n_ff_shexp});
-            matrix(b + "ffn_down_shexp.weight", s.type_shexp, {s.n_ff_shexp, n_embd});
-            matrix(b + "ffn_up_shexp.weight", s.type_shexp, {n_embd, s.n_ff_shexp});
+        if (s.architecture == arch::qwen2moe || (glm && s.n_expert_shared > 0)) {
+            const int64_t n_sh = glm ? int64_t{s.n_ff_exp} * s.n_expert_shared : s.n_ff_shexp;
+            matrix(b + "ffn_gate_shexp.weight", s.type_shexp, {n_embd, n_sh});
+            matrix(b + "ffn_down_shexp.weight", s.type_shexp, {n_sh, n_embd});
+            matrix(b + "ffn_up_shexp.weight", s.type_shexp, {n_embd, n_sh});
+        }
+        if (i >= s.n_layer) {  // what llama.cpp's loader expects of a next-token-prediction layer
+            matrix(b + "nextn.eh_proj.weight", s.type_attn, {2 * n_embd, n_embd});
+            vec(b + "nextn.enorm.weight", n_embd, init::norm);
+            vec(b + "nextn.hnorm.weight", n_embd, init::norm);
+            vec(b + "nextn.shared_head_norm.weight", n_embd, init::norm);
         }
     }
     vec("output_norm.weight", n_embd, init::norm);

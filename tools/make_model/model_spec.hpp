@@ -9,7 +9,7 @@
 
 namespace strata::make_model {
 
-enum class arch { qwen3moe, qwen2moe, mixtral };
+enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe };
 
 // The vocabulary written: gpt2 (byte-level BPE, ChatML template) or llama (SentencePiece with scores,
 // <0xXX> byte tokens, <unk> <s> </s>, Mistral [INST] template). arch_default: llama for mixtral, as
@@ -32,6 +32,15 @@ struct model_spec {
     int n_expert_used = 2;
     int n_ff_exp = 256;      // routed expert hidden size
     int n_ff_shexp = 256;    // shared expert hidden size (qwen2moe)
+    int n_rot = 0;           // rope.dimension_count; 0: the head width (glm4moe: half of it, as GLM-4.5)
+    // glm4moe only: the layer layout and routing of GLM-4.5.
+    int n_layer_dense_lead = 1;        // leading layers with a dense FFN of width n_ff
+    int n_ff = 512;
+    int n_expert_shared = 1;           // shared experts, each n_ff_exp wide
+    int n_layer_nextn = 0;             // next-token-prediction layers written after the n_layer ones
+    bool qk_norm = true;               // attn_q_norm / attn_k_norm (GLM-4.5 has them, GLM-4.5-Air not)
+    bool expert_weights_norm = true;
+    float expert_weights_scale = 2.5f;
     int n_vocab = 512;
     int n_ctx = 512;
     float rope_freq_base = 1000000.0f;
@@ -59,8 +68,11 @@ tokenizer_kind resolve_tokenizer(const model_spec& spec);  // arch_default resol
 rope_scaling_type parse_rope_scaling(const std::string& name);  // none | linear | yarn; throws std::invalid_argument
 
 // Presets: "tiny" (a few MB, unit tests), "demo" (tens of MB, the README's model), "bench"
-// (about 1.5 GB: n_embd 2048, 8 layers, 32/4 heads of 128, 64 experts of 768, 8 used).
-model_spec preset(const std::string& name);  // throws std::invalid_argument listing the presets
+// (about 1.5 GB: n_embd 2048, 8 layers, 32/4 heads of 128, 64 experts of 768, 8 used). For glm4moe,
+// tiny and demo gain a leading dense layer, and bench is GLM-4.5 at half width (about 1.7 GB: n_embd
+// 2560, 1 dense + 3 MoE layers, 48/4 heads of 128, 160 experts of 768, 8 used, 1 shared).
+// Sets `architecture` to `a`. Throws std::invalid_argument listing the presets.
+model_spec preset(const std::string& name, arch a = arch::qwen3moe);
 
 // How a tensor's values are drawn before quantization.
 enum class init { matrix, embedding, norm, bias };

@@ -79,7 +79,11 @@ struct model_experts {
 model_experts read_model_experts(const strata::gguf::reader& f) {
     model_experts out;
     const char* parts[3] = {"gate", "up", "down"};
+    // glm4moe's next-token-prediction layers (the last nextn_predict_layers blocks) are not loaded.
+    const std::string arch = f.get_string("general.architecture", "");
+    const uint64_t n_block = f.get_u64(arch + ".block_count", 0), n_nextn = f.get_u64(arch + ".nextn_predict_layers", 0);
     for (int il = 0;; ++il) {
+        if (n_nextn > 0 && static_cast<uint64_t>(il) + n_nextn >= n_block) break;
         const std::string prefix = "blk." + std::to_string(il) + ".";
         bool any = false;
         for (const auto& t : f.tensors()) any |= t.name.rfind(prefix, 0) == 0;
@@ -115,7 +119,6 @@ model_experts read_model_experts(const strata::gguf::reader& f) {
         out.layers.push_back(std::move(layer));
     }
     if (out.layers.empty()) throw std::runtime_error(f.path() + " has no routed expert tensors (blk.N.ffn_gate_exps.weight)");
-    const std::string arch = f.get_string("general.architecture", "");
     out.shape.n_expert_used = static_cast<int>(f.get_u64(arch + ".expert_used_count", 0));
     return out;
 }
