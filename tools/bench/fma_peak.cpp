@@ -15,6 +15,8 @@ using clock_type = std::chrono::steady_clock;
 
 constexpr int kFmaChains = 16;
 constexpr long kFmaSteps = 4000000;
+// Read at run time, so the compiler can neither fold the chains nor keep them out of registers.
+volatile float fma_x = 0.9999f, fma_y = 0.0001f;
 
 template <class Run>
 double best_gflops(int lanes, Run run) {
@@ -30,11 +32,9 @@ double best_gflops(int lanes, Run run) {
 __attribute__((target("avx512f"))) float fma_chains_avx512() {
     __m512 a[kFmaChains];
     for (int i = 0; i < kFmaChains; ++i) a[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
-    const __m512 x = _mm512_set1_ps(0.9999f), y = _mm512_set1_ps(0.0001f);
-    for (long n = 0; n < kFmaSteps; ++n) {
+    const __m512 x = _mm512_set1_ps(fma_x), y = _mm512_set1_ps(fma_y);
+    for (long n = 0; n < kFmaSteps; ++n)
         for (auto& v : a) v = _mm512_fmadd_ps(v, x, y);
-        asm volatile("" : : : "memory");
-    }
     float lanes[16], sum = 0;
     for (const auto& v : a) {
         _mm512_storeu_ps(lanes, v);
@@ -46,11 +46,9 @@ __attribute__((target("avx512f"))) float fma_chains_avx512() {
 __attribute__((target("avx2,fma"))) float fma_chains_avx2() {
     __m256 a[kFmaChains];
     for (int i = 0; i < kFmaChains; ++i) a[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
-    const __m256 x = _mm256_set1_ps(0.9999f), y = _mm256_set1_ps(0.0001f);
-    for (long n = 0; n < kFmaSteps; ++n) {
+    const __m256 x = _mm256_set1_ps(fma_x), y = _mm256_set1_ps(fma_y);
+    for (long n = 0; n < kFmaSteps; ++n)
         for (auto& v : a) v = _mm256_fmadd_ps(v, x, y);
-        asm volatile("" : : : "memory");
-    }
     float lanes[8], sum = 0;
     for (const auto& v : a) {
         _mm256_storeu_ps(lanes, v);
