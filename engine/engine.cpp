@@ -181,9 +181,10 @@ gpu_choice build_on_engine_thread(model::impl& r) {
     r.hot = std::make_unique<arenas::hot_node>(arenas::parse_hot_node(hot_node_option(r.options, gpu)), topo, &r.regions);
     arenas::store_options so;
     so.mmap_experts = r.options.mmap_experts;
+    so.repack = r.options.repack_experts;
     so.regions = &r.regions;
     if (r.hot->active() && !r.pool->plan().split && !so.mmap_experts)
-        so.claimed = r.hot->claim_complement(arenas::expert_store::bytes_per_slice(r.pool->plan(), shape, r.moe_layers)[0]);
+        so.claimed = r.hot->claim_complement(arenas::expert_store::bytes_per_slice(r.pool->plan(), shape, r.moe_layers, so.repack)[0]);
     // Drop each layer's experts from the page cache once copied, so the cache never crowds a node.
     so.on_layer_copied = [&r](int layer) {
         const std::string prefix = fmt::format("blk.{}.", layer);
