@@ -250,9 +250,10 @@ TEST(ExpertStore, GatherReadsTheStoresCopiesNotTheModel) {
             shape, {{ggml_type::Q4_K, ggml_type::Q8_0, ggml_type::Q6_K}, {ggml_type::Q8_0, ggml_type::IQ4_XS, ggml_type::Q8_0}}, 7);
         const auto original = m.storage;
         expert_pool pool(test_plan(3));
-        if (repack && strata::kernels::cpu::can_repack(ggml_type::Q4_K, m.shape.n_ff))  // Q4_K: 148 bytes per 256 instead of 144
+        if (repack && strata::kernels::cpu::can_repack(ggml_type::Q4_K, m.shape.n_ff)) {  // Q4_K: 148 bytes per 256, not 144
             EXPECT_GT(expert_store::bytes_per_slice(pool.plan(), m.shape, m.layers, true)[0],
                       expert_store::bytes_per_slice(pool.plan(), m.shape, m.layers, false)[0]);
+        }
         store_options options;
         options.repack = repack;
         const expert_store store(pool, m.shape, m.layers, std::move(options));
