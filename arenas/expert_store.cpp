@@ -135,14 +135,14 @@ expert_store::expert_store(expert_pool& pool, moe_shape shape, const std::vector
                                     (options_.mmap_experts ? " and --mmap-experts is set" : ""));
 
     const auto ranges = ranges_of(plan, shape_);
+    const bool repack = options_.repack && placement_.mode != store_mode::mapped;
     for (std::size_t s = 0; s < ranges.size(); ++s) {
         auto st = std::make_unique<slice_store>();
         st->ranges = ranges[s];
-        st->layout = layout_of(ranges[s], layers_, shape_, options_.repack && placement_.mode != store_mode::mapped);
+        st->layout = layout_of(ranges[s], layers_, shape_, repack);
         if (placement_.mode == store_mode::split) st->node = plan.slices[s].node;
         slices_.push_back(std::move(st));
     }
-    const bool repack = options_.repack && placement_.mode != store_mode::mapped;
     std::size_t gguf_bytes = 0, stored_bytes = 0, n_repacked = 0;
     for (const auto& l : layers_) {
         std::array<std::size_t, 3> stride{};
@@ -194,13 +194,13 @@ expert_store::expert_store(expert_pool& pool, moe_shape shape, const std::vector
                                       : "buffer in anonymous memory");
     if (n_repacked > 0) {
         const double extra = static_cast<double>(stored_bytes) - static_cast<double>(gguf_bytes);
-        log->info("Expert store: {} of {} expert matrices repacked for the prompt GEMM kernels ({} layout); they take "
-                  "{:.1f} MiB ({:+.2f} %) more than the GGUF layout, and no copy of the GGUF rows is kept (--no-repack "
-                  "turns repacking off).",
-                  n_repacked, 3 * layers_.size(), "16-row interleaved", extra / double(1 << 20), 100.0 * extra / static_cast<double>(gguf_bytes));
-    } else if (options_.repack && placement_.mode != store_mode::mapped) {
-        log->info("Expert store: no expert matrix repacked: the {} CPU path has no prompt GEMM kernel for their types.",
-                  kernels::cpu::isa_name(kernels::cpu::active_isa()));
+        log->info("Expert store: {} of {} expert matrices repacked for the prompt GEMM kernels (16 rows interleaved); "
+                  "they take {:.1f} MiB ({:+.2f} %) more than the GGUF layout, and no copy of the GGUF rows is kept "
+                  "(--no-repack turns repacking off).",
+                  n_repacked, 3 * layers_.size(), extra / double(1 << 20), 100.0 * extra / static_cast<double>(gguf_bytes));
+    } else if (repack) {
+        log->info("Expert store: no expert matrix repacked: the {} CPU path has no prompt GEMM kernel for their types "
+                  "or row counts.", kernels::cpu::isa_name(kernels::cpu::active_isa()));
     }
     if (std::any_of(slices_.begin(), slices_.end(), [](const auto& st) { return st->node >= 0; })) sample_placement();
 }
