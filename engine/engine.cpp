@@ -196,9 +196,10 @@ gpu_choice build_on_engine_thread(model::impl& r) {
     // and the mapped file's pages they came from are dropped.
     if (r.options.repack && !gpu.device) {
         const engine::repack_summary packed = engine::repack_dense(r.weights);
-        for (const auto& t : r.file.tensors())  // a tied output head still serves the embedding lookups
-            if (t.name != r.weights.tok_embd.name && std::find(packed.names.begin(), packed.names.end(), t.name) != packed.names.end())
-                r.file.release_pages(t);
+        for (const auto& t : r.file.tensors()) {
+            const bool repacked = std::find(packed.names.begin(), packed.names.end(), t.name) != packed.names.end();
+            if (repacked && t.name != r.weights.tok_embd.name) r.file.release_pages(t);  // tied: still the embeddings
+        }
         if (!packed.names.empty())
             logger("engine")->info("Dense weights: {} matrices repacked for the prompt GEMM kernels into {:.1f} MiB of RAM "
                                    "({:+.2f} % over their GGUF bytes, which are no longer read; --no-repack turns it off).",

@@ -10,6 +10,8 @@
 //           Q8_0 / Q8_1 / Q8_K activation quantizers, rms_norm, silu_mul, softmax;
 //   scalar: everything, through the formats' reference code.
 // rope is scalar on every path (it is a few thousand floats per token).
+// Prompt GEMM on repacked weights (weight_layout::rows16, repack_rows): AVX-512 VNNI kernels for Q4_K and
+// Q8_0; the other paths read that layout through scalar kernels (can_repack says no there).
 //
 // Threading: every function is single-threaded, reentrant and safe to call concurrently from many
 // threads on disjoint outputs. Callers parallelise by row ranges (a pool slice owns [row_begin, row_end)).
