@@ -22,6 +22,13 @@ std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a;
 
 const char* part_name(expert_part p) { return p == expert_part::gate ? "gate" : p == expert_part::up ? "up" : "down"; }
 
+// Whether the store keeps `t` in the rows16 layout for the prompt GEMM kernels, and the bytes per row
+// it then takes.
+bool repacks(const expert_tensor& t, bool repack) { return repack && kernels::cpu::can_repack(t.type, t.n_rows); }
+std::size_t stored_stride(const expert_tensor& t, bool repack) {
+    return repacks(t, repack) ? kernels::cpu::repacked_row_stride(t.type, t.n_cols) : t.row_stride;
+}
+
 // A slice's rows of each part: gate and up are cut on n_ff, down on n_embd (moe_runner's ranges).
 struct slice_ranges {
     std::array<row_range, 3> part;
@@ -41,7 +48,7 @@ struct slice_layout {
     std::size_t bytes = 0;
 };
 
-slice_layout layout_of(const slice_ranges& r, const std::vector<moe_layer>& layers, const moe_shape& shape) {
+slice_layout layout_of(const slice_ranges& r, const std::vector<moe_layer>& layers, const moe_shape& shape, bool repack) {
     slice_layout out;
     for (const auto& l : layers) {
         std::array<std::size_t, 3> off{};
@@ -50,7 +57,7 @@ slice_layout layout_of(const slice_ranges& r, const std::vector<moe_layer>& laye
             const auto rows = static_cast<std::size_t>(r.part[static_cast<std::size_t>(p)].end - r.part[static_cast<std::size_t>(p)].begin);
             out.bytes = align_up(out.bytes, part_align);
             off[static_cast<std::size_t>(p)] = out.bytes;
-            out.bytes += t.row_stride * rows * static_cast<std::size_t>(shape.n_expert);
+            out.bytes += stored_stride(t, repack) * rows * static_cast<std::size_t>(shape.n_expert);
         }
         out.offset.push_back(off);
     }
@@ -105,9 +112,9 @@ std::string store_placement::describe() const {
 }
 
 std::vector<std::size_t> expert_store::bytes_per_slice(const pool_plan& plan, const moe_shape& shape,
-                                                       const std::vector<moe_layer>& layers) {
+                                                       const std::vector<moe_layer>& layers, bool repack) {
     std::vector<std::size_t> out;
-    for (const auto& r : ranges_of(plan, shape)) out.push_back(layout_of(r, layers, shape).bytes);
+    for (const auto& r : ranges_of(plan, shape)) out.push_back(layout_of(r, layers, shape, repack).bytes);
     return out;
 }
 
@@ -128,12 +135,28 @@ expert_store::expert_store(expert_pool& pool, moe_shape shape, const std::vector
                                     (options_.mmap_experts ? " and --mmap-experts is set" : ""));
 
     const auto ranges = ranges_of(plan, shape_);
+    const bool repack = options_.repack && placement_.mode != store_mode::mapped;
     for (std::size_t s = 0; s < ranges.size(); ++s) {
         auto st = std::make_unique<slice_store>();
         st->ranges = ranges[s];
-        st->layout = layout_of(ranges[s], layers_, shape_);
+        st->layout = layout_of(ranges[s], layers_, shape_, repack);
         if (placement_.mode == store_mode::split) st->node = plan.slices[s].node;
         slices_.push_back(std::move(st));
+    }
+    std::size_t gguf_bytes = 0, stored_bytes = 0, n_repacked = 0;
+    for (const auto& l : layers_) {
+        std::array<std::size_t, 3> stride{};
+        std::array<bool, 3> packed{};
+        for (std::size_t p = 0; p < 3; ++p) {
+            const expert_tensor& t = l.part(all_parts[p]);
+            stride[p] = stored_stride(t, repack);
+            packed[p] = repacks(t, repack);
+            n_repacked += packed[p];
+            gguf_bytes += t.row_stride * static_cast<std::size_t>(t.n_rows) * static_cast<std::size_t>(shape_.n_expert);
+            stored_bytes += stride[p] * static_cast<std::size_t>(t.n_rows) * static_cast<std::size_t>(shape_.n_expert);
+        }
+        stride_.push_back(stride);
+        repacked_.push_back(packed);
     }
     if (placement_.mode == store_mode::mapped) {
         log->info("Expert store: {} layers of experts are read in place from the model file (--mmap-experts).", layers_.size());
@@ -169,6 +192,16 @@ expert_store::expert_store(expert_pool& pool, moe_shape shape, const std::vector
               : placement_.mode == store_mode::test ? "test-mode slice buffer(s) without NUMA placement"
               : slices_[0]->node >= 0 ? "buffer claimed on node " + std::to_string(slices_[0]->node)
                                       : "buffer in anonymous memory");
+    if (n_repacked > 0) {
+        const double extra = static_cast<double>(stored_bytes) - static_cast<double>(gguf_bytes);
+        log->info("Expert store: {} of {} expert matrices repacked for the prompt GEMM kernels (16 rows interleaved); "
+                  "they take {:.1f} MiB ({:+.2f} %) more than the GGUF layout, and no copy of the GGUF rows is kept "
+                  "(--no-repack turns repacking off).",
+                  n_repacked, 3 * layers_.size(), extra / double(1 << 20), 100.0 * extra / static_cast<double>(gguf_bytes));
+    } else if (repack) {
+        log->info("Expert store: no expert matrix repacked: the {} CPU path has no prompt GEMM kernel for their types "
+                  "or row counts.", kernels::cpu::isa_name(kernels::cpu::active_isa()));
+    }
     if (std::any_of(slices_.begin(), slices_.end(), [](const auto& st) { return st->node >= 0; })) sample_placement();
 }
 
@@ -203,9 +236,14 @@ void expert_store::copy_layers(expert_pool& pool) {
                 const std::size_t p = item / n_expert, e = item % n_expert;
                 const expert_tensor& t = l.part(all_parts[p]);
                 const row_range r = st.ranges.part[p];
-                const std::size_t bytes = t.row_stride * static_cast<std::size_t>(r.end - r.begin);
+                const std::size_t stride = stride_[il][p];
+                const std::size_t bytes = stride * static_cast<std::size_t>(r.end - r.begin);
                 const auto* src = t.experts[e] + static_cast<std::size_t>(r.begin) * t.row_stride;
-                std::memcpy(st.base + st.layout.offset[il][p] + e * bytes, src, bytes);
+                std::byte* dst = st.base + st.layout.offset[il][p] + e * bytes;
+                if (repacked_[il][p])
+                    kernels::cpu::repack_rows(t.type, src, t.row_stride, r.end - r.begin, t.n_cols, dst);
+                else
+                    std::memcpy(dst, src, bytes);
             }
         });
         if (options_.on_layer_copied) options_.on_layer_copied(static_cast<int>(il));
@@ -252,11 +290,12 @@ kernels::cpu::matrix expert_store::rows(int layer, expert_part part, int expert,
         m.data = static_cast<const uint8_t*>(m.data) + static_cast<std::size_t>(begin) * t.row_stride;
         return m;
     }
-    const std::size_t expert_bytes = t.row_stride * static_cast<std::size_t>(r.end - r.begin);
+    const std::size_t stride = stride_[static_cast<std::size_t>(layer)][p];
+    const std::size_t expert_bytes = stride * static_cast<std::size_t>(r.end - r.begin);
     const std::byte* data = st.base + st.layout.offset[static_cast<std::size_t>(layer)][p] +
-                            static_cast<std::size_t>(expert) * expert_bytes +
-                            static_cast<std::size_t>(begin - r.begin) * t.row_stride;
-    return {t.type, data, t.n_cols, t.row_stride};
+                            static_cast<std::size_t>(expert) * expert_bytes + static_cast<std::size_t>(begin - r.begin) * stride;
+    return {t.type, data, t.n_cols, stride,
+            repacked_[static_cast<std::size_t>(layer)][p] ? kernels::cpu::weight_layout::rows16 : kernels::cpu::weight_layout::rows};
 }
 
 }  // namespace strata::arenas

@@ -17,6 +17,7 @@
 // placement() are read-only and safe from any thread afterwards.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -35,6 +36,10 @@ namespace strata::arenas {
 struct store_options {
     // Split off only: read the model's rows in place instead of copying them (--mmap-experts, low RAM).
     bool mmap_experts = false;
+    // Keep the Q4_K / Q8_0 experts in the rows16 layout of the prompt GEMM kernels (kernels/cpu/kernels.hpp)
+    // where the active ISA has such a kernel and rows split into whole groups; they replace the GGUF rows
+    // (decode reads them too). Not with mmap_experts. The engine turns it on by default (--no-repack).
+    bool repack = false;
     // Split off only: memory to hold the single copy (from hot_node::claim), at least
     // expert_store::bytes_per_slice(...)[0] bytes; it then belongs to the store. Null: the store maps
     // anonymous memory itself.
@@ -93,7 +98,7 @@ public:
     // Bytes each slice of `plan` holds for these layers (only types and shapes are read, so a dry run
     // can pass layers without data). One entry per slice; under a split off plan, one entry.
     static std::vector<std::size_t> bytes_per_slice(const pool_plan& plan, const moe_shape& shape,
-                                                    const std::vector<moe_layer>& layers);
+                                                    const std::vector<moe_layer>& layers, bool repack = false);
 
 private:
     struct slice_store;
@@ -106,6 +111,8 @@ private:
     store_options options_;
     store_placement placement_;
     std::vector<std::unique_ptr<slice_store>> slices_;
+    std::vector<std::array<std::size_t, 3>> stride_;  // [layer][part] bytes per stored row
+    std::vector<std::array<bool, 3>> repacked_;       // [layer][part] stored in the rows16 layout
 };
 
 }  // namespace strata::arenas

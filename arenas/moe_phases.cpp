@@ -63,6 +63,10 @@ void gather_expert(const expert_rows& rows, const pool_plan& plan, const moe_sha
         if (r.end <= r.begin) continue;
         const cpu::matrix m = rows.rows(layer, part, expert, static_cast<int>(s), r.begin);
         const auto* src = static_cast<const std::uint8_t*>(m.data);
+        if (m.layout == cpu::weight_layout::rows16) {  // the store keeps these rows repacked
+            cpu::unpack_rows(m.type, src, r.end - r.begin, m.n_cols, dst + static_cast<std::size_t>(r.begin) * dst_stride, dst_stride);
+            continue;
+        }
         for (int64_t row = r.begin; row < r.end; ++row)
             std::memcpy(dst + static_cast<std::size_t>(row) * dst_stride,
                         src + static_cast<std::size_t>(row - r.begin) * m.row_stride, dst_stride);

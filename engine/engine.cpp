@@ -181,9 +181,10 @@ gpu_choice build_on_engine_thread(model::impl& r) {
     r.hot = std::make_unique<arenas::hot_node>(arenas::parse_hot_node(hot_node_option(r.options, gpu)), topo, &r.regions);
     arenas::store_options so;
     so.mmap_experts = r.options.mmap_experts;
+    so.repack = r.options.repack;
     so.regions = &r.regions;
     if (r.hot->active() && !r.pool->plan().split && !so.mmap_experts)
-        so.claimed = r.hot->claim_complement(arenas::expert_store::bytes_per_slice(r.pool->plan(), shape, r.moe_layers)[0]);
+        so.claimed = r.hot->claim_complement(arenas::expert_store::bytes_per_slice(r.pool->plan(), shape, r.moe_layers, so.repack)[0]);
     // Drop each layer's experts from the page cache once copied, so the cache never crowds a node.
     so.on_layer_copied = [&r](int layer) {
         const std::string prefix = fmt::format("blk.{}.", layer);
@@ -191,6 +192,20 @@ gpu_choice build_on_engine_thread(model::impl& r) {
             if (t.name.starts_with(prefix) && tensor_class(t.name) == "experts") r.file.release_pages(t);
     };
     r.store = std::make_unique<arenas::expert_store>(*r.pool, shape, r.moe_layers, std::move(so));
+    // The dense matrices run on the CPU only without a GPU: then they get the GEMM layout too, in RAM,
+    // and the mapped file's pages they came from are dropped.
+    if (r.options.repack && !gpu.device) {
+        const engine::repack_summary packed = engine::repack_dense(r.weights);
+        for (const auto& t : r.file.tensors()) {
+            const bool repacked = std::find(packed.names.begin(), packed.names.end(), t.name) != packed.names.end();
+            if (repacked && t.name != r.weights.tok_embd.name) r.file.release_pages(t);  // tied: still the embeddings
+        }
+        if (!packed.names.empty())
+            logger("engine")->info("Dense weights: {} matrices repacked for the prompt GEMM kernels into {:.1f} MiB of RAM "
+                                   "({:+.2f} % over their GGUF bytes, which are no longer read; --no-repack turns it off).",
+                                   packed.names.size(), double(packed.bytes) / double(1 << 20),
+                                   100.0 * (double(packed.bytes) / double(packed.gguf_bytes) - 1.0));
+    }
     r.forward = std::make_unique<engine::forward_pass>(*r.pool, r.hp, r.weights, *r.store);
     return gpu;
 }

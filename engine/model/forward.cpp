@@ -88,7 +88,7 @@ void forward_pass::set_clock(phase_clock* clock) {
 }
 
 void forward_pass::matmul(const weight_matrix& w, int n_tok, const float* in, float* y) {
-    const cpu::matrix& m = w.m;
+    const cpu::matrix& m = w.cpu();
     const size_t act_bytes = cpu::activation_row_size(m.type, m.n_cols);
     if (act_.size() < act_bytes * static_cast<size_t>(n_tok)) act_.resize(act_bytes * static_cast<size_t>(n_tok));
     for (int t = 0; t < n_tok; ++t)

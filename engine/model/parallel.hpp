@@ -11,7 +11,8 @@
 
 namespace strata::engine {
 
-// Runs fn(row_begin, row_end) over [0, n_rows) in blocks of at most `grain` rows, on every slice.
+// Runs fn(row_begin, row_end) over [0, n_rows) in blocks of at most `grain` rows, on every slice; every
+// block but the last starts and ends on a multiple of `grain` (whole groups of a repacked matrix).
 void parallel_rows(arenas::expert_pool& pool, int64_t n_rows, int64_t grain,
                    const std::function<void(int64_t row_begin, int64_t row_end)>& fn);
 

@@ -164,4 +164,22 @@ model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
     return w;
 }
 
+repack_summary repack_dense(model_weights& w) {
+    repack_summary out;
+    auto repack = [&](weight_matrix& wm) {
+        if (!wm.present() || !kernels::cpu::can_repack(wm.m.type, wm.n_rows)) return;
+        const size_t stride = kernels::cpu::repacked_row_stride(wm.m.type, wm.m.n_cols);
+        auto& bytes = w.packed_storage.emplace_back(stride * static_cast<size_t>(wm.n_rows));
+        kernels::cpu::repack_rows(wm.m.type, wm.m.data, wm.m.row_stride, wm.n_rows, wm.m.n_cols, bytes.data());
+        wm.packed = {wm.m.type, bytes.data(), wm.m.n_cols, stride, kernels::cpu::weight_layout::rows16};
+        out.names.push_back(wm.name);
+        out.bytes += bytes.size();
+        out.gguf_bytes += formats::row_size(wm.m.type, wm.m.n_cols) * static_cast<size_t>(wm.n_rows);
+    };
+    for (auto& l : w.layers)
+        for (weight_matrix* wm : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router, &l.shexp_gate, &l.shexp_up, &l.shexp_down}) repack(*wm);
+    repack(w.output);
+    return out;
+}
+
 }  // namespace strata::engine

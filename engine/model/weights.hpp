@@ -1,5 +1,5 @@
 // The model's tensors bound by name, with shapes checked against the hyper-parameters. Everything
-// points into the mapped GGUF file; nothing is copied here.
+// points into the mapped GGUF file; repack_dense adds copies in the CPU's prompt GEMM layout.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,9 @@ struct weight_matrix {
     std::string name;
     kernels::cpu::matrix m{};   // type, data, n_cols, row_stride
     int64_t n_rows = 0;
+    kernels::cpu::matrix packed{};  // rows16 copy (repack_dense) the CPU matmuls read instead of m; data null: none
     bool present() const { return m.data != nullptr; }
+    const kernels::cpu::matrix& cpu() const { return packed.data ? packed : m; }
 };
 
 // One layer's routed experts (a merged 3-D tensor, or one tensor per expert in older Mixtral files).
@@ -48,6 +50,7 @@ struct model_weights {
     const float* output_norm = nullptr; // [n_embd]
     weight_matrix output;               // [n_vocab x n_embd]; tok_embd when tied
     std::vector<layer_weights> layers;
+    std::vector<std::vector<uint8_t>> packed_storage;  // owns every weight_matrix::packed
 };
 
 // Binds every tensor the architecture needs, for the hp.n_layer evaluated layers (the tensors of
@@ -55,5 +58,15 @@ struct model_weights {
 // expected and found shape or type (a missing tensor, a wrong shape, a type without a CPU kernel,
 // a norm that is not F32).
 model_weights bind_weights(const gguf::reader& file, const hparams& hp);
+
+struct repack_summary {
+    std::vector<std::string> names;  // the tensors repacked
+    size_t bytes = 0;                // their rows16 copies
+    size_t gguf_bytes = 0;           // the same rows in the file
+};
+// Gives every dense matrix (attention, router, shared expert, output head; not the embedding table)
+// that kernels::cpu::can_repack accepts a rows16 copy in w.packed_storage. The GGUF rows stay bound
+// (the GPU reads them).
+repack_summary repack_dense(model_weights& w);
 
 }  // namespace strata::engine

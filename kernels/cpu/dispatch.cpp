@@ -22,6 +22,14 @@ static void set_dot(isa_table& t, ggml_type type, dot_fn fn, int tokens = 4) {
     t.dot_tokens[static_cast<size_t>(type)] = tokens;
 }
 
+// The rows16 GEMM kernels: `fast` marks a SIMD kernel (repacking at load pays); the scalar ones on
+// every ISA keep a repacked matrix usable whatever the ISA.
+static void set_gemm16(isa_table& t, ggml_type type, gemm16_fn fn, int tokens, bool fast) {
+    t.gemm16[static_cast<size_t>(type)] = fn;
+    t.gemm16_tokens[static_cast<size_t>(type)] = tokens;
+    t.gemm16_fast[static_cast<size_t>(type)] = fast;
+}
+
 static void fill_avx2(isa_table& t) {
     set_dot(t, ggml_type::Q4_K, dot_q4_k_avx2);
     set_dot(t, ggml_type::Q6_K, dot_q6_k_avx2);
@@ -58,6 +66,8 @@ static void fill_avx512(isa_table& t) {
     set_dot(t, ggml_type::F32, dot_f32_avx512, 8);
     set_dot(t, ggml_type::F16, dot_f16_avx512, 8);
     set_dot(t, ggml_type::BF16, dot_bf16_avx512, 8);
+    set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx512, 8, true);
+    set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avx512, 8, true);
     t.attn_tile = attn_tile_avx512;
 }
 
@@ -65,6 +75,8 @@ static isa_table build_table(isa which) {
     isa_table t;
     t.id = which;
     fill_scalar(t);
+    set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_scalar, max_dot_tokens, false);
     if (which == isa::avx2 || which == isa::avx512) fill_avx2(t);
     if (which == isa::avx512) fill_avx512(t);
     return t;
@@ -136,8 +148,46 @@ static dot_fn dot_for(const isa_table& t, const matrix& w) {
 static constexpr int64_t token_tile = 64;
 static constexpr size_t row_tile_bytes = size_t{128} << 10;
 
+// The rows16 layout: the same token tiles, row tiles of whole groups, the GEMM kernel over the row
+// tile's groups for each group of gemm16_tokens[type] tokens.
+static void run_groups(const isa_table& t, const matrix& w, int64_t row_begin, int64_t row_end, const void* act,
+                       size_t act_stride, int64_t n_tok, float* y, int64_t y_stride) {
+    const auto id = static_cast<size_t>(w.type);
+    if (id >= n_type_ids || t.gemm16[id] == nullptr)
+        throw std::invalid_argument("CPU kernels: no kernel for repacked " + std::string(formats::info(w.type).name) +
+                                    " weights.");
+    if (row_begin < 0 || row_begin > row_end || n_tok < 0 || row_begin % repack_group_rows != 0 ||
+        row_end % repack_group_rows != 0)
+        throw std::invalid_argument("CPU kernels: repacked rows [" + std::to_string(row_begin) + ", " +
+                                    std::to_string(row_end) + ") do not start and end on groups of 16, or bad token count " +
+                                    std::to_string(n_tok) + ".");
+    const gemm16_fn gemm = t.gemm16[id];
+    const int group = t.gemm16_tokens[id];
+    const size_t group_bytes = repack_group_rows * w.row_stride;
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const auto* act_base = static_cast<const uint8_t*>(act);
+    const int64_t groups_per_tile = std::max<int64_t>(1, static_cast<int64_t>(row_tile_bytes / group_bytes));
+    const void* act_rows[token_tile];
+    for (int64_t t0 = 0; t0 < n_tok; t0 += token_tile) {
+        const int64_t n_tile = std::min(token_tile, n_tok - t0);
+        for (int64_t i = 0; i < n_tile; ++i) act_rows[i] = act_base + (t0 + i) * act_stride;
+        for (int64_t g0 = row_begin / repack_group_rows; g0 < row_end / repack_group_rows; g0 += groups_per_tile) {
+            const int64_t n_groups = std::min(groups_per_tile, row_end / repack_group_rows - g0);
+            for (int64_t g = 0; g < n_tile; g += group) {
+                const int k = static_cast<int>(std::min<int64_t>(group, n_tile - g));
+                gemm(w.n_cols, base + static_cast<size_t>(g0) * group_bytes, group_bytes, n_groups, act_rows + g, k,
+                     y + (t0 + g) * y_stride + (g0 * repack_group_rows - row_begin), y_stride);
+            }
+        }
+    }
+}
+
 void run_rows(const isa_table& t, const matrix& w, int64_t row_begin, int64_t row_end, const void* act,
               size_t act_stride, int64_t n_tok, float* y, int64_t y_stride) {
+    if (w.layout == weight_layout::rows16) {
+        run_groups(t, w, row_begin, row_end, act, act_stride, n_tok, y, y_stride);
+        return;
+    }
     const dot_fn dot = dot_for(t, w);
     const int group = t.dot_tokens[static_cast<size_t>(w.type)];
     if (row_begin < 0 || row_begin > row_end || n_tok < 0)

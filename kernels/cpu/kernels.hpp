@@ -10,6 +10,8 @@
 //           Q8_0 / Q8_1 / Q8_K activation quantizers, rms_norm, silu_mul, softmax;
 //   scalar: everything, through the formats' reference code.
 // rope is scalar on every path (it is a few thousand floats per token).
+// Prompt GEMM on repacked weights (weight_layout::rows16, repack_rows): AVX-512 VNNI kernels for Q4_K and
+// Q8_0; the other paths read that layout through scalar kernels (can_repack says no there).
 //
 // Threading: every function is single-threaded, reentrant and safe to call concurrently from many
 // threads on disjoint outputs. Callers parallelise by row ranges (a pool slice owns [row_begin, row_end)).
@@ -37,11 +39,19 @@ bool cpu_supports(isa which);
 // The ISA every function below uses (chosen at first use, then fixed).
 isa active_isa();
 
+// How a matrix's rows lie in memory.
+//   rows:    row r at data + r * row_stride, in the GGUF block format;
+//   rows16:  repacked (repack_rows below): groups of 16 rows interleaved block by block for the prompt
+//            GEMM kernels, group g at data + 16 * g * row_stride; row ranges start and end on groups.
+enum class weight_layout : uint8_t { rows, rows16 };
+inline constexpr int64_t repack_group_rows = 16;
+
 struct matrix {
     ggml_type type;
     const void* data;    // [n_rows][row_stride] bytes
     int64_t n_cols;      // elements per row, a multiple of the type's block size
-    size_t row_stride;   // bytes between rows
+    size_t row_stride;   // bytes between rows (rows16: a 16-row group's bytes / 16)
+    weight_layout layout = weight_layout::rows;
 };
 
 // True where strata has a CPU dot product for weights of `type` (every quantized format that
@@ -71,6 +81,19 @@ void matvec_multi(const matrix& w, int64_t row_begin, int64_t row_end, const voi
 // stays in cache while every token of the tile passes over it. Bitwise equal to matvec per token.
 void matmul(const matrix& w, int64_t row_begin, int64_t row_end, const void* act, size_t act_stride,
             int64_t n_tok, float* y, int64_t y_stride);
+
+// Repacking for prompt batches: true where the active ISA has a GEMM kernel for `type` in the rows16
+// layout (AVX-512: Q4_K, Q8_0) and n_rows is a whole number of groups.
+bool can_repack(ggml_type type, int64_t n_rows);
+// Bytes per row of the rows16 layout (a group of 16 rows takes 16 times that): Q8_0 the GGUF row size,
+// Q4_K 148 bytes per 256 elements instead of 144 (scales and mins unpacked to bytes). Throws for a type
+// without a rows16 layout.
+size_t repacked_row_stride(ggml_type type, int64_t n_cols);
+// src: n_rows rows (a multiple of 16) in the GGUF layout, src_stride bytes apart -> dst: n_rows *
+// repacked_row_stride(type, n_cols) bytes in the rows16 layout. Exact (no value changes), any ISA.
+void repack_rows(ggml_type type, const void* src, size_t src_stride, int64_t n_rows, int64_t n_cols, void* dst);
+// The way back: n_rows rows in the rows16 layout at src -> the GGUF layout, row r at dst + r * dst_stride.
+void unpack_rows(ggml_type type, const void* src, int64_t n_rows, int64_t n_cols, void* dst, size_t dst_stride);
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i]; weight may be nullptr (no scale). out may be x.
 void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* out);

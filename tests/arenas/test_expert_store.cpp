@@ -240,36 +240,46 @@ TEST(ExpertStore, SlicesSharingANodeAreCheckedTogether) {
     EXPECT_EQ(numa_calls().total(), before.total());
 }
 
-// gather_expert (how the GPU's VRAM slots are filled) reads the store's copies: with the model's
-// bytes overwritten after the copy, it still gives every row of the original expert.
+// gather_expert (how the GPU's VRAM slots are filled) reads the store's copies, repacked for the prompt
+// GEMM kernels or not: with the model's bytes overwritten after the copy, it still gives every row of
+// the original expert in the GGUF layout.
 TEST(ExpertStore, GatherReadsTheStoresCopiesNotTheModel) {
-    synthetic_moe m = make_synthetic_moe(
-        shape, {{ggml_type::Q4_K, ggml_type::Q8_0, ggml_type::Q6_K}, {ggml_type::Q8_0, ggml_type::IQ4_XS, ggml_type::Q8_0}}, 7);
-    const auto original = m.storage;
-    expert_pool pool(test_plan(3));
-    const expert_store store(pool, m.shape, m.layers);
-    for (auto& bytes : m.storage) std::memset(bytes.data(), 0xff, bytes.size());
-    const mapped_expert_rows in_place(m.layers);
-    for (int il = 0; il < 2; ++il)
-        for (const expert_part part : {expert_part::gate, expert_part::up, expert_part::down})
-            for (const int e : {0, 5}) {
-                const expert_tensor& t = m.layers[static_cast<std::size_t>(il)].part(part);
-                const std::size_t row_bytes = strata::formats::row_size(t.type, t.n_cols);
-                std::vector<std::uint8_t> want(row_bytes * static_cast<std::size_t>(t.n_rows));
-                const auto part_index = static_cast<std::size_t>(part);
-                const std::size_t expert_offset = static_cast<std::size_t>(t.experts[static_cast<std::size_t>(e)] -
-                                                                           m.storage[static_cast<std::size_t>(il) * 3 + part_index].data());
-                for (int64_t r = 0; r < t.n_rows; ++r)
-                    std::memcpy(want.data() + static_cast<std::size_t>(r) * row_bytes,
-                                original[static_cast<std::size_t>(il) * 3 + part_index].data() + expert_offset +
-                                    static_cast<std::size_t>(r) * t.row_stride,
-                                row_bytes);
-                std::vector<std::uint8_t> got(want.size()), stale(want.size());
-                gather_expert(store, pool.plan(), m.shape, il, part, e, got.data(), row_bytes);
-                gather_expert(in_place, pool.plan(), m.shape, il, part, e, stale.data(), row_bytes);
-                EXPECT_EQ(got, want) << "layer " << il << " part " << part_index << " expert " << e;
-                EXPECT_NE(stale, want) << "the model's rows were not overwritten";
-            }
+    for (const bool repack : {false, true}) {
+        SCOPED_TRACE(repack ? "repacked store" : "GGUF-layout store");
+        synthetic_moe m = make_synthetic_moe(
+            shape, {{ggml_type::Q4_K, ggml_type::Q8_0, ggml_type::Q6_K}, {ggml_type::Q8_0, ggml_type::IQ4_XS, ggml_type::Q8_0}}, 7);
+        const auto original = m.storage;
+        expert_pool pool(test_plan(3));
+        if (repack && strata::kernels::cpu::can_repack(ggml_type::Q4_K, m.shape.n_ff)) {  // Q4_K: 148 bytes per 256, not 144
+            EXPECT_GT(expert_store::bytes_per_slice(pool.plan(), m.shape, m.layers, true)[0],
+                      expert_store::bytes_per_slice(pool.plan(), m.shape, m.layers, false)[0]);
+        }
+        store_options options;
+        options.repack = repack;
+        const expert_store store(pool, m.shape, m.layers, std::move(options));
+        for (auto& bytes : m.storage) std::memset(bytes.data(), 0xff, bytes.size());
+        const mapped_expert_rows in_place(m.layers);
+        for (int il = 0; il < 2; ++il)
+            for (const expert_part part : {expert_part::gate, expert_part::up, expert_part::down})
+                for (const int e : {0, 5}) {
+                    const expert_tensor& t = m.layers[static_cast<std::size_t>(il)].part(part);
+                    const std::size_t row_bytes = strata::formats::row_size(t.type, t.n_cols);
+                    std::vector<std::uint8_t> want(row_bytes * static_cast<std::size_t>(t.n_rows));
+                    const auto part_index = static_cast<std::size_t>(part);
+                    const std::size_t expert_offset = static_cast<std::size_t>(t.experts[static_cast<std::size_t>(e)] -
+                                                                               m.storage[static_cast<std::size_t>(il) * 3 + part_index].data());
+                    for (int64_t r = 0; r < t.n_rows; ++r)
+                        std::memcpy(want.data() + static_cast<std::size_t>(r) * row_bytes,
+                                    original[static_cast<std::size_t>(il) * 3 + part_index].data() + expert_offset +
+                                        static_cast<std::size_t>(r) * t.row_stride,
+                                    row_bytes);
+                    std::vector<std::uint8_t> got(want.size()), stale(want.size());
+                    gather_expert(store, pool.plan(), m.shape, il, part, e, got.data(), row_bytes);
+                    gather_expert(in_place, pool.plan(), m.shape, il, part, e, stale.data(), row_bytes);
+                    EXPECT_EQ(got, want) << "layer " << il << " part " << part_index << " expert " << e;
+                    EXPECT_NE(stale, want) << "the model's rows were not overwritten";
+                }
+    }
 }
 
 TEST(ExpertStore, RejectsMismatchedLayersAndMisusedClaims) {

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "expert_pool.hpp"
+#include "expert_store.hpp"
 #include "moe_fixture.hpp"
 
 using namespace strata::arenas;
@@ -180,6 +181,46 @@ TEST(MoePhases, BitwiseIdenticalAcrossSlicingsWorkersTokensFormatsAndRepeats) {
     std::printf("moe_runner against the scalar references over %zu cases: exact-activation reference: worst element "
                 "error %.2e of the output RMS; float reference: worst relative L2 error %.2f %%, worst element %.1f %% "
                 "of the RMS\n", expected.size(), exact.elem, 100 * plain.l2, 100 * plain.elem);
+}
+
+// The expert store's repacked copy (the prompt GEMM layout where the ISA has its kernels, the GGUF rows
+// elsewhere): bitwise identical across pool arms and token counts' repeats, and within the same
+// tolerance of the exact-activation reference as the GGUF layout.
+TEST(MoePhases, RepackedStoreIsBitwiseAcrossArmsAndNearTheReference) {
+    const synthetic_moe& m = model();
+    const bool repacks = strata::kernels::cpu::can_repack(ggml_type::Q4_K, test_shape.n_ff);
+    std::map<std::pair<int, int>, std::vector<float>> expected;
+    int comparisons = 0;
+    for (const arm& a : all_arms()) {
+        if (a.plan.split) continue;  // the split binds memory to nodes this machine may lack
+        expert_pool pool(a.plan);
+        store_options options;
+        options.repack = true;
+        const expert_store store(pool, m.shape, m.layers, std::move(options));
+        EXPECT_EQ(repacks, store.rows(0, expert_part::gate, 0, 0, 0).layout == strata::kernels::cpu::weight_layout::rows16);
+        EXPECT_EQ(strata::kernels::cpu::weight_layout::rows, store.rows(1, expert_part::down, 0, 0, 0).layout);  // Q6_K
+        moe_runner runner(pool, m.shape, m.layers, store);
+        for (int layer = 0; layer < static_cast<int>(m.layers.size()); ++layer)
+            for (int n_tok : {1, 16, 40}) {
+                const auto out = run_layer(runner, layer, case_routing(layer, n_tok));
+                auto [it, first] = expected.try_emplace({layer, n_tok}, out);
+                ++comparisons;
+                EXPECT_EQ(0, std::memcmp(out.data(), it->second.data(), out.size() * sizeof(float)))
+                    << a.name << ": layer " << layer << ", " << n_tok << " token(s) differs from the first arm";
+            }
+    }
+    EXPECT_GE(comparisons, 150);
+    for (const auto& [key, out] : expected) {
+        const auto [layer, n_tok] = key;
+        const auto want = reference_moe(m, layer, case_routing(layer, n_tok), true);
+        double ref2 = 0, max_err = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+            ref2 += double(want[i]) * want[i];
+            max_err = std::max(max_err, std::abs(double(out[i]) - want[i]));
+        }
+        EXPECT_LT(max_err / std::sqrt(ref2 / static_cast<double>(want.size())), 1e-3)
+            << "layer " << layer << ", " << n_tok << " token(s)";
+    }
 }
 
 TEST(MoePhases, SkippedSlotsAndEmptyRouting) {

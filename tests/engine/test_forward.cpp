@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "expert_pool.hpp"
+#include "expert_store.hpp"
 #include "generate.hpp"
 #include "gguf/gguf_writer.hpp"
 #include "model/forward.hpp"
@@ -49,9 +50,10 @@ std::unique_ptr<arenas::expert_pool> make_pool(const std::string& mode, int work
 }
 
 // Logits of every position: the first n_head tokens in batches of 512, the rest in batches of n_batch.
+// rows: where the experts are read (null: the mapped file).
 std::vector<float> run(loaded& m, arenas::expert_pool& pool, const std::vector<int32_t>& tokens, kv_type kv,
-                       int n_batch, size_t n_head = 0) {
-    forward_pass fwd(pool, m.hp, m.w, *m.rows);
+                       int n_batch, size_t n_head = 0, const arenas::expert_rows* rows = nullptr) {
+    forward_pass fwd(pool, m.hp, m.w, rows ? *rows : *m.rows);
     kv_cache cache(m.hp.n_layer, std::max<int>(64, static_cast<int>(tokens.size())), m.hp.n_head_kv, m.hp.head_dim, kv);
     std::vector<float> logits(tokens.size() * static_cast<size_t>(m.hp.n_vocab), NAN);
     const std::span<const int32_t> all(tokens);
@@ -286,6 +288,41 @@ TEST(Forward, BitwiseAcrossPoolModesWorkersAndBatches) {
                 }
         std::printf("  %s, %s KV: %d configurations bitwise identical\n", make_model::arch_name(a).c_str(),
                     kv_type_name(kv), compared);
+    }
+}
+
+// Weights repacked for the prompt GEMM kernels (dense matrices by repack_dense, experts by the expert
+// store), where the ISA has them: bitwise identical across pool modes, workers and batch sizes (single
+// tokens included), and close to the GGUF layout (only the order of float sums inside a dot differs).
+TEST(Forward, RepackedWeightsAreBitwiseAcrossPoolsAndBatchesAndNearTheGgufLayout) {
+    make_model::model_spec spec = make_model::preset("tiny");
+    spec.architecture = arch::qwen2moe;  // with a shared expert
+    spec.type_experts = ggml_type::Q4_K;
+    auto m = load(spec);
+    const auto tokens = some_tokens(m->hp.n_vocab, 20);
+    auto gguf_pool = make_pool("off", 1);
+    const std::vector<float> gguf_layout = run(*m, *gguf_pool, tokens, kv_type::f16, 512);
+    const repack_summary packed = repack_dense(m->w);
+    EXPECT_EQ(kernels::cpu::can_repack(ggml_type::Q8_0, m->hp.n_embd), !packed.names.empty());
+    const arenas::moe_shape shape{m->hp.n_embd, m->hp.n_ff_exp, m->hp.n_expert, m->hp.n_expert_used};
+    std::vector<float> first;
+    for (const std::string mode : {"off", "test:2", "test:3"})
+        for (int workers : {1, 3}) {
+            auto pool = make_pool(mode, workers);
+            arenas::store_options options;
+            options.repack = true;
+            const arenas::expert_store store(*pool, shape, m->layers, std::move(options));
+            for (int n_batch : {1, 7, 512}) {
+                const std::vector<float> got = run(*m, *pool, tokens, kv_type::f16, n_batch, 0, &store);
+                if (first.empty()) first = got;
+                ASSERT_EQ(std::memcmp(got.data(), first.data(), first.size() * sizeof(float)), 0)
+                    << mode << " workers " << workers << " batch " << n_batch;
+            }
+        }
+    const size_t n_vocab = static_cast<size_t>(m->hp.n_vocab);
+    for (size_t t = 0; t < tokens.size(); ++t) {
+        const std::vector<float> want(gguf_layout.begin() + t * n_vocab, gguf_layout.begin() + (t + 1) * n_vocab);
+        EXPECT_LT(rel_err(first.data() + t * n_vocab, want), 1e-3) << "position " << t;
     }
 }
 

@@ -2,6 +2,7 @@
 // STREAM-like read bandwidth measured in the same run (same buffer size, same thread counts,
 // alternating repeat by repeat so both see the same machine load), tokens/s of the batched matmul, and
 // the tiled attention on one thread (prompt GFLOP/s, decode GB/s of KV read vs the read bandwidth).
+// Formats with a prompt GEMM kernel on this ISA get a second row in the rows16 layout, timed alongside.
 #include <sys/mman.h>
 #include <xmmintrin.h>
 
@@ -296,9 +297,26 @@ int run(int argc, char** argv) {
         const auto act = make_activations(type, n_cols, n_act);
         std::vector<float> y(n_rows);
         std::vector<uint64_t> sink(64);
+        // The rows16 layout of the prompt GEMM kernels, where the ISA has one: timed next to the GGUF
+        // layout, repeat by repeat.
+        const int64_t n_packed_rows = n_rows / cpu::repack_group_rows * cpu::repack_group_rows;
+        const bool packed = cpu::can_repack(type, n_packed_rows);
+        std::unique_ptr<buffer> packed_weights;
+        cpu::matrix wp{};
+        if (packed) {
+            const size_t stride = cpu::repacked_row_stride(type, n_cols);
+            packed_weights = std::make_unique<buffer>(stride * static_cast<size_t>(n_packed_rows));
+            cpu::repack_rows(type, weights.data.get(), row_bytes, n_packed_rows, n_cols, packed_weights->data.get());
+            wp = {type, packed_weights->data.get(), n_cols, stride, cpu::weight_layout::rows16};
+        }
+        // [begin, end) of thread i's rows of the packed matrix, on group boundaries
+        auto packed_split = [&](int i, int n) {
+            const auto [b, e] = split(n_packed_rows / cpu::repack_group_rows, i, n);
+            return std::pair{b * cpu::repack_group_rows, e * cpu::repack_group_rows};
+        };
 
         for (const int n_threads : thread_counts) {
-            std::vector<double> t_read[2], t_mv;  // t_read[0]: plain, [1]: with software prefetch
+            std::vector<double> t_read[2], t_mv, t_mv_packed;  // t_read[0]: plain, [1]: with software prefetch
             for (int r = 0; r < repeats; ++r) {  // alternate so all figures see the same load
                 for (int pf = 0; pf < 2; ++pf)
                     t_read[pf].push_back(time_parallel(n_threads, 1, [&](int i, int n) {
@@ -310,6 +328,11 @@ int run(int argc, char** argv) {
                     const auto [b, e] = split(n_rows, i, n);
                     cpu::matvec(w, b, e, act.data(), y.data() + b);
                 })[0]);
+                if (packed)
+                    t_mv_packed.push_back(time_parallel(n_threads, 1, [&](int i, int n) {
+                        const auto [b, e] = packed_split(i, n);
+                        cpu::matvec(wp, b, e, act.data(), y.data() + b);
+                    })[0]);
             }
             const double read_plain = static_cast<double>(bytes) / median(t_read[0]) / 1e9;
             const double read_prefetch = static_cast<double>(bytes) / median(t_read[1]) / 1e9;
@@ -321,26 +344,45 @@ int run(int argc, char** argv) {
             if (!json)
                 std::printf("%-8s %4d %12.2f %12.2f %6.0f%%\n", name.c_str(), n_threads, weight_gbps, read_gbps,
                             100.0 * weight_gbps / read_gbps);
+            if (packed) {
+                // GB/s of the GGUF bytes the same rows hold, so both layouts count the same work
+                const double gbps = static_cast<double>(row_bytes) * n_packed_rows / median(t_mv_packed) / 1e9;
+                out["matvec"].push_back({{"format", name + "/rows16"}, {"threads", n_threads}, {"weight_gbps", gbps},
+                                         {"read_gbps", read_gbps}, {"ratio", gbps / read_gbps}});
+                if (!json)
+                    std::printf("%-8s %4d %12.2f %12.2f %6.0f%%  (rows16 layout, GB/s of the GGUF bytes)\n", name.c_str(),
+                                n_threads, gbps, read_gbps, 100.0 * gbps / read_gbps);
+            }
         }
 
         // Batched matmul on a matmul_rows x n_cols matrix (a prefix of the same buffer), all threads.
         const int n_threads = *std::max_element(thread_counts.begin(), thread_counts.end());
-        const int64_t rows = std::min(matmul_rows, n_rows);
+        const int64_t rows = std::min(matmul_rows, n_packed_rows);
         const cpu::matrix wm{type, weights.data.get(), n_cols, row_bytes};
         const size_t act_stride = cpu::activation_row_size(type, n_cols);
         for (const int64_t n_tok : matmul_tokens) {
             std::vector<float> ym(rows * n_tok);
-            std::vector<double> times;
+            std::vector<double> times, times_packed;
             for (int r = 0; r < std::max(1, repeats / 2); ++r) {
                 times.push_back(time_parallel(n_threads, 1, [&](int i, int n) {
                     const auto [b, e] = split(rows, i, n);
                     cpu::matmul(wm, b, e, act.data(), act_stride, n_tok, ym.data() + b, rows);
                 })[0]);
+                if (packed)
+                    times_packed.push_back(time_parallel(n_threads, 1, [&](int i, int n) {
+                        const auto [b, e] = split(rows / cpu::repack_group_rows, i, n);
+                        cpu::matmul(wp, b * cpu::repack_group_rows, e * cpu::repack_group_rows, act.data(), act_stride, n_tok,
+                                    ym.data() + b * cpu::repack_group_rows, rows);
+                    })[0]);
                 if (times.back() > 2.0) break;  // scalar-only formats: one repeat is enough
             }
             const double tps = static_cast<double>(n_tok) / median(times);
             out["matmul"].push_back({{"format", name}, {"tokens", n_tok}, {"threads", n_threads}, {"rows", rows},
                                      {"n_cols", n_cols}, {"tokens_per_s", tps}});
+            if (packed)
+                out["matmul"].push_back({{"format", name + "/rows16"}, {"tokens", n_tok}, {"threads", n_threads},
+                                         {"rows", rows}, {"n_cols", n_cols},
+                                         {"tokens_per_s", static_cast<double>(n_tok) / median(times_packed)}});
         }
     }
 
@@ -358,9 +400,9 @@ int run(int argc, char** argv) {
         std::printf("\nbatched matmul, %lld x %lld matrix, %d threads (activation quantization not timed)\n",
                     static_cast<long long>(matmul_rows), static_cast<long long>(n_cols),
                     *std::max_element(thread_counts.begin(), thread_counts.end()));
-        std::printf("%-8s %7s %12s %14s\n", "format", "tokens", "tokens/s", "GMAC/s");
+        std::printf("%-13s %7s %12s %14s\n", "format", "tokens", "tokens/s", "GMAC/s");
         for (const auto& m : out["matmul"])
-            std::printf("%-8s %7lld %12.1f %14.2f\n", m["format"].get<std::string>().c_str(),
+            std::printf("%-13s %7lld %12.1f %14.2f\n", m["format"].get<std::string>().c_str(),
                         static_cast<long long>(m["tokens"].get<int64_t>()), m["tokens_per_s"].get<double>(),
                         m["tokens_per_s"].get<double>() * m["rows"].get<int64_t>() * n_cols / 1e9);
     }

@@ -1,5 +1,5 @@
 // strata-bench model -m FILE: prompt and decode tokens/s over repeats (median and range) for arms of
-// --numa-pool, --pool-workers and --kv, at each --depth (tokens of context evaluated first, untimed, as
+// --numa-pool, --pool-workers, --kv and --repack, at each --depth (tokens of context evaluated first, untimed, as
 // llama-bench's -d), with the weight and KV cache bytes a decode token reads and the bandwidth that
 // implies, next to the read bandwidth measured in the same run. With --gpu N, every such arm also runs
 // hybrid at each --residency (percent of the routed experts resident in VRAM), against the CPU-only run
@@ -65,10 +65,11 @@ struct arm {
     std::string numa_pool;
     std::optional<int> workers;
     std::string kv;
+    bool repack = true;
     std::optional<int> residency;  // percent of routed experts in VRAM; nullopt: CPU only
     std::string label() const {    // the CPU arm and its hybrid arms share it
-        return fmt::format("pool {} workers {} kv {}", numa_pool.empty() ? "default" : numa_pool,
-                           workers ? std::to_string(*workers) : "default", kv);
+        return fmt::format("pool {} workers {} kv {}{}", numa_pool.empty() ? "default" : numa_pool,
+                           workers ? std::to_string(*workers) : "default", kv, repack ? "" : " no-repack");
     }
     std::string residency_label() const { return residency ? fmt::format("{} %", *residency) : "CPU only"; }
 };
@@ -210,6 +211,8 @@ int run(int argc, char** argv) {
          cxxopts::value<std::string>()->default_value(""))
         ("pool-workers", "comma list of worker counts", cxxopts::value<std::string>()->default_value(""))
         ("kv", "comma list of KV cache types", cxxopts::value<std::string>()->default_value("f16"))
+        ("repack", "comma list of on | off: experts repacked for the prompt GEMM kernels (off: --no-repack)",
+         cxxopts::value<std::string>()->default_value("on"))
         ("b,batch", "prompt batch size", cxxopts::value<int>()->default_value("512"))
         ("gpu", "CUDA device for the hybrid arms (-1: CPU only)", cxxopts::value<int>()->default_value("-1"))
         ("residency", "comma list of hybrid arms: percent of routed experts resident in VRAM (100 = "
@@ -244,7 +247,11 @@ int run(int argc, char** argv) {
     for (const auto& p : pools)
         for (const auto& w : workers)
             for (const auto& kv : split_list(a["kv"].as<std::string>()))
-                for (const auto& res : residencies) arms.push_back({p, w, kv, res});
+                for (const auto& rp : split_list(a["repack"].as<std::string>())) {
+                    if (rp != "on" && rp != "off")
+                        throw std::invalid_argument("--repack takes on or off, got '" + rp + "'");
+                    for (const auto& res : residencies) arms.push_back({p, w, kv, rp == "on", res});
+                }
 
     const gguf::reader file = gguf::reader::open(path);
     const double expert_bytes = routed_expert_bytes(file);
@@ -276,6 +283,7 @@ int run(int argc, char** argv) {
         mo.numa_pool = arm.numa_pool;
         mo.pool_workers = arm.workers;
         mo.kv_type = arm.kv;
+        mo.repack = arm.repack;
         mo.n_batch = a["batch"].as<int>();
         mo.n_ctx = depths.back() + std::max(n_prompt, n_gen) + 8;  // set, not the file's: the depth needs it
         mo.cache_ram_mib = 0;  // no conversation snapshots: each timed prompt pays only its own evaluation

@@ -20,6 +20,8 @@ void add_model_flags(cxxopts::Options& o) {
         ("numa-hot-node", "split-off pool: claim the resident experts on NUMA node N (N | auto: the GPU's | off)",
          cxxopts::value<std::string>()->default_value("off"))
         ("mmap-experts", "split-off pool: read routed experts from the mapped file instead of a RAM copy")
+        ("no-repack", "keep the weights in the GGUF layout (default: Q4_K / Q8_0 experts, and dense matrices without a GPU, "
+                      "repacked for the prompt GEMM kernels)")
         ("cache-ram", "MiB for parked conversation snapshots (default: the smaller of 25 % of MemAvailable and "
                       "8 GiB; 0: off)", cxxopts::value<int>());
     o.add_options("rope")
@@ -110,6 +112,7 @@ model_options model_options_from(const cxxopts::ParseResult& a) {
     if (a.count("chat-template")) m.chat_template = a["chat-template"].as<std::string>();
     m.numa_hot_node = a["numa-hot-node"].as<std::string>();
     m.mmap_experts = a.count("mmap-experts") > 0;
+    m.repack = a.count("no-repack") == 0;
     if (a.count("cache-ram")) {
         m.cache_ram_mib = a["cache-ram"].as<int>();
         if (m.cache_ram_mib < 0)

@@ -8,6 +8,7 @@
 
 #include "cpu/attention.hpp"
 #include "cpu/kernels.hpp"
+#include "formats/blocks.hpp"
 
 namespace strata::kernels::cpu::detail {
 
@@ -22,6 +23,11 @@ inline constexpr size_t n_type_ids = 40;
 // Every kernel computes token t's result with the same operation sequence whatever n_tok is,
 // which is what makes multi-token calls bitwise equal to single-token ones.
 using dot_fn = void (*)(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+// GEMM on the rows16 layout: n_groups groups of 16 rows (group g at w + g * group_bytes) times n_tok
+// activation rows (1 <= n_tok <= the entry's gemm_tokens): y[t * y_stride + 16 * g + r] = row 16g + r
+// . a[t]. As with dot_fn, a token's result does not depend on n_tok or on the other tokens.
+using gemm16_fn = void (*)(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                           float* y, int64_t y_stride);
 // Quantizes n floats (a whole number of blocks) into an activation format.
 using quantize_fn = void (*)(const float* x, void* dst, int64_t n);
 // attn_tile of cpu/attention.hpp, per ISA.
@@ -32,6 +38,9 @@ struct isa_table {
     isa id = isa::scalar;
     dot_fn dot[n_type_ids] = {};        // indexed by ggml type id; nullptr: no kernel
     int dot_tokens[n_type_ids] = {};    // the most tokens dot[type] takes per call (<= max_dot_tokens)
+    gemm16_fn gemm16[n_type_ids] = {};  // rows16 layout; nullptr: no kernel (never repacked)
+    int gemm16_tokens[n_type_ids] = {};
+    bool gemm16_fast[n_type_ids] = {};  // a SIMD kernel: repacking pays on this ISA
     quantize_fn quantize_q8_0 = nullptr;
     quantize_fn quantize_q8_1 = nullptr;
     quantize_fn quantize_q8_K = nullptr;
@@ -104,6 +113,33 @@ STRATA_DOT(dot_f32_avx512);
 STRATA_DOT(dot_f16_avx512);
 STRATA_DOT(dot_bf16_avx512);
 #undef STRATA_DOT
+
+#define STRATA_GEMM16(name)                                                                                           \
+    void name(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok, float* y, \
+              int64_t y_stride)
+STRATA_GEMM16(gemm16_q4_k_scalar);
+STRATA_GEMM16(gemm16_q8_0_scalar);
+STRATA_GEMM16(gemm16_q4_k_avx512);
+STRATA_GEMM16(gemm16_q8_0_avx512);
+#undef STRATA_GEMM16
+
+// The rows16 layouts (kernels/cpu/repack.cpp). A Q4_K group block covers 256 columns of 16 rows:
+//   d[16], dmin[16] (f16), sc[8][16], m[8][16] (sub-block j's 6-bit scale and min of row r, one byte each),
+//   qs[32][16][4]: dword q of row r's GGUF qs (elements 64k + 4v + i in the low nibbles, 64k + 32 + 4v + i
+//   in the high ones, q = 8k + v), so a 64-byte load gives 4 columns of 16 rows in both nibble halves.
+// A Q8_0 group block covers 32 columns: d[16] (f16), qs[8][16][4] (dword v of row r, each byte + 128:
+// unsigned for vpdpbusd; the kernels subtract 128 * sum(a) again).
+struct block_q4_Kx16 {
+    formats::fp16_t d[16], dmin[16];
+    uint8_t sc[8][16], m[8][16];
+    uint8_t qs[32][16][4];
+};
+static_assert(sizeof(block_q4_Kx16) == 16 * 148);
+struct block_q8_0x16 {
+    formats::fp16_t d[16];
+    uint8_t qs[8][16][4];
+};
+static_assert(sizeof(block_q8_0x16) == 16 * 34);
 
 void fill_scalar(isa_table& t);
 void quantize_q8_0_avx2(const float* x, void* dst, int64_t n);

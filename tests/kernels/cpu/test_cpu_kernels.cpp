@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -364,6 +365,132 @@ TEST(PublicApi, MatvecUsesTheActiveIsa) {
     EXPECT_EQ(0, std::memcmp(copy.data(), x.data(), sizeof(float) * n_cols));
     EXPECT_THROW(matvec(matrix{ggml_type::Q8_K, w.data(), n_cols, stride}, 0, 1, act.data(), y.data()),
                  std::invalid_argument);
+}
+
+// ---- the rows16 layout of the prompt GEMM kernels ----
+
+class RepackTest : public ::testing::TestWithParam<matvec_case> {};
+
+struct repacked {
+    std::vector<uint8_t> rows;    // GGUF layout, row_stride bytes apart
+    std::vector<uint8_t> packed;  // rows16 layout
+    size_t row_stride = 0;
+};
+
+repacked make_repacked(ggml_type type, int64_t n_rows, int64_t n_cols, uint32_t seed) {
+    repacked r;
+    r.row_stride = formats::row_size(type, n_cols) + 32;  // padded rows: repacking reads only the blocks
+    r.rows = encode_rows(type, random_floats(n_rows * n_cols, seed), n_rows, n_cols, r.row_stride);
+    r.packed.assign(repacked_row_stride(type, n_cols) * n_rows, 0);
+    repack_rows(type, r.rows.data(), r.row_stride, n_rows, n_cols, r.packed.data());
+    return r;
+}
+
+std::vector<uint8_t> quantize_tokens(ggml_type type, int64_t n_tok, int64_t n_cols, size_t act_stride, uint32_t seed) {
+    const auto a_f = random_floats(n_tok * n_cols, seed, 2.0f);
+    std::vector<uint8_t> act(act_stride * n_tok);
+    for (int64_t t = 0; t < n_tok; ++t)
+        formats::quantize_row(activation_type(type), a_f.data() + t * n_cols, act.data() + t * act_stride, n_cols);
+    return act;
+}
+
+TEST_P(RepackTest, UnpackGivesBackTheGgufRows) {
+    const auto [type, path] = GetParam();
+    constexpr int64_t n_rows = 48, n_cols = 1024;
+    const repacked r = make_repacked(type, n_rows, n_cols, 3);
+    const size_t row_bytes = formats::row_size(type, n_cols);
+    std::vector<uint8_t> back(n_rows * row_bytes);
+    unpack_rows(type, r.packed.data(), n_rows, n_cols, back.data(), row_bytes);
+    for (int64_t row = 0; row < n_rows; ++row)
+        ASSERT_EQ(0, std::memcmp(back.data() + row * row_bytes, r.rows.data() + row * r.row_stride, row_bytes)) << "row " << row;
+}
+
+TEST_P(RepackTest, GemmMatchesReferenceOverShapes) {
+    const auto [type, path] = GetParam();
+    skip_unless_supported(path);
+    const auto& table = detail::table_for(path);
+    const int64_t block = formats::info(type).block_size;
+    constexpr int64_t n_rows = 64;
+    constexpr int n_tok = 11;  // a full token group of the AVX-512 kernels and a remainder
+    for (const int64_t n_cols : {block, 3 * block, int64_t{2816}, int64_t{4096}}) {
+        SCOPED_TRACE("n_cols " + std::to_string(n_cols));
+        const repacked r = make_repacked(type, n_rows, n_cols, 500 + static_cast<uint32_t>(n_cols));
+        const size_t act_stride = activation_row_size(type, n_cols);
+        const auto act = quantize_tokens(type, n_tok, n_cols, act_stride, 9 + static_cast<uint32_t>(n_cols));
+        const matrix m{type, r.packed.data(), n_cols, repacked_row_stride(type, n_cols), weight_layout::rows16};
+        for (const auto& [rb, re] : {std::pair<int64_t, int64_t>{0, n_rows}, {16, 48}, {48, 64}}) {
+            std::vector<float> y((re - rb) * n_tok);
+            detail::run_rows(table, m, rb, re, act.data(), act_stride, n_tok, y.data(), re - rb);
+            for (int t = 0; t < n_tok; ++t)
+                for (int64_t row = rb; row < re; ++row) {
+                    const exact_dot want = dot_exact(type, r.rows.data() + row * r.row_stride, act.data() + t * act_stride, n_cols);
+                    const double tol = 4.0 * (n_cols / block + 16) * double(FLT_EPSILON) * want.mag;
+                    ASSERT_NEAR(y[t * (re - rb) + row - rb], want.value, tol) << "row " << row << " token " << t;
+                }
+        }
+    }
+}
+
+TEST_P(RepackTest, MultiTokenAndMatmulAreBitwiseSingleToken) {
+    const auto [type, path] = GetParam();
+    skip_unless_supported(path);
+    const auto& table = detail::table_for(path);
+    constexpr int64_t n_cols = 1024, n_rows = 48, n_tok = 70;
+    const repacked r = make_repacked(type, n_rows, n_cols, 77);
+    const size_t act_stride = activation_row_size(type, n_cols) + 16;
+    const auto act = quantize_tokens(type, n_tok, n_cols, act_stride, 78);
+    const matrix m{type, r.packed.data(), n_cols, repacked_row_stride(type, n_cols), weight_layout::rows16};
+    const int64_t rb = 16, re = 48, n_out = re - rb;
+    std::vector<float> single(n_tok * n_out);
+    for (int64_t t = 0; t < n_tok; ++t)
+        detail::run_rows(table, m, rb, re, act.data() + t * act_stride, 0, 1, single.data() + t * n_out, 0);
+    for (int n_multi = 1; n_multi <= max_matvec_tokens; ++n_multi) {
+        std::vector<float> multi(n_multi * n_out);
+        detail::run_rows(table, m, rb, re, act.data(), act_stride, n_multi, multi.data(), n_out);
+        ASSERT_EQ(0, std::memcmp(multi.data(), single.data(), multi.size() * sizeof(float))) << n_multi << " tokens";
+    }
+    std::vector<float> batched(n_tok * n_out);
+    detail::run_rows(table, m, rb, re, act.data(), act_stride, n_tok, batched.data(), n_out);
+    ASSERT_EQ(0, std::memcmp(batched.data(), single.data(), batched.size() * sizeof(float)));
+    // one row range split in two gives the same bits
+    std::vector<float> halves(n_tok * n_out);
+    detail::run_rows(table, m, rb, rb + 16, act.data(), act_stride, n_tok, halves.data(), n_out);
+    detail::run_rows(table, m, rb + 16, re, act.data(), act_stride, n_tok, halves.data() + 16, n_out);
+    ASSERT_EQ(0, std::memcmp(halves.data(), single.data(), halves.size() * sizeof(float)));
+}
+
+TEST_P(RepackTest, RowRangesOffGroupsAreRefused) {
+    const auto [type, path] = GetParam();
+    skip_unless_supported(path);
+    const repacked r = make_repacked(type, 32, 256, 5);
+    const matrix m{type, r.packed.data(), 256, repacked_row_stride(type, 256), weight_layout::rows16};
+    const auto act = quantize_tokens(type, 1, 256, activation_row_size(type, 256), 6);
+    std::vector<float> y(32);
+    EXPECT_THROW(detail::run_rows(detail::table_for(path), m, 8, 32, act.data(), 0, 1, y.data(), 0), std::invalid_argument);
+    EXPECT_THROW(detail::run_rows(detail::table_for(path), m, 0, 20, act.data(), 0, 1, y.data(), 0), std::invalid_argument);
+    EXPECT_THROW(repack_rows(type, r.rows.data(), r.row_stride, 20, 256, y.data()), std::invalid_argument);
+}
+
+std::vector<matvec_case> repack_cases() {
+    std::vector<matvec_case> cases;
+    for (ggml_type t : {ggml_type::Q4_K, ggml_type::Q8_0})
+        for (isa i : {isa::scalar, isa::avx2, isa::avx512}) cases.push_back({t, i});
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(FormatsByIsa, RepackTest, ::testing::ValuesIn(repack_cases()), [](const auto& info) {
+    return std::string(formats::info(info.param.type).name) + "_" + isa_label(info.param.path);
+});
+
+TEST(Repack, OnlyWhereTheActiveIsaHasAGemmKernel) {
+    const bool fast = active_isa() == isa::avx512;
+    EXPECT_EQ(fast, can_repack(ggml_type::Q4_K, 768));
+    EXPECT_EQ(fast, can_repack(ggml_type::Q8_0, 2048));
+    EXPECT_FALSE(can_repack(ggml_type::Q4_K, 760));  // not whole groups of 16
+    EXPECT_FALSE(can_repack(ggml_type::Q6_K, 768));
+    EXPECT_EQ(148u * 8, repacked_row_stride(ggml_type::Q4_K, 2048));
+    EXPECT_EQ(formats::row_size(ggml_type::Q8_0, 2048), repacked_row_stride(ggml_type::Q8_0, 2048));
+    EXPECT_THROW(repacked_row_stride(ggml_type::Q6_K, 256), std::invalid_argument);
 }
 
 }  // namespace

@@ -1,0 +1,175 @@
+// The rows16 layouts (detail/kernel_table.hpp): repacking at load, the way back (for the scalar
+// kernels), and the scalar GEMM on it, which unpacks each group and calls the formats' references.
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cpu/detail/kernel_table.hpp"
+#include "formats/quant.hpp"
+
+namespace strata::kernels::cpu {
+namespace detail {
+namespace {
+
+using formats::block_q4_K;
+using formats::block_q8_0;
+using formats::QK8_0;
+using formats::QK_K;
+constexpr int G = static_cast<int>(repack_group_rows);
+
+// Q4_K's 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
+void k4_scale_min(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
+    if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+void pack_q4_k(const block_q4_K* const rows[G], block_q4_Kx16& out) {
+    for (int r = 0; r < G; ++r) {
+        const block_q4_K& b = *rows[r];
+        out.d[r] = b.d;
+        out.dmin[r] = b.dmin;
+        for (int j = 0; j < 8; ++j) k4_scale_min(j, b.scales, out.sc[j][r], out.m[j][r]);
+        for (int q = 0; q < 32; ++q) std::memcpy(out.qs[q][r], b.qs + 4 * q, 4);
+    }
+}
+
+// The inverse of pack_q4_k (re-packing the 6-bit scales).
+void unpack_q4_k(const block_q4_Kx16& in, block_q4_K* const rows[G]) {
+    for (int r = 0; r < G; ++r) {
+        block_q4_K& b = *rows[r];
+        b.d = in.d[r];
+        b.dmin = in.dmin[r];
+        std::memset(b.scales, 0, sizeof(b.scales));
+        for (int j = 0; j < 4; ++j) {
+            b.scales[j] = static_cast<uint8_t>(in.sc[j][r] | (in.sc[j + 4][r] >> 4) << 6);
+            b.scales[j + 4] = static_cast<uint8_t>(in.m[j][r] | (in.m[j + 4][r] >> 4) << 6);
+            b.scales[j + 8] = static_cast<uint8_t>((in.sc[j + 4][r] & 0xF) | (in.m[j + 4][r] & 0xF) << 4);
+        }
+        for (int q = 0; q < 32; ++q) std::memcpy(b.qs + 4 * q, in.qs[q][r], 4);
+    }
+}
+
+void pack_q8_0(const block_q8_0* const rows[G], block_q8_0x16& out) {
+    for (int r = 0; r < G; ++r) {
+        out.d[r] = rows[r]->d;
+        for (int v = 0; v < 8; ++v)
+            for (int i = 0; i < 4; ++i) out.qs[v][r][i] = static_cast<uint8_t>(rows[r]->qs[4 * v + i] ^ 0x80);
+    }
+}
+
+void unpack_q8_0(const block_q8_0x16& in, block_q8_0* const rows[G]) {
+    for (int r = 0; r < G; ++r) {
+        rows[r]->d = in.d[r];
+        for (int v = 0; v < 8; ++v)
+            for (int i = 0; i < 4; ++i) rows[r]->qs[4 * v + i] = static_cast<int8_t>(in.qs[v][r][i] ^ 0x80);
+    }
+}
+
+// Calls fn(block index, pointers to that block of each of the group's 16 rows).
+template <class Block, class Fn>
+void for_group_blocks(uint8_t* rows, size_t stride, int64_t n_blocks, Fn fn) {
+    for (int64_t i = 0; i < n_blocks; ++i) {
+        Block* p[G];
+        for (int r = 0; r < G; ++r) p[r] = reinterpret_cast<Block*>(rows + r * stride) + i;
+        fn(i, p);
+    }
+}
+
+// y[t * y_stride + 16g + r] = vec_dot_ref of row 16g + r, unpacked to the GGUF layout first.
+template <class Block, class Packed, void (*Unpack)(const Packed&, Block* const*)>
+void gemm16_reference(ggml_type type, int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a,
+                      int n_tok, float* y, int64_t y_stride) {
+    const int64_t n_blocks = n / formats::info(type).block_size;
+    const size_t row_bytes = formats::row_size(type, n);
+    std::vector<uint8_t> rows(G * row_bytes);
+    for (int64_t g = 0; g < n_groups; ++g) {
+        const auto* packed = reinterpret_cast<const Packed*>(static_cast<const uint8_t*>(w) + g * group_bytes);
+        for_group_blocks<Block>(rows.data(), row_bytes, n_blocks, [&](int64_t i, Block* const* p) { Unpack(packed[i], p); });
+        for (int r = 0; r < G; ++r)
+            for (int t = 0; t < n_tok; ++t)
+                y[t * y_stride + g * G + r] = formats::vec_dot_ref(type, n, rows.data() + r * row_bytes, a[t]);
+    }
+}
+
+}  // namespace
+
+void gemm16_q4_k_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm16_reference<block_q4_K, block_q4_Kx16, unpack_q4_k>(ggml_type::Q4_K, n, w, group_bytes, n_groups, a, n_tok, y,
+                                                             y_stride);
+}
+
+void gemm16_q8_0_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm16_reference<block_q8_0, block_q8_0x16, unpack_q8_0>(ggml_type::Q8_0, n, w, group_bytes, n_groups, a, n_tok, y,
+                                                             y_stride);
+}
+
+}  // namespace detail
+
+bool can_repack(ggml_type type, int64_t n_rows) {
+    const auto id = static_cast<size_t>(type);
+    const auto& t = detail::active_table();
+    return id < detail::n_type_ids && t.gemm16_fast[id] && n_rows > 0 && n_rows % repack_group_rows == 0;
+}
+
+size_t repacked_row_stride(ggml_type type, int64_t n_cols) {
+    switch (type) {
+        case ggml_type::Q4_K: return static_cast<size_t>(n_cols / formats::QK_K) * (sizeof(detail::block_q4_Kx16) / 16);
+        case ggml_type::Q8_0: return static_cast<size_t>(n_cols / formats::QK8_0) * (sizeof(detail::block_q8_0x16) / 16);
+        default:
+            throw std::invalid_argument("CPU kernels: no repacked layout for weight type " +
+                                        std::string(formats::info(type).name) + ".");
+    }
+}
+
+static size_t checked_group_bytes(ggml_type type, int64_t n_rows, int64_t n_cols) {
+    const size_t group_bytes = repack_group_rows * repacked_row_stride(type, n_cols);
+    if (n_rows % repack_group_rows != 0 || n_cols % formats::info(type).block_size != 0)
+        throw std::invalid_argument("CPU kernels: the rows16 layout takes whole groups of 16 rows and whole blocks, got " +
+                                    std::to_string(n_rows) + " rows of " + std::to_string(n_cols) + " columns of " +
+                                    std::string(formats::info(type).name) + ".");
+    return group_bytes;
+}
+
+void repack_rows(ggml_type type, const void* src, size_t src_stride, int64_t n_rows, int64_t n_cols, void* dst) {
+    const size_t group_bytes = checked_group_bytes(type, n_rows, n_cols);
+    const int64_t n_blocks = n_cols / formats::info(type).block_size;
+    for (int64_t g = 0; g < n_rows / repack_group_rows; ++g) {
+        auto* s = const_cast<uint8_t*>(static_cast<const uint8_t*>(src)) + static_cast<size_t>(g * repack_group_rows) * src_stride;
+        auto* d = static_cast<uint8_t*>(dst) + static_cast<size_t>(g) * group_bytes;
+        if (type == ggml_type::Q4_K)
+            detail::for_group_blocks<formats::block_q4_K>(s, src_stride, n_blocks, [&](int64_t i, formats::block_q4_K* const* p) {
+                detail::pack_q4_k(p, reinterpret_cast<detail::block_q4_Kx16*>(d)[i]);
+            });
+        else
+            detail::for_group_blocks<formats::block_q8_0>(s, src_stride, n_blocks, [&](int64_t i, formats::block_q8_0* const* p) {
+                detail::pack_q8_0(p, reinterpret_cast<detail::block_q8_0x16*>(d)[i]);
+            });
+    }
+}
+
+void unpack_rows(ggml_type type, const void* src, int64_t n_rows, int64_t n_cols, void* dst, size_t dst_stride) {
+    const size_t group_bytes = checked_group_bytes(type, n_rows, n_cols);
+    const int64_t n_blocks = n_cols / formats::info(type).block_size;
+    for (int64_t g = 0; g < n_rows / repack_group_rows; ++g) {
+        const auto* s = static_cast<const uint8_t*>(src) + static_cast<size_t>(g) * group_bytes;
+        auto* d = static_cast<uint8_t*>(dst) + static_cast<size_t>(g * repack_group_rows) * dst_stride;
+        if (type == ggml_type::Q4_K)
+            detail::for_group_blocks<formats::block_q4_K>(d, dst_stride, n_blocks, [&](int64_t i, formats::block_q4_K* const* p) {
+                detail::unpack_q4_k(reinterpret_cast<const detail::block_q4_Kx16*>(s)[i], p);
+            });
+        else
+            detail::for_group_blocks<formats::block_q8_0>(d, dst_stride, n_blocks, [&](int64_t i, formats::block_q8_0* const* p) {
+                detail::unpack_q8_0(reinterpret_cast<const detail::block_q8_0x16*>(s)[i], p);
+            });
+    }
+}
+
+}  // namespace strata::kernels::cpu
