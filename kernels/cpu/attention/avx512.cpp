@@ -131,16 +131,22 @@ static inline __m512 scales_at(const uint8_t* k, int64_t head_dim, size_t row_by
 }
 
 // scores() for the kPosStep positions [t0, t0 + kPosStep) read straight from their key block: the same
-// key values and FMA chains, so the same scores as from convert_tile.
+// key values and FMA chains, so the same scores as from convert_tile. Each step over the dimensions also
+// asks for one cache line of a later key block (pf_k, into L1) and one of the values (pf_v, into L2),
+// up to pf_lines each, so the memory streams while the FMAs run.
 template <ggml_type T, int R>
 static void scores_blocked(const float* q, int64_t head_dim, const kv_tile& kv, int t0, float scale, float* score,
-                           int lds) {
+                           int lds, const char* pf_k, const char* pf_v, int64_t pf_lines) {
     static_assert(kPosStep == attn_key_block);
     const auto* k = static_cast<const uint8_t*>(kv.k);
     __m512 d0 = _mm512_setzero_ps(), d1 = _mm512_setzero_ps();
     score_block<R>(
         q, head_dim,
         [&](int64_t j, __m512& k0, __m512& k1) {
+            if (j < pf_lines) {
+                if (pf_k) _mm_prefetch(pf_k + 64 * j, _MM_HINT_T0);
+                if (pf_v) _mm_prefetch(pf_v + 64 * j, _MM_HINT_T1);
+            }
             if constexpr (T == ggml_type::Q8_0)
                 if (j % formats::QK8_0 == 0) {
                     d0 = scales_at(k, head_dim, kv.row_bytes, t0, j);
@@ -242,9 +248,9 @@ static void with_rows(int n, F&& f) {
 // keys are scored straight from their blocks (no transposes, no copy), for every row at once; values are read from the tile and converted in registers, in
 // blocks of kValueRows rows x 32 dimensions (so a value row is converted once for all the group's rows). Every score,
 // exp, sum and acc element is still the same operation sequence as row_block's (p = 0 past a row's
-// visible positions leaves acc unchanged), so prompts and decode agree bitwise. The keys are
-// prefetched kPrefetchPos positions ahead and the value rows during the score pass: the hardware
-// prefetchers stop at 4 KiB pages (16 f16 rows of 128 dimensions).
+// visible positions leaves acc unchanged), so prompts and decode agree bitwise. The keys kPrefetchPos
+// positions ahead and the values are prefetched a line per step of the score pass (the hardware
+// prefetchers stop at 4 KiB pages, and a burst of requests per block left the FMAs waiting).
 template <ggml_type T>
 static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                           float scale, const attn_state& st) {
@@ -255,12 +261,17 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
     if (max_vis == 0) return;
     const int n_pad = (max_vis + kPosStep - 1) / kPosStep * kPosStep;
     prefetch_rows(kv, kv.k, 0, kPrefetchPos);
+    const auto* kb = static_cast<const char*>(kv.k);
+    const auto* vb = static_cast<const char*>(kv.v);
+    const size_t block_bytes = kPosStep * kv.row_bytes;  // a key block, or kPosStep value rows
+    const int64_t block_lines = static_cast<int64_t>((block_bytes + 63) / 64);
     for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
-        prefetch_rows(kv, kv.k, t0 + kPrefetchPos, t0 + kPrefetchPos + kPosStep);
-        prefetch_rows(kv, kv.v, 2 * t0, 2 * (t0 + kPosStep));  // all values requested by mid-tile
+        const char* pf_k = t0 + kPrefetchPos < n_pad ? kb + (t0 + kPrefetchPos) / kPosStep * block_bytes : nullptr;
+        const char* pf_v = vb + t0 / kPosStep * block_bytes;
         for (int r0 = 0; r0 < n_rows; r0 += kRows)
             with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
-                scores_blocked<T, rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * n_pad + t0, n_pad);
+                scores_blocked<T, rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * n_pad + t0, n_pad,
+                                          pf_k, pf_v, block_lines);
             });
     }
     const auto* v = static_cast<const uint8_t*>(kv.v);
