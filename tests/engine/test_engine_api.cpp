@@ -128,14 +128,23 @@ TEST(EngineApi, CancelFromAnotherThreadStopsAtTheNextToken) {
     const auto m = load("off", 512);
     session s(m);
     std::atomic<int> seen{0};
+    std::atomic<bool> cancelled{false};
     std::thread canceller;
+    // At the 5th token another thread cancels; the callback waits until it has, so the generation must
+    // stop before a 6th token however the threads are scheduled.
     const auto r = s.generate(m->tokenize("Once upon a time"), greedy(400), [&](const token_event&) {
-        if (++seen == 5) canceller = std::thread([&] { s.cancel(); });
+        if (++seen == 5) {
+            canceller = std::thread([&] {
+                s.cancel();
+                cancelled = true;
+            });
+            while (!cancelled) std::this_thread::yield();
+        }
         return true;
     });
     canceller.join();
     EXPECT_EQ(r.reason, stop_reason::cancelled);
-    EXPECT_LT(r.tokens.size(), 50u);
+    EXPECT_EQ(r.tokens.size(), 5u);
     // A callback returning false stops too.
     const auto r2 = s.generate(m->tokenize("Once upon a time"), greedy(400),
                                [n = 0](const token_event&) mutable { return ++n < 3; });
