@@ -154,6 +154,27 @@ TEST_P(MatvecTest, MatchesReferenceOverRaggedShapes) {
     }
 }
 
+// Rows [rb, re) of m for n_tok tokens (act: [n_tok][act_stride]) one token at a time, then 1 ..
+// max_matvec_tokens tokens per call, then all at once: the results must be bitwise the same. single:
+// the one-token results, [n_tok][re - rb].
+void expect_batches_match_single_tokens(const detail::isa_table& table, const matrix& m, int64_t rb, int64_t re,
+                                        const std::vector<uint8_t>& act, size_t act_stride, int64_t n_tok,
+                                        std::vector<float>& single) {
+    const int64_t n_out = re - rb;
+    single.assign(n_tok * n_out, 0.0f);
+    for (int64_t t = 0; t < n_tok; ++t)
+        detail::run_rows(table, m, rb, re, act.data() + t * act_stride, 0, 1, single.data() + t * n_out, 0);
+
+    for (int n_multi = 1; n_multi <= max_matvec_tokens; ++n_multi) {
+        std::vector<float> multi(n_multi * n_out);
+        detail::run_rows(table, m, rb, re, act.data(), act_stride, n_multi, multi.data(), n_out);
+        ASSERT_EQ(0, std::memcmp(multi.data(), single.data(), multi.size() * sizeof(float))) << n_multi << " tokens";
+    }
+    std::vector<float> batched(n_tok * n_out);
+    detail::run_rows(table, m, rb, re, act.data(), act_stride, n_tok, batched.data(), n_out);
+    ASSERT_EQ(0, std::memcmp(batched.data(), single.data(), batched.size() * sizeof(float)));
+}
+
 TEST_P(MatvecTest, MultiTokenAndMatmulAreBitwiseSingleToken) {
     const auto [type, path] = GetParam();
     skip_unless_supported(path);
@@ -169,20 +190,8 @@ TEST_P(MatvecTest, MultiTokenAndMatmulAreBitwiseSingleToken) {
     for (int64_t t = 0; t < n_tok; ++t)
         formats::quantize_row(activation_type(type), a_f.data() + t * n_cols, act.data() + t * act_stride, n_cols);
     const matrix m{type, w.data(), n_cols, row_stride};
-    const int64_t rb = 3, re = 17, n_out = re - rb;
-
-    std::vector<float> single(n_tok * n_out);
-    for (int64_t t = 0; t < n_tok; ++t)
-        detail::run_rows(table, m, rb, re, act.data() + t * act_stride, 0, 1, single.data() + t * n_out, 0);
-
-    for (int n_multi = 1; n_multi <= max_matvec_tokens; ++n_multi) {
-        std::vector<float> multi(n_multi * n_out);
-        detail::run_rows(table, m, rb, re, act.data(), act_stride, n_multi, multi.data(), n_out);
-        ASSERT_EQ(0, std::memcmp(multi.data(), single.data(), multi.size() * sizeof(float))) << n_multi << " tokens";
-    }
-    std::vector<float> batched(n_tok * n_out);
-    detail::run_rows(table, m, rb, re, act.data(), act_stride, n_tok, batched.data(), n_out);
-    ASSERT_EQ(0, std::memcmp(batched.data(), single.data(), batched.size() * sizeof(float)));
+    std::vector<float> single;
+    ASSERT_NO_FATAL_FAILURE(expect_batches_match_single_tokens(table, m, 3, 17, act, act_stride, n_tok, single));
 }
 
 std::vector<matvec_case> all_matvec_cases() {
@@ -441,17 +450,8 @@ TEST_P(RepackTest, MultiTokenAndMatmulAreBitwiseSingleToken) {
     const auto act = quantize_tokens(type, n_tok, n_cols, act_stride, 78);
     const matrix m{type, r.packed.data(), n_cols, repacked_row_stride(type, n_cols), weight_layout::rows16};
     const int64_t rb = 16, re = 48, n_out = re - rb;
-    std::vector<float> single(n_tok * n_out);
-    for (int64_t t = 0; t < n_tok; ++t)
-        detail::run_rows(table, m, rb, re, act.data() + t * act_stride, 0, 1, single.data() + t * n_out, 0);
-    for (int n_multi = 1; n_multi <= max_matvec_tokens; ++n_multi) {
-        std::vector<float> multi(n_multi * n_out);
-        detail::run_rows(table, m, rb, re, act.data(), act_stride, n_multi, multi.data(), n_out);
-        ASSERT_EQ(0, std::memcmp(multi.data(), single.data(), multi.size() * sizeof(float))) << n_multi << " tokens";
-    }
-    std::vector<float> batched(n_tok * n_out);
-    detail::run_rows(table, m, rb, re, act.data(), act_stride, n_tok, batched.data(), n_out);
-    ASSERT_EQ(0, std::memcmp(batched.data(), single.data(), batched.size() * sizeof(float)));
+    std::vector<float> single;
+    ASSERT_NO_FATAL_FAILURE(expect_batches_match_single_tokens(table, m, rb, re, act, act_stride, n_tok, single));
     // one row range split in two gives the same bits
     std::vector<float> halves(n_tok * n_out);
     detail::run_rows(table, m, rb, rb + 16, act.data(), act_stride, n_tok, halves.data(), n_out);
