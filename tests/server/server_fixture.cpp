@@ -52,7 +52,7 @@ reply to_reply(const httplib::Result& r) {
 }  // namespace
 
 const std::string& tiny_model_path() {
-    static temp_model model("tiny", 4 * test_ctx);  // room for the context the tests ask for
+    static temp_model model("tiny", hold_ctx);  // room for the largest context the tests ask for
     static const std::string path = model.file.string();
     return path;
 }
@@ -67,6 +67,21 @@ std::shared_ptr<model> tiny_model() {
         o.n_ctx = test_ctx;
         o.numa_pool = "off";
         o.cache_ram_mib = 0;  // tests share this model: snapshots of one must not feed the next
+        loaded = model::load(o);
+    }
+    return loaded;
+}
+
+std::shared_ptr<model> hold_model() {
+    static std::mutex mutex;
+    static std::shared_ptr<model> loaded;
+    std::lock_guard lock(mutex);
+    if (!loaded) {
+        model_options o;
+        o.path = tiny_model_path();
+        o.n_ctx = hold_ctx;
+        o.numa_pool = "off";
+        o.cache_ram_mib = 0;
         loaded = model::load(o);
     }
     return loaded;

@@ -26,6 +26,13 @@ const std::string& tiny_model_path();
 // Loaded once per process with --ctx test_ctx and the pool split off.
 std::shared_ptr<model> tiny_model();
 
+// The tiny model loaded again with a context of hold_ctx tokens, for a generation that holds the
+// engine (hold_tokens long: seconds even on a fast machine) until its client leaves or the server
+// stops it, while a test arranges the queue behind it.
+inline constexpr int hold_ctx = 32768;
+inline constexpr int hold_tokens = hold_ctx - 32;
+std::shared_ptr<model> hold_model();
+
 // For long prompts: the demo preset (slower per token than tiny), loaded once per process with
 // --ctx long_ctx and --batch long_batch, so a prompt of a few thousand tokens takes seconds and many batches.
 inline constexpr int long_ctx = 4096;

@@ -324,7 +324,7 @@ struct ipv6_server {
         server = std::make_unique<http_server>(o);
         port = server->bind();
         thread = std::thread([this] { server->run(); });
-        server->set_model(tiny_model());
+        server->set_model(hold_model());
     }
     ~ipv6_server() {
         server->begin_shutdown();
@@ -359,7 +359,7 @@ bool ipv6_loopback() {
 TEST(ServerConnections, DisconnectOverIpv6StopsTheGeneration) {
     if (!ipv6_loopback()) GTEST_SKIP() << "no IPv6 loopback (::1) here";
     ipv6_server s;
-    const int max_tokens = test_ctx - 32;
+    const int max_tokens = hold_tokens;
     for (const bool stream : {false, true}) {
         SCOPED_TRACE(stream ? "streamed" : "whole answer");
         const std::string body =

@@ -22,7 +22,7 @@ json text_body(const std::string& prompt, int max_tokens, bool stream = false) {
 struct blocker {
     raw_connection conn;
     explicit blocker(const test_server& s) : conn(s.port()) {
-        conn.send_all(http_post_text("/v1/completions", text_body("Hold the engine for a while.", test_ctx - 32, true).dump()));
+        conn.send_all(http_post_text("/v1/completions", text_body("Hold the engine for a while.", hold_tokens, true).dump()));
         EXPECT_TRUE(conn.read_until("data: ")) << conn.received();
     }
 };
@@ -34,7 +34,7 @@ double metric(const std::string& text, const std::string& sample) {
 }
 
 TEST(ServerQueue, EightConcurrentClientsServedInArrivalOrder) {
-    test_server s;
+    test_server s({}, hold_model());
     constexpr int n_clients = 8;
     // Client i's prompt is client i-1's plus three words, so the prompt tokens the server reuses from the
     // request it ran just before (cached_tokens) tell which request that was: the sequential run below
@@ -84,7 +84,7 @@ TEST(ServerQueue, EightConcurrentClientsServedInArrivalOrder) {
 }
 
 TEST(ServerQueue, StreamDisconnectFreesTheEngineAtTheNextToken) {
-    test_server s;
+    test_server s({}, hold_model());
     blocker b(s);
     const uint64_t blocker_id = s.status()["queue"]["running"].get<uint64_t>();
 
@@ -103,17 +103,17 @@ TEST(ServerQueue, StreamDisconnectFreesTheEngineAtTheNextToken) {
     const double generated = metric(m, "strata_completion_tokens_total") - 4;
     const double decode_s = metric(m, "strata_decode_seconds_total");
     std::printf("blocker %llu cut after %.0f of %d tokens (%.2f ms per token); the next request waited %.1f ms\n",
-                static_cast<unsigned long long>(blocker_id), generated, test_ctx - 32,
+                static_cast<unsigned long long>(blocker_id), generated, hold_tokens,
                 decode_s * 1000 / std::max(generated, 1.0), waited_ms);
     EXPECT_EQ(metric(m, "strata_generations_total{stopped_by=\"client disconnected\"}"), 1);
-    EXPECT_LT(generated, test_ctx - 32);
+    EXPECT_LT(generated, hold_tokens);
     EXPECT_LT(waited_ms, 250.0);
 }
 
 TEST(ServerQueue, WholeAnswerClientDisconnectCancels) {
-    test_server s;
+    test_server s({}, hold_model());
     raw_connection c(s.port());
-    c.send_all(http_post_text("/v1/completions", text_body("A long answer nobody will read", test_ctx - 32).dump()));
+    c.send_all(http_post_text("/v1/completions", text_body("A long answer nobody will read", hold_tokens).dump()));
     const auto until = clock_type::now() + std::chrono::seconds(20);
     while (s.status()["queue"]["running"].is_null() && clock_type::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -122,7 +122,7 @@ TEST(ServerQueue, WholeAnswerClientDisconnectCancels) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     const json last = s.status()["last_request"];
     EXPECT_EQ(last["stopped_by"], "client disconnected") << last.dump();
-    EXPECT_LT(last["usage"]["completion_tokens"].get<int>(), test_ctx - 32);
+    EXPECT_LT(last["usage"]["completion_tokens"].get<int>(), hold_tokens);
 }
 
 }  // namespace

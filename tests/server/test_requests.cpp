@@ -279,9 +279,9 @@ TEST(ServerRequests, MessageFieldsThatAreNotServed) {
 
 // A stream still waiting in the queue when shutdown begins has not started: it gets a plain 503.
 TEST(ServerRequests, ShutdownAnswersAQueuedStreamWith503) {
-    test_server s;
+    test_server s({}, hold_model());
     raw_connection running(s.port());
-    running.send_all(http_post_text("/v1/completions", json{{"prompt", "Keep going"}, {"max_tokens", test_ctx - 32},
+    running.send_all(http_post_text("/v1/completions", json{{"prompt", "Keep going"}, {"max_tokens", hold_tokens},
                                                             {"ignore_eos", true}, {"stream", true}}.dump()));
     ASSERT_TRUE(running.read_until("data: "));
     reply queued;

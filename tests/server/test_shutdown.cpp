@@ -22,9 +22,9 @@ namespace strata::server::test {
 namespace {
 
 TEST(ServerShutdown, InProcess) {
-    test_server s;
+    test_server s({}, hold_model());
     raw_connection stream(s.port());
-    stream.send_all(http_post_text("/v1/completions", json{{"prompt", "Keep going"}, {"max_tokens", test_ctx - 32},
+    stream.send_all(http_post_text("/v1/completions", json{{"prompt", "Keep going"}, {"max_tokens", hold_tokens},
                                                            {"ignore_eos", true}, {"stream", true}}.dump()));
     ASSERT_TRUE(stream.read_until("data: "));
     reply queued;
