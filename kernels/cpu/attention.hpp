@@ -18,22 +18,27 @@ namespace strata::kernels::cpu {
 // Positions per tile at most (the KV cache's chunk size).
 inline constexpr int attn_tile_max = 256;
 
-// Keys are stored transposed in blocks of attn_key_block positions, so one SIMD load gives one
-// dimension of consecutive positions and scoring needs no register transposes. A block is
-// attn_key_block * row_bytes bytes:
-//   F16:  [head_dim][attn_key_block] halves;
-//   Q8_0: [head_dim][attn_key_block] int8 quants, then [head_dim / 32][attn_key_block] f16 scales (the
-//         scale of elements 32 b .. 32 b + 31 of a key, as in its Q8_0 row).
+// Keys are stored transposed in blocks of attn_key_block positions, so one SIMD load gives consecutive
+// positions and scoring needs no register transposes. A block is attn_key_block * row_bytes bytes:
+//   F16:  [head_dim][attn_key_block] halves (one load: one dimension of 16 positions);
+//   Q8_0: [head_dim / 4][attn_key_block][4] int8 quants (one 64-byte load: 4 consecutive dimensions of
+//         16 positions, the operand of a 4-way int8 dot product), then [head_dim / 32][attn_key_block]
+//         f16 scales (the scale of elements 32 b .. 32 b + 31 of a key, as in its Q8_0 row).
 // A tile's k holds ceil(n / attn_key_block) whole blocks; slots past n are never let through. Values
 // are rows: v is [n][row_bytes].
+//
+// Scores against Q8_0 keys are int8 dot products, as llama.cpp's CPU flash attention computes them:
+// the query row is quantized to Q8_0 (formats::quantize_row), and
+//   score = scale * sum_b float(sum_{j in b} qq_j kq_j) * (d_k,b * d_q,b)
+// over the blocks b of 32 dimensions in order. F16 keys are scored against the f32 query.
 inline constexpr int attn_key_block = 32;
 static_assert(attn_tile_max % attn_key_block == 0);
 
 // Byte offset in a tile's k of element j of key t: a half (F16) or an int8 quant (Q8_0).
 inline constexpr size_t attn_key_offset(ggml_type type, size_t row_bytes, int64_t t, int64_t j) {
     const size_t block = static_cast<size_t>(t / attn_key_block) * attn_key_block * row_bytes;
-    const size_t slot = static_cast<size_t>(j * attn_key_block + t % attn_key_block);
-    return block + (type == ggml_type::F16 ? 2 * slot : slot);
+    if (type == ggml_type::F16) return block + 2 * static_cast<size_t>(j * attn_key_block + t % attn_key_block);
+    return block + static_cast<size_t>((j / 4 * attn_key_block + t % attn_key_block) * 4 + j % 4);
 }
 
 // Byte offset in a Q8_0 tile's k of the f16 scale of element j of key t.

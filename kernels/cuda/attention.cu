@@ -16,14 +16,17 @@ using formats::block_q8_0;
 
 constexpr int kThreads = 128;
 constexpr int kQ8 = formats::QK8_0;
+constexpr int kMaxQ8HeadDim = 1024;  // the quantized query lives in shared memory
 
 // Element i of a cache row, per format.
 struct cache_f16 {
+    static constexpr bool quantized = false;
     __device__ static float load(const uint8_t* row, int64_t i) {
         return half_to_float(reinterpret_cast<const uint16_t*>(row)[i]);
     }
 };
 struct cache_q8 {
+    static constexpr bool quantized = true;
     __device__ static float load(const uint8_t* row, int64_t i) {
         const block_q8_0& b = reinterpret_cast<const block_q8_0*>(row)[i / kQ8];
         return half_to_float(b.d) * static_cast<float>(b.qs[i % kQ8]);
@@ -80,12 +83,36 @@ __global__ void attention_kernel(const float* q, const uint8_t* k_cache, const u
     float* p = scratch + (int64_t{t} * n_head + h) * scratch_len;
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
 
+    // Q8_0 keys: the query quantized to Q8_0, one warp per block of 32 (the CPU's int8 scores,
+    // cpu/attention.hpp: d = half(max|q| / 127), q = clamp(round-to-even(x / d), -127, 127)).
+    __shared__ int8_t qq[C::quantized ? kMaxQ8HeadDim : 1];
+    __shared__ float dq[C::quantized ? kMaxQ8HeadDim / kQ8 : 1];
+    if constexpr (C::quantized) {
+        for (int b = warp; b < head_dim / kQ8; b += n_warps) {
+            const float x = qh[b * kQ8 + lane];
+            const float d = half_to_float(float_to_half(warp_max(fabsf(x)) / 127.0f));
+            const float id = d != 0.0f ? 1.0f / d : 0.0f;
+            qq[b * kQ8 + lane] = static_cast<int8_t>(max(-127, min(127, __float2int_rn(x * id))));
+            if (lane == 0) dq[b] = d;
+        }
+        __syncthreads();
+    }
+
     // scores: one warp per position, lanes across the head dimension
     for (int pos = warp; pos < n_pos; pos += n_warps) {
         const uint8_t* kr = k_cache + static_cast<size_t>(pos) * row_bytes;
         float s = 0.0f;
-        for (int d = lane; d < head_dim; d += kWarp) s += qh[d] * C::load(kr, head + d);
-        s = warp_sum(s);
+        if constexpr (C::quantized) {
+            // Per block the exact int sum (below 2^24, so exact in f32 too), then one term in block order.
+            const block_q8_0* kb = reinterpret_cast<const block_q8_0*>(kr) + head / kQ8;
+            for (int b = 0; b < head_dim / kQ8; ++b) {
+                const float isum = warp_sum(static_cast<float>(int{qq[b * kQ8 + lane]} * int{kb[b].qs[lane]}));
+                s += isum * (half_to_float(kb[b].d) * dq[b]);
+            }
+        } else {
+            for (int d = lane; d < head_dim; d += kWarp) s += qh[d] * C::load(kr, head + d);
+            s = warp_sum(s);
+        }
         if (lane == 0) p[pos] = s * scale;
     }
     __syncthreads();
@@ -140,6 +167,9 @@ void attention(kv_format format, const float* q, const void* k_cache, const void
                int n_head, int n_head_kv, int head_dim, float scale, float* scratch, float* out, stream_t stream) {
     if (n_tok <= 0) return;
     const dim3 grid(static_cast<unsigned>(n_head), static_cast<unsigned>(n_tok));
+    if (format == kv_format::q8_0 && (head_dim % kQ8 != 0 || head_dim > kMaxQ8HeadDim))
+        throw std::invalid_argument("an int8 (Q8_0) KV cache needs a head size that is a multiple of 32 and at most " +
+                                    std::to_string(kMaxQ8HeadDim) + "; this model's is " + std::to_string(head_dim));
     const size_t row = kv_row_bytes(format, n_head_kv * head_dim);
     const auto* kc = static_cast<const uint8_t*>(k_cache);
     const auto* vc = static_cast<const uint8_t*>(v_cache);

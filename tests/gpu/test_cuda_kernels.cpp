@@ -213,6 +213,15 @@ TEST(CudaKernels, AttentionOverTheCacheMatchesNaive) {
         attention(f, dq.data(), kc.data(), vc.data(), n_tok, pos0, n_head, n_head_kv, hd, scale, scratch.data(),
                   out.data(), nullptr);
         const std::vector<float> o = download(out);
+        // Against Q8_0 keys the query is quantized to Q8_0 too (the CPU's int8 scores, cpu/attention.hpp).
+        std::vector<float> qr(q);
+        if (f == kv_format::q8_0) {
+            std::vector<uint8_t> blocks(formats::row_size(type, hd));
+            for (size_t r = 0; r < q.size() / hd; ++r) {
+                formats::quantize_row(type, &q[r * hd], blocks.data(), hd);
+                formats::dequantize_row(type, blocks.data(), &qr[r * hd], hd);
+            }
+        }
         for (int t = 0; t < n_tok; ++t)
             for (int head = 0; head < n_head; ++head) {
                 const int g = head / (n_head / n_head_kv), len = pos0 + t + 1;
@@ -220,7 +229,7 @@ TEST(CudaKernels, AttentionOverTheCacheMatchesNaive) {
                 double m = -1e30, sum = 0;
                 for (int s = 0; s < len; ++s) {
                     double d = 0;
-                    for (int i = 0; i < hd; ++i) d += q[(t * n_head + head) * hd + i] * kd[s * n_kv + g * hd + i];
+                    for (int i = 0; i < hd; ++i) d += qr[(t * n_head + head) * hd + i] * kd[s * n_kv + g * hd + i];
                     p[s] = d * scale;
                     m = std::max(m, p[s]);
                 }

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cpu/attention/q8_query.hpp"
 #include "cpu/detail/kernel_table.hpp"
 #include "formats/blocks.hpp"
 #include "formats/quant.hpp"
@@ -25,17 +26,26 @@ float kv_value(ggml_type type, const uint8_t* row, int64_t j) {
     return formats::fp16_to_fp32(b->d) * static_cast<float>(b->qs[j % formats::QK8_0]);
 }
 
-// Element j of key t of a tile, as f32 (the blocked layout of attention.hpp). Q8_0: d * q, as kv_value.
-float key_value(const kv_tile& kv, int64_t head_dim, int64_t t, int64_t j) {
-    const auto* k = static_cast<const uint8_t*>(kv.k);
-    const size_t at = attn_key_offset(kv.type, kv.row_bytes, t, j);
+// Element j of key t of an F16 tile, as f32 (the blocked layout of attention.hpp).
+float key_value(const kv_tile& kv, int64_t t, int64_t j) {
     formats::fp16_t h;
-    if (kv.type == ggml_type::F16) {
-        std::memcpy(&h, k + at, sizeof(h));
-        return formats::fp16_to_fp32(h);
+    std::memcpy(&h, static_cast<const uint8_t*>(kv.k) + attn_key_offset(kv.type, kv.row_bytes, t, j), sizeof(h));
+    return formats::fp16_to_fp32(h);
+}
+
+// q . k_t for a Q8_0 tile: the int8 dot product of attention.hpp against the quantized row q.
+float key_dot_q8(const kv_tile& kv, int64_t head_dim, const q8_query_view& q, int64_t t) {
+    const auto* k = static_cast<const uint8_t*>(kv.k);
+    float dot = 0;
+    for (int64_t b = 0; b < head_dim / formats::QK8_0; ++b) {
+        int32_t isum = 0;
+        for (int64_t j = b * formats::QK8_0; j < (b + 1) * formats::QK8_0; ++j)
+            isum += int32_t{q.qs[j]} * static_cast<int8_t>(k[attn_key_offset(kv.type, kv.row_bytes, t, j)]);
+        formats::fp16_t h;
+        std::memcpy(&h, k + attn_key_scale_offset(head_dim, kv.row_bytes, t, b * formats::QK8_0), sizeof(h));
+        dot += static_cast<float>(isum) * (formats::fp16_to_fp32(h) * q.d[b]);
     }
-    std::memcpy(&h, k + attn_key_scale_offset(head_dim, kv.row_bytes, t, j), sizeof(h));
-    return formats::fp16_to_fp32(h) * static_cast<float>(static_cast<int8_t>(k[at]));
+    return dot;
 }
 
 }  // namespace
@@ -56,21 +66,30 @@ void attn_merge_row(int64_t head_dim, float* max_a, float* sum_a, float* acc_a, 
     for (int64_t d = 0; d < head_dim; ++d) acc_a[d] = acc_a[d] * ea + acc_b[d] * eb;
 }
 
-// NOTE: the reference: every score a plain dot in dimension order, the row's tile state from the
+// NOTE: the reference: every score a plain dot in dimension order (Q8_0: per block of 32), the row's tile state from the
 // max score, then the shared merge.
 void attn_tile_scalar(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                       float scale, const attn_state& st) {
     const auto* v = static_cast<const uint8_t*>(kv.v);
     float score[attn_tile_max];
     float acc[kMaxHeadDim];
+    int8_t qs[kMaxHeadDim];
+    float qd[kMaxHeadDim / formats::QK8_0];
+    int32_t qsum[kMaxHeadDim / formats::QK8_0];
+    const q8_query_view q8{qs, qd, qsum};
     for (int r = 0; r < n_rows; ++r) {
         const int64_t n_vis = std::min<int64_t>(kv.n, last_pos[r] - kv.pos0 + 1);
         if (n_vis <= 0) continue;
         const float* qr = q + r * head_dim;
+        if (kv.type == ggml_type::Q8_0) quantize_query(qr, head_dim, q8);
         float max = kEmpty;
         for (int64_t t = 0; t < n_vis; ++t) {
             float dot = 0;
-            for (int64_t j = 0; j < head_dim; ++j) dot += qr[j] * key_value(kv, head_dim, t, j);
+            if (kv.type == ggml_type::Q8_0) {
+                dot = key_dot_q8(kv, head_dim, q8, t);
+            } else {
+                for (int64_t j = 0; j < head_dim; ++j) dot += qr[j] * key_value(kv, t, j);
+            }
             score[t] = dot * scale;
             max = std::max(max, score[t]);
         }
@@ -97,11 +116,12 @@ void attn_clear(const attn_state& st, int64_t head_dim, int n_rows) {
 void attn_tile(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos, float scale,
                const attn_state& st) {
     if (kv.n < 1 || kv.n > attn_tile_max || head_dim > detail::kMaxHeadDim ||
-        (kv.type != ggml_type::F16 && kv.type != ggml_type::Q8_0))
+        (kv.type != ggml_type::F16 && kv.type != ggml_type::Q8_0) ||
+        (kv.type == ggml_type::Q8_0 && head_dim % formats::QK8_0 != 0))
         throw std::invalid_argument("CPU attention: a tile of " + std::to_string(kv.n) + " positions (1.." +
                                     std::to_string(attn_tile_max) + "), head size " + std::to_string(head_dim) +
                                     " (at most " + std::to_string(detail::kMaxHeadDim) + ") of type " +
-                                    std::string(formats::info(kv.type).name) + " (F16 or Q8_0)");
+                                    std::string(formats::info(kv.type).name) + " (F16, or Q8_0 with a head size that is a multiple of 32)");
     detail::active_table().attn_tile(kv, head_dim, q, n_rows, last_pos, scale, st);
 }
 

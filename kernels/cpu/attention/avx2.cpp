@@ -1,8 +1,8 @@
 // Tiled attention, AVX2 + FMA + F16C: attn_tile for F16 and Q8_0 tiles.
 //
-// Per call the tile is converted once to f32 (tile_convert.hpp): keys transposed, kt[head_dim][n_pad]
+// Per call the tile is converted once to f32 (tile_convert.hpp): F16 keys transposed, kt[head_dim][n_pad]
 // (rows padded by kRowPad), so one vector holds one dimension of 8 consecutive positions, and values
-// vf[n][head_dim] (rows padded likewise). Query rows then go through in register blocks of kRows:
+// vf[n][head_dim] (rows padded likewise). Q8_0 keys are scored in int8 from their blocks (score8_q8). Query rows then go through in register blocks of kRows:
 //   score[kRows][n_pad]    scale * q_r . k_t, one lane per position, broadcast q_r[j] times kt[j];
 //                          then p = exp(score - max) in place, 0 past the row's visible positions;
 //   acc[kRows][head_dim]   sum_t p_t v_t, one lane per dimension, broadcast p_t times vf[t];
@@ -16,9 +16,12 @@
 //     its own have p = 0, and fma(0, v, acc) == acc for finite v (acc starts at +0 and never becomes -0).
 // So a row's state depends only on its q, its last_pos and the tile, never on n_rows or the other rows.
 #include <algorithm>
+#include <cstring>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
+#include "cpu/attention/q8_query.hpp"
 #include "cpu/attention/tile_convert.hpp"
 #include "cpu/detail/exp_avx2.hpp"
 #include "cpu/detail/kernel_table.hpp"
@@ -114,8 +117,79 @@ static void weighted_values(const float* p, int n_pad, int n_t, const float* vf,
     }
 }
 
-// Rows [r0, r0 + R) of the call: their tile states, folded into st.
+// quantize_query (q8_query.hpp) on 8 lanes, bit for bit: the largest |x| of each block of 32, its half
+// d by the F16C round-to-nearest-even convert, and q = clamp(round-to-even(x * (1 / d)), -127, 127).
+static inline void quantize_query8(const float* q, int64_t head_dim, const q8_query_view& out) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    for (int64_t b = 0; b < head_dim / formats::QK8_0; ++b) {
+        __m256 x[4], m = _mm256_setzero_ps();
+        for (int c = 0; c < 4; ++c) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, x[c] = _mm256_loadu_ps(q + 32 * b + 8 * c)));
+        const float d = _cvtsh_ss(_cvtss_sh(hmax(m) / 127.0f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        __m256i i[4];
+        for (int c = 0; c < 4; ++c)
+            i[c] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(x[c], id)), lo), hi);
+        // packs interleaves the 128-bit lanes: 4-byte groups come out as 0 2 4 6 1 3 5 7 of the wanted order.
+        const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.qs + 32 * b),
+                            _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        const __m256i s4 = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+        const __m128i s2 = _mm_add_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+        const __m128i s1 = _mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0x4e));
+        out.d[b] = d;
+        out.sum[b] = _mm_cvtsi128_si32(_mm_add_epi32(s1, _mm_shuffle_epi32(s1, 0xb1)));
+    }
+}
+
+// Up to kFewRows query rows quantized for Q8_0 keys (row i at qs + i * head_dim, d + i * n_b, sum + i * n_b).
+struct q8_buf {
+    alignas(32) int8_t qs[kFewRows * kSimdMaxHeadDim];
+    float d[kFewRows * kSimdMaxHeadDim / formats::QK8_0];
+    int32_t sum[kFewRows * kSimdMaxHeadDim / formats::QK8_0];
+    int64_t head_dim, n_b;
+    q8_buf(const float* q, int64_t hd, int n) : head_dim(hd), n_b(hd / formats::QK8_0) {
+        for (int i = 0; i < n; ++i) quantize_query8(q + i * hd, hd, {qs + i * hd, d + i * n_b, sum + i * n_b});
+    }
+};
+
+// The int8 scores of attention.hpp for the 8 positions [tb, tb + 8) of the Q8_0 key block kb (tb a
+// multiple of 8), rows [i0, i0 + R) of qq: score[i][0..7] (stride lds). Per block of 32 dimensions, 8
+// steps over 4 dimensions of 8 positions: |k| times q with k's sign (pmaddubsw: pairs stay below 2^15),
+// summed to int32 exactly; then one f32 FMA per block, in block order, as the AVX-512 kernel does.
 template <int R>
+static inline void score8_q8(const q8_buf& qq, int i0, const uint8_t* kb, int tb, float scale, float* score, int lds) {
+    const int64_t head_dim = qq.head_dim, n_b = qq.n_b;
+    const uint8_t* scales = kb + head_dim * attn_key_block;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < n_b; ++b) {
+        __m256i a[R];
+        for (auto& x : a) x = _mm256_setzero_si256();
+        for (int st = 0; st < 8; ++st) {
+            const __m256i k = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(kb + (b * 8 + st) * (attn_key_block * 4) + tb * 4));
+            const __m256i ak = _mm256_sign_epi8(k, k);
+            for (int i = 0; i < R; ++i) {
+                int32_t q4;
+                std::memcpy(&q4, qq.qs + (i0 + i) * head_dim + b * 32 + st * 4, sizeof(q4));
+                const __m256i sq = _mm256_sign_epi8(_mm256_set1_epi32(q4), k);
+                a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(_mm256_maddubs_epi16(ak, sq), ones));
+            }
+        }
+        const __m256 dk = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 64 * b + 2 * tb)));
+        for (int i = 0; i < R; ++i) {
+            const __m256 dkq = _mm256_mul_ps(dk, _mm256_set1_ps(qq.d[(i0 + i) * n_b + b]));
+            float* out = score + i * lds;
+            __m256 f = _mm256_cvtepi32_ps(a[i]);
+            f = b == 0 ? _mm256_mul_ps(f, dkq) : _mm256_fmadd_ps(f, dkq, _mm256_loadu_ps(out));
+            if (b == n_b - 1) f = _mm256_mul_ps(f, _mm256_set1_ps(scale));
+            _mm256_storeu_ps(out, f);
+        }
+    }
+}
+
+// Rows [r0, r0 + R) of the call: their tile states, folded into st.
+template <ggml_type T, int R>
 static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
                       const attn_state& st, int r0, const float* kt, const float* vf, int n_pad) {
     alignas(32) float p[R * attn_tile_max];     // [R][n_pad] scores, then probabilities
@@ -124,7 +198,15 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
     for (int i = 0; i < R; ++i) max_vis = std::max(max_vis, n_vis[i] = visible(kv, last_pos[r0 + i]));
     if (max_vis == 0) return;
     const int n_score = (max_vis + kPosStep - 1) / kPosStep * kPosStep;
-    scores<R>(q + r0 * head_dim, head_dim, kt, n_pad, n_score, scale, p);
+    if constexpr (T == ggml_type::F16) {
+        scores<R>(q + r0 * head_dim, head_dim, kt, n_pad, n_score, scale, p);
+    } else {
+        const q8_buf qq(q + r0 * head_dim, head_dim, R);
+        const auto* k = static_cast<const uint8_t*>(kv.k);
+        for (int t = 0; t < n_score; t += 8)
+            score8_q8<R>(qq, 0, k + t / attn_key_block * attn_key_block * kv.row_bytes, t % attn_key_block, scale,
+                         p + t, n_pad);
+    }
     float max[R], sum[R];
     for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * n_pad, n_vis[i], n_score, max + i);
     weighted_values<R>(p, n_pad, max_vis, vf, head_dim, acc);
@@ -135,12 +217,12 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
 }
 
 // The last n_left < kRows rows, as one block of that many (R counts down to n_left).
-template <int R>
+template <ggml_type T, int R>
 static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
                      const attn_state& st, int r0, int n_left, const float* kt, const float* vf, int n_pad) {
     if constexpr (R > 0) {
-        if (n_left == R) return row_block<R>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
-        row_tail<R - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_left, kt, vf, n_pad);
+        if (n_left == R) return row_block<T, R>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
+        row_tail<T, R - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_left, kt, vf, n_pad);
     }
 }
 
@@ -152,26 +234,15 @@ static void with_rows(int n, F&& f) {
     f(std::integral_constant<int, R>{});
 }
 
-// scores() for the 8 positions [t0, t0 + 8) of R rows, read straight from their key block: the same
-// key values (load_keys8's) and FMA chains, so the same scores. score: [R][lds].
-template <ggml_type T, int R>
+// scores() for the 8 positions [t0, t0 + 8) of R rows of an F16 tile, read straight from their key
+// block: the same key values (load_keys8's) and FMA chains, so the same scores. score: [R][lds].
+template <int R>
 static void scores_blocked8(const float* q, int64_t head_dim, const kv_tile& kv, int t0, float scale, float* score,
                             int lds) {
-    const auto* k = static_cast<const uint8_t*>(kv.k);
     __m256 acc[R];
     for (auto& a : acc) a = _mm256_setzero_ps();
-    __m256 d = _mm256_setzero_ps();
     for (int64_t j = 0; j < head_dim; ++j) {
-        const uint8_t* at = k + attn_key_offset(T, kv.row_bytes, t0, j);
-        __m256 kj;
-        if constexpr (T == ggml_type::F16) {
-            kj = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
-        } else {
-            if (j % formats::QK8_0 == 0)
-                d = _mm256_cvtph_ps(_mm_loadu_si128(
-                    reinterpret_cast<const __m128i*>(k + attn_key_scale_offset(head_dim, kv.row_bytes, t0, j))));
-            kj = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at)))));
-        }
+        const __m256 kj = load_keys8(kv, t0, j);
         for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + i * head_dim + j), kj, acc[i]);
     }
     const __m256 s = _mm256_set1_ps(scale);
@@ -207,6 +278,9 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
     for (int r = 0; r < n_rows; ++r) max_vis = std::max(max_vis, n_vis[r] = visible(kv, last_pos[r]));
     if (max_vis == 0) return;
     const int n_pad = (max_vis + kPosStep - 1) / kPosStep * kPosStep;
+    std::optional<q8_buf> qq;
+    if constexpr (T == ggml_type::Q8_0) qq.emplace(q, head_dim, n_rows);
+    const auto* k = static_cast<const uint8_t*>(kv.k);
     prefetch_rows(kv, kv.k, 0, kPrefetchPos);
     for (int t0 = 0; t0 < n_pad; t0 += 8) {
         if (t0 % attn_key_block == 0) {
@@ -215,7 +289,11 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         }
         for (int r0 = 0; r0 < n_rows; r0 += kFewBlock)
             with_rows<kFewBlock>(std::min(kFewBlock, n_rows - r0), [&](auto rows) {
-                scores_blocked8<T, rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * n_pad + t0, n_pad);
+                if constexpr (T == ggml_type::F16)
+                    scores_blocked8<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * n_pad + t0, n_pad);
+                else
+                    score8_q8<rows()>(*qq, r0, k + t0 / attn_key_block * attn_key_block * kv.row_bytes,
+                                      t0 % attn_key_block, scale, p + r0 * n_pad + t0, n_pad);
             });
     }
     if (kv.next_k) {
@@ -246,13 +324,14 @@ static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int
     for (int r = 0; r < n_rows && !any; ++r) any = visible(kv, last_pos[r]) > 0;
     if (!any) return;
     if (n_rows <= kFewRows) return attn_tile_few<T>(kv, head_dim, q, n_rows, last_pos, scale, st);
-    alignas(32) float kt[kTileFloats];  // [head_dim][n_pad + kRowPad]
-    alignas(32) float vf[kTileFloats];  // [n][head_dim + kRowPad]
+    alignas(32) float kt[T == ggml_type::F16 ? kTileFloats : 1];  // [head_dim][n_pad + kRowPad]
+    alignas(32) float vf[kTileFloats];                             // [n][head_dim + kRowPad]
     const int n_pad = (kv.n + kPosStep - 1) / kPosStep * kPosStep;
     convert_tile<T>(kv, head_dim, n_pad, kt, vf);
     int r0 = 0;
-    for (; r0 + kRows <= n_rows; r0 += kRows) row_block<kRows>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
-    row_tail<kRows - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_rows - r0, kt, vf, n_pad);
+    for (; r0 + kRows <= n_rows; r0 += kRows)
+        row_block<T, kRows>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
+    row_tail<T, kRows - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_rows - r0, kt, vf, n_pad);
 }
 
 }  // namespace

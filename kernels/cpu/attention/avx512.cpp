@@ -1,8 +1,9 @@
-// Tiled attention, AVX-512 (F + BW + VL + DQ): attn_tile for F16 and Q8_0 tiles.
+// Tiled attention, AVX-512 (F + BW + VL + DQ + VNNI): attn_tile for F16 and Q8_0 tiles.
 //
 // The same algorithm as attention/avx2.cpp, on 16 lanes with blocks of 8 rows (32 registers):
-//   kt[head_dim][n_pad]    the tile's keys, f32, transposed (tile_convert.hpp; n_pad a multiple of 32,
-//                          rows padded by kRowPad);
+//   kt[head_dim][n_pad]    F16: the tile's keys, f32, transposed (tile_convert.hpp; n_pad a multiple of
+//                          32, rows padded by kRowPad); Q8_0 keys are scored with vpdpbusd straight from
+//                          their blocks against the quantized query (score_block_q8);
 //   vf[n][head_dim]        its values, f32 (rows padded by kRowPad);
 //   score[kRows][n_pad]    scale * q_r . k_t, one lane per position; then p = exp(score - max) in place;
 //   acc[kRows][head_dim]   sum_t p_t v_t, one lane per dimension;
@@ -19,6 +20,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "cpu/attention/q8_query.hpp"
 #include "cpu/attention/tile_convert.hpp"
 #include "cpu/detail/kernel_table.hpp"
 
@@ -110,36 +112,100 @@ static float softmax_row(float* s, int n_vis, int n_score, float* max_out) {
     return _mm512_reduce_add_ps(sum);
 }
 
-// Element j of keys t .. t + 15 (t a multiple of 16) of a tile, from the blocked layout of
-// attention.hpp: the values load_keys8 gives, 16 at a time. `scale16`: for Q8_0, the f32 scales of
-// the keys' group j / 32 (scales_at gives them), unused for F16.
-template <ggml_type T>
-static inline __m512 load_keys16(const uint8_t* k, size_t row_bytes, int t, int64_t j, __m512 scale16) {
-    const uint8_t* at = k + attn_key_offset(T, row_bytes, t, j);
-    if constexpr (T == ggml_type::F16) {
-        (void)scale16;
-        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
-    } else {
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
-        return _mm512_mul_ps(scale16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+// Element j of keys t .. t + 15 (t a multiple of 16) of an F16 tile, from the blocked layout of
+// attention.hpp: the values load_keys8 gives, 16 at a time.
+static inline __m512 load_keys16(const uint8_t* k, size_t row_bytes, int t, int64_t j) {
+    const uint8_t* at = k + attn_key_offset(ggml_type::F16, row_bytes, t, j);
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+}
+
+// quantize_query (q8_query.hpp) on 16 lanes, bit for bit: the largest |x| of each block of 32, its
+// half d by the F16C round-to-nearest-even convert, and q = clamp(round-to-even(x * (1 / d)), -127, 127).
+static inline void quantize_query16(const float* q, int64_t head_dim, const q8_query_view& out) {
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    for (int64_t b = 0; b < head_dim / formats::QK8_0; ++b) {
+        const __m512 x0 = _mm512_loadu_ps(q + 32 * b), x1 = _mm512_loadu_ps(q + 32 * b + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        const float d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        const __m512i i0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), lo), hi);
+        const __m512i i1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)), lo), hi);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out.qs + 32 * b), _mm512_cvtepi32_epi8(i0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out.qs + 32 * b + 16), _mm512_cvtepi32_epi8(i1));
+        out.d[b] = d;
+        out.sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
     }
 }
 
-static inline __m512 scales_at(const uint8_t* k, int64_t head_dim, size_t row_bytes, int t, int64_t j) {
-    return _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + attn_key_scale_offset(head_dim, row_bytes, t, j))));
+// Quantized query rows for Q8_0 keys: row i's quants at qs + i * head_dim, its block scales and sums
+// at d + i * n_b, sum + i * n_b (n_b = head_dim / 32).
+struct q8_rows {
+    const int8_t* qs;
+    const float* d;
+    const int32_t* sum;
+    int64_t head_dim;
+};
+
+// The int8 scores of attention.hpp for the kPosStep positions of the Q8_0 key block kb, R rows:
+// score[i][0..31] (stride lds). Per block of 32 dimensions, 8 steps of vpdpbusd over 4 dimensions of
+// 16 positions, the keys made unsigned by +128 and the accumulators started at -128 * sum(q) to take
+// that back out (exact); then one f32 FMA per block, in block order, into the score row. pf(step) is
+// called once per step of 4 dimensions (head_dim / 4 steps).
+template <int R, class Prefetch>
+static inline void score_block_q8(const q8_rows& q, const uint8_t* kb, float scale, float* score, int lds,
+                                  Prefetch&& pf) {
+    const int64_t head_dim = q.head_dim, n_b = head_dim / formats::QK8_0;
+    const uint8_t* scales = kb + head_dim * kPosStep;
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int64_t b = 0; b < n_b; ++b) {
+        __m512i a[R][2];
+        for (int i = 0; i < R; ++i) a[i][0] = a[i][1] = _mm512_set1_epi32(-128 * q.sum[i * n_b + b]);
+        const uint8_t* quads = kb + b * 8 * (kPosStep * 4);
+        for (int st = 0; st < 8; ++st) {
+            pf(b * 8 + st);
+            const __m512i k0 = _mm512_xor_si512(_mm512_loadu_si512(quads + st * 128), flip);
+            const __m512i k1 = _mm512_xor_si512(_mm512_loadu_si512(quads + st * 128 + 64), flip);
+            for (int i = 0; i < R; ++i) {
+                int32_t q4;
+                std::memcpy(&q4, q.qs + i * head_dim + b * 32 + st * 4, sizeof(q4));
+                const __m512i qb = _mm512_set1_epi32(q4);
+                a[i][0] = _mm512_dpbusd_epi32(a[i][0], k0, qb);
+                a[i][1] = _mm512_dpbusd_epi32(a[i][1], k1, qb);
+            }
+        }
+        const __m512 dk0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 64 * b)));
+        const __m512 dk1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 64 * b + 32)));
+        const __m512 s = _mm512_set1_ps(scale);
+        for (int i = 0; i < R; ++i) {
+            const __m512 dq = _mm512_set1_ps(q.d[i * n_b + b]);
+            float* out = score + i * lds;
+            __m512 f0 = _mm512_cvtepi32_ps(a[i][0]), f1 = _mm512_cvtepi32_ps(a[i][1]);
+            if (b == 0) {
+                f0 = _mm512_mul_ps(f0, _mm512_mul_ps(dk0, dq));
+                f1 = _mm512_mul_ps(f1, _mm512_mul_ps(dk1, dq));
+            } else {
+                f0 = _mm512_fmadd_ps(f0, _mm512_mul_ps(dk0, dq), _mm512_loadu_ps(out));
+                f1 = _mm512_fmadd_ps(f1, _mm512_mul_ps(dk1, dq), _mm512_loadu_ps(out + 16));
+            }
+            if (b == n_b - 1) {
+                f0 = _mm512_mul_ps(f0, s);
+                f1 = _mm512_mul_ps(f1, s);
+            }
+            _mm512_storeu_ps(out, f0);
+            _mm512_storeu_ps(out + 16, f1);
+        }
+    }
 }
 
-// scores() for the kPosStep positions [t0, t0 + kPosStep) read straight from their key block: the same
-// key values and FMA chains, so the same scores as from convert_tile. Each step over the dimensions also
-// asks for one cache line of a later key block (pf_k, into L1) and one of the values (pf_v, into L2),
-// up to pf_lines each, so the memory streams while the FMAs run.
-template <ggml_type T, int R>
+// scores() for the kPosStep positions [t0, t0 + kPosStep) of an F16 tile read straight from their key
+// block: the same key values and FMA chains, so the same scores as from convert_tile. Each step over the
+// dimensions also asks for one cache line of a later key block (pf_k, into L1) and one of the values
+// (pf_v, into L2), up to pf_lines each, so the memory streams while the FMAs run.
+template <int R>
 static void scores_blocked(const float* q, int64_t head_dim, const kv_tile& kv, int t0, float scale, float* score,
                            int lds, const char* pf_k, const char* pf_v, int64_t pf_lines) {
     static_assert(kPosStep == attn_key_block);
     const auto* k = static_cast<const uint8_t*>(kv.k);
-    __m512 d0 = _mm512_setzero_ps(), d1 = _mm512_setzero_ps();
     score_block<R>(
         q, head_dim,
         [&](int64_t j, __m512& k0, __m512& k1) {
@@ -147,13 +213,8 @@ static void scores_blocked(const float* q, int64_t head_dim, const kv_tile& kv, 
                 if (pf_k) _mm_prefetch(pf_k + 64 * j, _MM_HINT_T0);
                 if (pf_v) _mm_prefetch(pf_v + 64 * j, _MM_HINT_T1);
             }
-            if constexpr (T == ggml_type::Q8_0)
-                if (j % formats::QK8_0 == 0) {
-                    d0 = scales_at(k, head_dim, kv.row_bytes, t0, j);
-                    d1 = scales_at(k, head_dim, kv.row_bytes, t0 + 16, j);
-                }
-            k0 = load_keys16<T>(k, kv.row_bytes, t0, j, d0);
-            k1 = load_keys16<T>(k, kv.row_bytes, t0 + 16, j, d1);
+            k0 = load_keys16(k, kv.row_bytes, t0, j);
+            k1 = load_keys16(k, kv.row_bytes, t0 + 16, j);
         },
         scale, score, lds);
 }
@@ -204,8 +265,24 @@ static void weighted_values(const float* p, int ldp, int n_t, int64_t head_dim, 
     }
 }
 
+// Row i < n of the call, quantized for Q8_0 keys into stack arrays of up to kFewRows rows.
+struct q8_buf {
+    alignas(64) int8_t qs[kFewRows * kSimdMaxHeadDim];
+    float d[kFewRows * kSimdMaxHeadDim / formats::QK8_0];
+    int32_t sum[kFewRows * kSimdMaxHeadDim / formats::QK8_0];
+    q8_buf(const float* q, int64_t head_dim, int n) {
+        const int64_t n_b = head_dim / formats::QK8_0;
+        for (int i = 0; i < n; ++i)
+            quantize_query16(q + i * head_dim, head_dim, {qs + i * head_dim, d + i * n_b, sum + i * n_b});
+    }
+    q8_rows rows(int i0, int64_t head_dim) const {
+        const int64_t n_b = head_dim / formats::QK8_0;
+        return {qs + i0 * head_dim, d + i0 * n_b, sum + i0 * n_b, head_dim};
+    }
+};
+
 // Rows [r0, r0 + R) of the call: their tile states, folded into st.
-template <int R>
+template <ggml_type T, int R>
 static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
                       const attn_state& st, int r0, const float* kt, const float* vf, int n_pad) {
     alignas(64) float p[R * attn_tile_max];     // [R][n_pad] scores, then probabilities
@@ -214,7 +291,14 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
     for (int i = 0; i < R; ++i) max_vis = std::max(max_vis, n_vis[i] = visible(kv, last_pos[r0 + i]));
     if (max_vis == 0) return;
     const int n_score = (max_vis + kPosStep - 1) / kPosStep * kPosStep;
-    scores<R>(q + r0 * head_dim, head_dim, kt, n_pad + kRowPad, n_score, scale, p, n_pad);
+    if constexpr (T == ggml_type::F16) {
+        scores<R>(q + r0 * head_dim, head_dim, kt, n_pad + kRowPad, n_score, scale, p, n_pad);
+    } else {
+        const q8_buf qq(q + r0 * head_dim, head_dim, R);
+        const auto* k = static_cast<const uint8_t*>(kv.k);
+        for (int t = 0; t < n_score; t += kPosStep)
+            score_block_q8<R>(qq.rows(0, head_dim), k + t * kv.row_bytes, scale, p + t, n_pad, [](int64_t) {});
+    }
     float max[R], sum[R];
     for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * n_pad, n_vis[i], n_score, max + i);
     const int64_t ldv = head_dim + kRowPad;
@@ -227,12 +311,12 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
 }
 
 // The last n_left < kRows rows, as one block of that many (R counts down to n_left).
-template <int R>
+template <ggml_type T, int R>
 static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
                      const attn_state& st, int r0, int n_left, const float* kt, const float* vf, int n_pad) {
     if constexpr (R > 0) {
-        if (n_left == R) return row_block<R>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
-        row_tail<R - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_left, kt, vf, n_pad);
+        if (n_left == R) return row_block<T, R>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
+        row_tail<T, R - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_left, kt, vf, n_pad);
     }
 }
 
@@ -245,12 +329,13 @@ static void with_rows(int n, F&& f) {
 }
 
 // NOTE: calls with few rows (decode: one token's query heads of a kv head) never convert the whole tile:
-// keys are scored straight from their blocks (no transposes, no copy), for every row at once; values are read from the tile and converted in registers, in
-// blocks of kValueRows rows x 32 dimensions (so a value row is converted once for all the group's rows). Every score,
-// exp, sum and acc element is still the same operation sequence as row_block's (p = 0 past a row's
-// visible positions leaves acc unchanged), so prompts and decode agree bitwise. The keys kPrefetchPos
-// positions ahead and the values are prefetched a line per step of the score pass (the hardware
-// prefetchers stop at 4 KiB pages, and a burst of requests per block left the FMAs waiting).
+// keys are scored straight from their blocks (no transposes, no copy), for every row at once; values are
+// read from the tile and converted in registers, in blocks of kValueRows rows x 32 dimensions (so a value
+// row is converted once for all the group's rows). Every score, exp, sum and acc element is still the
+// same operation sequence as row_block's (p = 0 past a row's visible positions leaves acc unchanged), so
+// prompts and decode agree bitwise. The keys kPrefetchPos positions ahead and the values are prefetched a
+// line per step of the score pass (the hardware prefetchers stop at 4 KiB pages, and a burst of requests
+// per block left the FMAs waiting).
 template <ggml_type T>
 static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                           float scale, const attn_state& st) {
@@ -265,14 +350,35 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
     const auto* vb = static_cast<const char*>(kv.v);
     const size_t block_bytes = kPosStep * kv.row_bytes;  // a key block, or kPosStep value rows
     const int64_t block_lines = static_cast<int64_t>((block_bytes + 63) / 64);
-    for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
-        const char* pf_k = t0 + kPrefetchPos < n_pad ? kb + (t0 + kPrefetchPos) / kPosStep * block_bytes : nullptr;
-        const char* pf_v = vb + t0 / kPosStep * block_bytes;
-        for (int r0 = 0; r0 < n_rows; r0 += kRows)
-            with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
-                scores_blocked<T, rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * n_pad + t0, n_pad,
-                                          pf_k, pf_v, block_lines);
-            });
+    if constexpr (T == ggml_type::F16) {
+        for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
+            const char* pf_k = t0 + kPrefetchPos < n_pad ? kb + (t0 + kPrefetchPos) / kPosStep * block_bytes : nullptr;
+            const char* pf_v = vb + t0 / kPosStep * block_bytes;
+            for (int r0 = 0; r0 < n_rows; r0 += kRows)
+                with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
+                    scores_blocked<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * n_pad + t0, n_pad, pf_k,
+                                           pf_v, block_lines);
+                });
+        }
+    } else {
+        const q8_buf qq(q, head_dim, n_rows);
+        const int64_t steps = head_dim / 4, per_step = (block_lines + steps - 1) / steps;
+        for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
+            const char* pf_k = t0 + kPrefetchPos < n_pad ? kb + (t0 + kPrefetchPos) / kPosStep * block_bytes : nullptr;
+            const char* pf_v = vb + t0 / kPosStep * block_bytes;
+            const auto prefetch = [&](int64_t step) {
+                for (int64_t l = step * per_step; l < std::min(block_lines, (step + 1) * per_step); ++l) {
+                    if (pf_k) _mm_prefetch(pf_k + 64 * l, _MM_HINT_T0);
+                    _mm_prefetch(pf_v + 64 * l, _MM_HINT_T1);
+                }
+            };
+            for (int r0 = 0; r0 < n_rows; r0 += kRows)
+                with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
+                    score_block_q8<rows()>(qq.rows(r0, head_dim),
+                                           static_cast<const uint8_t*>(kv.k) + t0 / kPosStep * block_bytes, scale,
+                                           p + r0 * n_pad + t0, n_pad, prefetch);
+                });
+        }
     }
     const auto* v = static_cast<const uint8_t*>(kv.v);
     if (kv.next_k) {
@@ -288,7 +394,7 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * n_pad, n_vis[r0 + i], n_pad, max + i);
         with_rows<kValueRows>(nr, [&](auto rows) {
             weighted_values<rows(), kValueVectors>(p + r0 * n_pad, n_pad, block_vis, head_dim, acc,
-                                       [=](int t, int64_t j) { return load16<T>(v + t * kv.row_bytes, j); });
+                                                   [=](int t, int64_t j) { return load16<T>(v + t * kv.row_bytes, j); });
         });
         for (int i = 0; i < nr; ++i)
             if (n_vis[r0 + i] > 0)
@@ -304,13 +410,14 @@ static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int
     for (int r = 0; r < n_rows && !any; ++r) any = visible(kv, last_pos[r]) > 0;
     if (!any) return;
     if (n_rows <= kFewRows) return attn_tile_few<T>(kv, head_dim, q, n_rows, last_pos, scale, st);
-    alignas(64) float kt[kTileFloats];  // [head_dim][n_pad + kRowPad]
-    alignas(64) float vf[kTileFloats];  // [n][head_dim + kRowPad]
+    alignas(64) float kt[T == ggml_type::F16 ? kTileFloats : 1];  // [head_dim][n_pad + kRowPad]
+    alignas(64) float vf[kTileFloats];                             // [n][head_dim + kRowPad]
     const int n_pad = (kv.n + kPosStep - 1) / kPosStep * kPosStep;
     convert_tile<T>(kv, head_dim, n_pad, kt, vf);
     int r0 = 0;
-    for (; r0 + kRows <= n_rows; r0 += kRows) row_block<kRows>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
-    row_tail<kRows - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_rows - r0, kt, vf, n_pad);
+    for (; r0 + kRows <= n_rows; r0 += kRows)
+        row_block<T, kRows>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
+    row_tail<T, kRows - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_rows - r0, kt, vf, n_pad);
 }
 
 }  // namespace

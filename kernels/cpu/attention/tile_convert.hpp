@@ -46,20 +46,11 @@ static inline __m256 load8(const uint8_t* row, int64_t j) {
     }
 }
 
-// Element j of keys t .. t + 7 (t a multiple of 8) of a tile, as f32, from the blocked layout of
-// attention.hpp: the values load8 gives for their rows. Q8_0: d * q, exactly as kv_value.
-template <ggml_type T>
-static inline __m256 load_keys8(const kv_tile& kv, int64_t head_dim, int t, int64_t j) {
-    const auto* k = static_cast<const uint8_t*>(kv.k);
-    const uint8_t* at = k + attn_key_offset(T, kv.row_bytes, t, j);
-    if constexpr (T == ggml_type::F16) {
-        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
-    } else {
-        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(at));
-        const __m256 d = _mm256_cvtph_ps(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(k + attn_key_scale_offset(head_dim, kv.row_bytes, t, j))));
-        return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
-    }
+// Element j of keys t .. t + 7 (t a multiple of 8) of an F16 tile, as f32, from the blocked layout of
+// attention.hpp.
+static inline __m256 load_keys8(const kv_tile& kv, int t, int64_t j) {
+    const auto* at = static_cast<const uint8_t*>(kv.k) + attn_key_offset(ggml_type::F16, kv.row_bytes, t, j);
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
 }
 
 // Lanes i < n_valid all ones, the rest zero (any n_valid).
@@ -68,22 +59,23 @@ static inline __m256 lanes_below(int n_valid) {
         _mm256_cmpgt_epi32(_mm256_set1_epi32(n_valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
 }
 
-// The tile's keys transposed and its values, as f32 (head_dim a multiple of 8, n_pad of 8), with
-// row strides ldk = n_pad + kRowPad and ldv = head_dim + kRowPad:
-//   kt[head_dim][ldk]  kt[j][t] = k_t[j], positions n..n_pad-1 zero;
+// The tile's values as f32, and for F16 its keys transposed (Q8_0 keys are scored in int8 straight
+// from their blocks), with row strides ldk = n_pad + kRowPad and ldv = head_dim + kRowPad:
+//   kt[head_dim][ldk]  kt[j][t] = k_t[j], positions n..n_pad-1 zero (F16 only);
 //   vf[n][ldv]         vf[t][j] = v_t[j].
-// Keys are already transposed in their blocks (attention.hpp): converted in place, no shuffles.
+// F16 keys are already transposed in their blocks (attention.hpp): converted in place, no shuffles.
 template <ggml_type T>
 static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* kt, float* vf) {
     const auto* v = static_cast<const uint8_t*>(kv.v);
     const int64_t ldk = n_pad + kRowPad, ldv = head_dim + kRowPad;
     for (int t = 0; t < kv.n; ++t)
         for (int64_t j = 0; j < head_dim; j += 8) _mm256_store_ps(vf + t * ldv + j, load8<T>(v + t * kv.row_bytes, j));
+    if constexpr (T != ggml_type::F16) return;
     for (int b0 = 0; b0 < n_pad; b0 += attn_key_block) {
         const int width = n_pad - b0 < attn_key_block ? n_pad - b0 : attn_key_block;
         for (int64_t j = 0; j < head_dim; ++j)
             for (int c = 0; c < width; c += 8) {
-                __m256 x = load_keys8<T>(kv, head_dim, b0 + c, j);
+                __m256 x = load_keys8(kv, b0 + c, j);
                 if (b0 + c + 8 > kv.n) x = _mm256_and_ps(x, lanes_below(kv.n - b0 - c));
                 _mm256_store_ps(kt + j * ldk + b0 + c, x);
             }

@@ -153,6 +153,7 @@ inline __half __float2half_rn(float x) {
     std::memcpy(&h.bits, &f, sizeof f);
     return h;
 }
+inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyintf(x)); }  // round to nearest even
 inline __half __ushort_as_half(unsigned short bits) { return __half{bits}; }
 inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 inline float __uint_as_float(unsigned u) {

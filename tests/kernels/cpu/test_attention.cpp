@@ -149,15 +149,22 @@ struct problem {
         return acc;
     }
 
-    // Row r's attention in double over the decoded values; zeros when it sees no position.
+    // Row r's attention in double over the decoded values; zeros when it sees no position. Against Q8_0
+    // keys the query is the row quantized to Q8_0 and decoded (attention.hpp's int8 scores).
     std::vector<double> reference(int r) const {
         const int64_t hd = kv.head_dim;
         const int n_vis = static_cast<int>(std::min<int64_t>(kv.n_pos, last[r] + 1));
         std::vector<double> s(std::max(n_vis, 0)), out(hd, 0.0);
+        std::vector<float> qr(q.begin() + r * hd, q.begin() + (r + 1) * hd);
+        if (kv.type == ggml_type::Q8_0) {
+            std::vector<formats::block_q8_0> blocks(static_cast<size_t>(hd / formats::QK8_0));
+            formats::quantize_row(ggml_type::Q8_0, qr.data(), blocks.data(), hd);
+            formats::dequantize_row(ggml_type::Q8_0, blocks.data(), qr.data(), hd);
+        }
         double max = -INFINITY, sum = 0;
         for (int t = 0; t < n_vis; ++t) {
             double dot = 0;
-            for (int64_t j = 0; j < hd; ++j) dot += double{q[r * hd + j]} * kv.kf[t * hd + j];
+            for (int64_t j = 0; j < hd; ++j) dot += double{qr[j]} * kv.kf[t * hd + j];
             s[t] = dot * scale;
             max = std::max(max, s[t]);
         }
