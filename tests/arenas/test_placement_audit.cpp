@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cpu/kernels.hpp"
 #include "generate.hpp"
 #include "model_spec.hpp"
 #include "numa_policy.hpp"
@@ -92,8 +93,10 @@ TEST(PlacementAudit, ModelDryRunBytesPerNode) {
     strata::make_model::build_model(spec).write_file(path);
     const std::string topo = " --topology 'pack:2 numa:1 core:4 pu:1'";
 
-    const auto split = nlohmann::json::parse(capture_report("--model " + path + " --dry-run --json --numa-pool on" + topo));
+    const auto split =
+        nlohmann::json::parse(capture_report("--model " + path + " --dry-run --json --no-repack --numa-pool on" + topo));
     EXPECT_TRUE(split["split"].get<bool>());
+    EXPECT_FALSE(split["repack"].get<bool>());
     EXPECT_EQ(split["layers"].get<int>(), 3);
     ASSERT_EQ(split["slices"].size(), 2u);
     std::uint64_t total = 0;
@@ -107,6 +110,23 @@ TEST(PlacementAudit, ModelDryRunBytesPerNode) {
     EXPECT_GE(total, in_file);
     EXPECT_LE(total, in_file + 3 * 3 * 2 * 4096);
     EXPECT_EQ(split["bytes_placed"].get<std::uint64_t>(), total);
+
+    // By default the bytes the engine stores: Q4_K experts repacked where this CPU's kernels take them
+    // (148 bytes per 256 weights instead of 144), the file's layout elsewhere.
+    const auto repacked = nlohmann::json::parse(capture_report("--model " + path + " --dry-run --json --numa-pool on" + topo));
+    EXPECT_TRUE(repacked["repack"].get<bool>());
+    ASSERT_EQ(spec.type_experts, strata::formats::ggml_type::Q4_K);
+    const bool repacks = strata::kernels::cpu::can_repack(spec.type_experts, spec.n_ff / 2) &&
+                         strata::kernels::cpu::can_repack(spec.type_experts, spec.n_embd / 2);
+    const std::uint64_t grown = repacks ? in_file / 144 * 148 : in_file;
+    std::printf("  experts in the file %llu bytes; placed: %llu in the file's layout, %llu as stored (repacked: %s)\n",
+                static_cast<unsigned long long>(in_file), static_cast<unsigned long long>(total),
+                static_cast<unsigned long long>(repacked["bytes_placed"].get<std::uint64_t>()), repacks ? "yes" : "no");
+    EXPECT_GE(repacked["bytes_placed"].get<std::uint64_t>(), grown);
+    EXPECT_LE(repacked["bytes_placed"].get<std::uint64_t>(), grown + 3 * 3 * 2 * 4096);
+    if (repacks) {
+        EXPECT_GT(repacked["bytes_placed"].get<std::uint64_t>(), total);
+    }
 
     const auto test = nlohmann::json::parse(capture_report("--model " + path + " --dry-run --json --numa-pool test:3" + topo));
     EXPECT_EQ(test["slices"].size(), 3u);

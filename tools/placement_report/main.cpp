@@ -142,7 +142,10 @@ int report_model(const cxxopts::ParseResult& args) {
     const bool mmap_experts = args.count("mmap-experts") > 0;
     const auto f = strata::gguf::reader::open(args["model"].as<std::string>());
     const auto experts = read_model_experts(f);
-    const auto per_slice = expert_store::bytes_per_slice(plan, experts.shape, experts.layers);
+    // As the engine stores them: repacked for the prompt GEMM kernels where this CPU's kernels repack
+    // the type, unless --no-repack keeps the file's layout.
+    const bool repack = args.count("no-repack") == 0;
+    const auto per_slice = expert_store::bytes_per_slice(plan, experts.shape, experts.layers, repack);
     constexpr std::uint64_t headroom = std::uint64_t{2} << 30;
 
     // One row per slice that gets a copy, with the node it would be placed on (-1: not placed).
@@ -169,7 +172,8 @@ int report_model(const cxxopts::ParseResult& args) {
         json doc{{"model", f.path()}, {"topology", topo.describe()}, {"mode", mode}, {"split", plan.split},
                  {"test_mode", plan.test_mode}, {"layers", experts.layers.size()}, {"n_embd", experts.shape.n_embd},
                  {"n_ff", experts.shape.n_ff}, {"n_expert", experts.shape.n_expert},
-                 {"expert_bytes_in_file", experts.expert_bytes}, {"bytes_placed", total}, {"slices", json::array()}};
+                 {"expert_bytes_in_file", experts.expert_bytes}, {"repack", repack}, {"bytes_placed", total},
+                 {"slices", json::array()}};
         for (const auto& r : rows)
             doc["slices"].push_back({{"slice", r.slice}, {"node", r.node}, {"bytes", r.bytes}, {"node_free", r.node_free},
                                      {"room_ok", r.room_ok}});
@@ -186,8 +190,10 @@ int report_model(const cxxopts::ParseResult& args) {
         std::printf("%-6d %-6s %12s %12s  %s\n", r.slice, r.node >= 0 ? std::to_string(r.node).c_str() : "-",
                     human_bytes(r.bytes).c_str(), r.node >= 0 ? human_bytes(r.node_free).c_str() : "-",
                     r.node < 0 ? "not placed" : r.room_ok ? "OK" : "NO ROOM (the engine refuses it)");
-    std::printf("%s of expert rows would be copied, in %zu buffer(s) (dry run: nothing was loaded).\n",
-                human_bytes(total).c_str(), rows.size());
+    std::printf("%s of expert rows would be copied, in %zu buffer(s)%s (dry run: nothing was loaded).\n",
+                human_bytes(total).c_str(), rows.size(),
+                repack ? ", repacked where this CPU's prompt GEMM kernels take the type (--no-repack: as in the file)"
+                       : ", in the file's layout (--no-repack)");
     return 0;
 }
 
@@ -234,6 +240,7 @@ int main(int argc, char** argv) {
         ("dry-run", "with --model: plan only, load nothing")
         ("numa-hot-node", "with --model: N|off, where the split-off copy would be claimed", cxxopts::value<std::string>())
         ("mmap-experts", "with --model: the split-off pool reads the rows in place")
+        ("no-repack", "with --model: the rows in the file's layout, as strata --no-repack keeps them")
         ("map", "region map path (default /dev/shm/strata-regions-PID.json)", cxxopts::value<std::string>())
         ("threshold", "minimum % of a region's pages on its node", cxxopts::value<double>()->default_value("95"))
         ("json", "print JSON")
