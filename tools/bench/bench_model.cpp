@@ -334,16 +334,18 @@ int run(int argc, char** argv) {
                                         kv_bpt / (1 << 20), implied, bw, 100.0 * implied / bw);
                 row.update({{"bytes_per_token", bpt}, {"kv_bytes_per_token", kv_bpt}, {"decode_gbs", implied},
                             {"read_bandwidth_gbs", bw}, {"bandwidth_ratio", implied / bw}});
-                // Attention's arithmetic: 4 head_dim flops per query head and position of context, on every
-                // layer. At small GQA groups it takes longer on the FMA units than its KV takes to read.
+                // Attention's f32 arithmetic: 4 head_dim flops per query head and position of context, on
+                // every layer (2 with an int8 cache, whose scores are int8 dot products). At small GQA groups
+                // it takes longer on the FMA units than its KV takes to read.
                 const model_info& mi = m->info();
-                const double attn_flops = 4.0 * mi.n_head * mi.head_dim * mi.n_layer * (r.depth + 1 + n_gen / 2.0);
+                const double flops_per = arm.kv == "int8" ? 2.0 : 4.0;
+                const double attn_flops = flops_per * mi.n_head * mi.head_dim * mi.n_layer * (r.depth + 1 + n_gen / 2.0);
                 if (fma_gflops < 0) fma_gflops = fma_peak_gflops();
                 if (r.depth > 0 && fma_gflops > 0) {
                     const double fma_s = attn_flops / (fma_gflops * 1e9 * std::max(r.threads, 1));
                     const double bound_s = (bpt + std::max(kv_bpt, fma_s * bw * 1e9)) / (bw * 1e9);
                     notes.push_back(fmt::format(
-                        "{} at depth {}: attention's {:.2f} GFLOP per token take at least {:.2f} ms at {} x {:.1f} "
+                        "{} at depth {}: attention's {:.2f} GFLOP of f32 FMA per token take at least {:.2f} ms at {} x {:.1f} "
                         "GFLOP/s (one thread's FMA peak, measured), against {:.2f} ms to read its KV: decode is "
                         "bounded by {:.1f} tok/s (weights read + the longer of the two), {:.0f} % reached.",
                         arm.label(), r.depth, attn_flops / 1e9, 1e3 * fma_s, std::max(r.threads, 1), fma_gflops,
