@@ -140,8 +140,9 @@ struct attn_shape {
 // p v) per (row, visible position). Decode: one token (group rows per kv head) over `depth` positions
 // of every layer that fits in `buf` (so the cache is read from memory, not the L3), GB/s of KV read,
 // next to a one-thread read of `reads` timed in alternation.
-// fma_gbps: the KV GB/s at which decode's arithmetic (4 head_dim flops per query row and position, over
-// 2 rows of row_bytes) would keep the FMA units busy at fma_gflops.
+// fma_gbps: the KV GB/s at which decode's f32 arithmetic (4 head_dim flops per query row and position,
+// over 2 rows of row_bytes; 2 for Q8_0, whose scores are int8 dot products) would keep the FMA units
+// busy at fma_gflops.
 nlohmann::json bench_attention(ggml_type type, int depth, int prompt_tokens, buffer& buf, buffer& reads, int repeats,
                                double fma_gflops) {
     using S = attn_shape;
@@ -212,7 +213,8 @@ nlohmann::json bench_attention(ggml_type type, int depth, int prompt_tokens, buf
             {"prompt_gflops", prompt_flops / median(t_prompt) / 1e9}, {"decode_kv_gbps", kv_gbps},
             {"read_gbps", read_gbps}, {"ratio", kv_gbps / read_gbps}, {"decode_layers", n_layers},
             {"fma_gflops", fma_gflops},
-            {"fma_gbps", fma_gflops / (4.0 * S::group * S::head_dim / (2.0 * static_cast<double>(row_bytes)))}};
+            {"fma_gbps", fma_gflops / ((type == ggml_type::Q8_0 ? 2.0 : 4.0) * S::group * S::head_dim /
+                                       (2.0 * static_cast<double>(row_bytes)))}};
 }
 
 int run(int argc, char** argv) {
