@@ -473,7 +473,8 @@ TEST_P(RepackTest, RowRangesOffGroupsAreRefused) {
 
 std::vector<matvec_case> repack_cases() {
     std::vector<matvec_case> cases;
-    for (ggml_type t : {ggml_type::Q4_K, ggml_type::Q8_0})
+    for (ggml_type t : {ggml_type::Q4_K, ggml_type::Q8_0, ggml_type::Q4_0, ggml_type::Q4_1, ggml_type::Q5_0,
+                        ggml_type::Q5_1, ggml_type::IQ4_NL})
         for (isa i : {isa::scalar, isa::avx2, isa::avx512}) cases.push_back({t, i});
     return cases;
 }
