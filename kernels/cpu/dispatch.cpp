@@ -72,6 +72,8 @@ static void fill_avx512(isa_table& t) {
     set_dot(t, ggml_type::F16, dot_f16_avx512, 8);
     set_dot(t, ggml_type::BF16, dot_bf16_avx512, 8);
     set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx512, 8, true);
+    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avx512, 8, true);
+    set_gemm16(t, ggml_type::Q6_K, gemm16_q6_k_avx512, 8, true);
     set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avx512, 8, true);
     set_gemm16(t, ggml_type::Q4_0, gemm16_q4_0_avx512, 8, true);
     set_gemm16(t, ggml_type::Q4_1, gemm16_q4_1_avx512, 8, true);
@@ -86,6 +88,8 @@ static isa_table build_table(isa which) {
     t.id = which;
     fill_scalar(t);
     set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::Q6_K, gemm16_q6_k_scalar, max_dot_tokens, false);
     set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_scalar, max_dot_tokens, false);
     set_gemm16(t, ggml_type::Q4_0, gemm16_q4_0_scalar, max_dot_tokens, false);
     set_gemm16(t, ggml_type::Q4_1, gemm16_q4_1_scalar, max_dot_tokens, false);

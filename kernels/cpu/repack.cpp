@@ -55,6 +55,53 @@ void unpack_q4_k(const block_q4_Kx16& in, block_q4_K* const rows[G]) {
     }
 }
 
+void pack_q5_k(const formats::block_q5_K* const rows[G], block_q5_Kx16& out) {
+    for (int r = 0; r < G; ++r) {
+        const formats::block_q5_K& b = *rows[r];
+        out.d[r] = b.d;
+        out.dmin[r] = b.dmin;
+        for (int j = 0; j < 8; ++j) k4_scale_min(j, b.scales, out.sc[j][r], out.m[j][r]);
+        for (int v = 0; v < 8; ++v) std::memcpy(out.qh[v][r], b.qh + 4 * v, 4);
+        for (int q = 0; q < 32; ++q) std::memcpy(out.qs[q][r], b.qs + 4 * q, 4);
+    }
+}
+
+// The inverse of pack_q5_k (re-packing the 6-bit scales as unpack_q4_k does).
+void unpack_q5_k(const block_q5_Kx16& in, formats::block_q5_K* const rows[G]) {
+    for (int r = 0; r < G; ++r) {
+        formats::block_q5_K& b = *rows[r];
+        b.d = in.d[r];
+        b.dmin = in.dmin[r];
+        for (int j = 0; j < 4; ++j) {
+            b.scales[j] = static_cast<uint8_t>(in.sc[j][r] | (in.sc[j + 4][r] >> 4) << 6);
+            b.scales[j + 4] = static_cast<uint8_t>(in.m[j][r] | (in.m[j + 4][r] >> 4) << 6);
+            b.scales[j + 8] = static_cast<uint8_t>((in.sc[j + 4][r] & 0xF) | (in.m[j + 4][r] & 0xF) << 4);
+        }
+        for (int v = 0; v < 8; ++v) std::memcpy(b.qh + 4 * v, in.qh[v][r], 4);
+        for (int q = 0; q < 32; ++q) std::memcpy(b.qs + 4 * q, in.qs[q][r], 4);
+    }
+}
+
+void pack_q6_k(const formats::block_q6_K* const rows[G], block_q6_Kx16& out) {
+    for (int r = 0; r < G; ++r) {
+        const formats::block_q6_K& b = *rows[r];
+        out.d[r] = b.d;
+        for (int j = 0; j < 16; ++j) out.sc[j][r] = b.scales[j];
+        for (int q = 0; q < 32; ++q) std::memcpy(out.ql[q][r], b.ql + 4 * q, 4);
+        for (int q = 0; q < 16; ++q) std::memcpy(out.qh[q][r], b.qh + 4 * q, 4);
+    }
+}
+
+void unpack_q6_k(const block_q6_Kx16& in, formats::block_q6_K* const rows[G]) {
+    for (int r = 0; r < G; ++r) {
+        formats::block_q6_K& b = *rows[r];
+        b.d = in.d[r];
+        for (int j = 0; j < 16; ++j) b.scales[j] = in.sc[j][r];
+        for (int q = 0; q < 32; ++q) std::memcpy(b.ql + 4 * q, in.ql[q][r], 4);
+        for (int q = 0; q < 16; ++q) std::memcpy(b.qh + 4 * q, in.qh[q][r], 4);
+    }
+}
+
 void pack_q8_0(const block_q8_0* const rows[G], block_q8_0x16& out) {
     for (int r = 0; r < G; ++r) {
         out.d[r] = rows[r]->d;
@@ -141,6 +188,18 @@ void gemm16_reference(ggml_type type, int64_t n, const void* w, size_t group_byt
 
 }  // namespace
 
+void gemm16_q5_k_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm16_reference<formats::block_q5_K, block_q5_Kx16, unpack_q5_k>(ggml_type::Q5_K, n, w, group_bytes, n_groups, a, n_tok,
+                                                                      y, y_stride);
+}
+
+void gemm16_q6_k_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm16_reference<formats::block_q6_K, block_q6_Kx16, unpack_q6_k>(ggml_type::Q6_K, n, w, group_bytes, n_groups, a, n_tok,
+                                                                      y, y_stride);
+}
+
 void gemm16_q4_0_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
     using block = formats::block_q4_0;
@@ -199,7 +258,9 @@ bool can_repack(ggml_type type, int64_t n_rows) {
 size_t repacked_row_stride(ggml_type type, int64_t n_cols) {
     switch (type) {
         case ggml_type::Q4_K: return static_cast<size_t>(n_cols / formats::QK_K) * (sizeof(detail::block_q4_Kx16) / 16);
+        case ggml_type::Q5_K: return static_cast<size_t>(n_cols / formats::QK_K) * (sizeof(detail::block_q5_Kx16) / 16);
         case ggml_type::Q8_0: return static_cast<size_t>(n_cols / formats::QK8_0) * (sizeof(detail::block_q8_0x16) / 16);
+        case ggml_type::Q6_K:
         case ggml_type::Q4_0:
         case ggml_type::Q4_1:
         case ggml_type::Q5_0:
@@ -230,6 +291,8 @@ void with_block_layout(ggml_type type, Fn fn) {
     using namespace detail;
     switch (type) {
         case ggml_type::Q4_K: fn.template operator()<block_q4_K, block_q4_Kx16>(pack_q4_k, unpack_q4_k); return;
+        case ggml_type::Q5_K: fn.template operator()<block_q5_K, block_q5_Kx16>(pack_q5_k, unpack_q5_k); return;
+        case ggml_type::Q6_K: fn.template operator()<block_q6_K, block_q6_Kx16>(pack_q6_k, unpack_q6_k); return;
         case ggml_type::Q8_0: fn.template operator()<block_q8_0, block_q8_0x16>(pack_q8_0, unpack_q8_0); return;
         case ggml_type::Q4_0:
             fn.template operator()<block_q4_0, block_q4_0x16>(pack_legacy<block_q4_0, block_q4_0x16>,

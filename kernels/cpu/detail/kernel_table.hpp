@@ -126,6 +126,10 @@ STRATA_GEMM16(gemm16_q4_k_scalar);
 STRATA_GEMM16(gemm16_q8_0_scalar);
 STRATA_GEMM16(gemm16_q4_k_avx512);
 STRATA_GEMM16(gemm16_q8_0_avx512);
+STRATA_GEMM16(gemm16_q5_k_scalar);
+STRATA_GEMM16(gemm16_q6_k_scalar);
+STRATA_GEMM16(gemm16_q5_k_avx512);
+STRATA_GEMM16(gemm16_q6_k_avx512);
 STRATA_GEMM16(gemm16_q4_0_scalar);
 STRATA_GEMM16(gemm16_q4_1_scalar);
 STRATA_GEMM16(gemm16_q5_0_scalar);
@@ -150,6 +154,25 @@ struct block_q4_Kx16 {
     uint8_t qs[32][16][4];
 };
 static_assert(sizeof(block_q4_Kx16) == 16 * 148);
+// Q5_K: Q4_K's group block plus qh[8][16][4]: dword v of row r's GGUF qh (bit j of byte 4v + i: the
+// fifth bit of element 32j + 4v + i).
+struct block_q5_Kx16 {
+    formats::fp16_t d[16], dmin[16];
+    uint8_t sc[8][16], m[8][16];
+    uint8_t qh[8][16][4];
+    uint8_t qs[32][16][4];
+};
+static_assert(sizeof(block_q5_Kx16) == 16 * 180);
+// Q6_K: d[16] (f16), sc[16][16] (sub-block j's int8 scale of row r), ql[32][16][4] and qh[16][16][4]:
+// dword q of row r's GGUF ql / qh, so ql dwords 16c + v and 16c + 8 + v with qh dword 8c + v give 4
+// columns of 16 rows in the four quarters of the 128-element chunk c.
+struct block_q6_Kx16 {
+    formats::fp16_t d[16];
+    int8_t sc[16][16];
+    uint8_t ql[32][16][4];
+    uint8_t qh[16][16][4];
+};
+static_assert(sizeof(block_q6_Kx16) == 16 * 210);
 struct block_q8_0x16 {
     formats::fp16_t d[16];
     uint8_t qs[8][16][4];
