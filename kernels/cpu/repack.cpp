@@ -39,18 +39,22 @@ void pack_q4_k(const block_q4_K* const rows[G], block_q4_Kx16& out) {
     }
 }
 
+// Row r's 8 scales and mins (bytes, sc[j][r] and m[j][r]) -> the 12 packed bytes of Q4_K / Q5_K.
+void k4_pack_scales(const uint8_t (&sc)[8][16], const uint8_t (&m)[8][16], int r, uint8_t* q) {
+    for (int j = 0; j < 4; ++j) {
+        q[j] = static_cast<uint8_t>(sc[j][r] | (sc[j + 4][r] >> 4) << 6);
+        q[j + 4] = static_cast<uint8_t>(m[j][r] | (m[j + 4][r] >> 4) << 6);
+        q[j + 8] = static_cast<uint8_t>((sc[j + 4][r] & 0xF) | (m[j + 4][r] & 0xF) << 4);
+    }
+}
+
 // The inverse of pack_q4_k (re-packing the 6-bit scales).
 void unpack_q4_k(const block_q4_Kx16& in, block_q4_K* const rows[G]) {
     for (int r = 0; r < G; ++r) {
         block_q4_K& b = *rows[r];
         b.d = in.d[r];
         b.dmin = in.dmin[r];
-        std::memset(b.scales, 0, sizeof(b.scales));
-        for (int j = 0; j < 4; ++j) {
-            b.scales[j] = static_cast<uint8_t>(in.sc[j][r] | (in.sc[j + 4][r] >> 4) << 6);
-            b.scales[j + 4] = static_cast<uint8_t>(in.m[j][r] | (in.m[j + 4][r] >> 4) << 6);
-            b.scales[j + 8] = static_cast<uint8_t>((in.sc[j + 4][r] & 0xF) | (in.m[j + 4][r] & 0xF) << 4);
-        }
+        k4_pack_scales(in.sc, in.m, r, b.scales);
         for (int q = 0; q < 32; ++q) std::memcpy(b.qs + 4 * q, in.qs[q][r], 4);
     }
 }
@@ -66,17 +70,13 @@ void pack_q5_k(const formats::block_q5_K* const rows[G], block_q5_Kx16& out) {
     }
 }
 
-// The inverse of pack_q5_k (re-packing the 6-bit scales as unpack_q4_k does).
+// The inverse of pack_q5_k.
 void unpack_q5_k(const block_q5_Kx16& in, formats::block_q5_K* const rows[G]) {
     for (int r = 0; r < G; ++r) {
         formats::block_q5_K& b = *rows[r];
         b.d = in.d[r];
         b.dmin = in.dmin[r];
-        for (int j = 0; j < 4; ++j) {
-            b.scales[j] = static_cast<uint8_t>(in.sc[j][r] | (in.sc[j + 4][r] >> 4) << 6);
-            b.scales[j + 4] = static_cast<uint8_t>(in.m[j][r] | (in.m[j + 4][r] >> 4) << 6);
-            b.scales[j + 8] = static_cast<uint8_t>((in.sc[j + 4][r] & 0xF) | (in.m[j + 4][r] & 0xF) << 4);
-        }
+        k4_pack_scales(in.sc, in.m, r, b.scales);
         for (int v = 0; v < 8; ++v) std::memcpy(b.qh + 4 * v, in.qh[v][r], 4);
         for (int q = 0; q < 32; ++q) std::memcpy(b.qs + 4 * q, in.qs[q][r], 4);
     }
@@ -186,6 +186,12 @@ void gemm16_reference(ggml_type type, int64_t n, const void* w, size_t group_byt
     }
 }
 
+template <class Block, class Packed>
+void gemm16_legacy(ggml_type type, int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a,
+                   int n_tok, float* y, int64_t y_stride) {
+    gemm16_reference<Block, Packed, unpack_legacy<Block, Packed>>(type, n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
+}
+
 }  // namespace
 
 void gemm16_q5_k_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
@@ -202,37 +208,27 @@ void gemm16_q6_k_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_
 
 void gemm16_q4_0_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    using block = formats::block_q4_0;
-    gemm16_reference<block, block_q4_0x16, unpack_legacy<block, block_q4_0x16>>(ggml_type::Q4_0, n, w, group_bytes, n_groups, a, n_tok, y,
-                                                            y_stride);
+    gemm16_legacy<formats::block_q4_0, block_q4_0x16>(ggml_type::Q4_0, n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
 }
 
 void gemm16_q4_1_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    using block = formats::block_q4_1;
-    gemm16_reference<block, block_q4_1x16, unpack_legacy<block, block_q4_1x16>>(ggml_type::Q4_1, n, w, group_bytes, n_groups, a, n_tok, y,
-                                                            y_stride);
+    gemm16_legacy<formats::block_q4_1, block_q4_1x16>(ggml_type::Q4_1, n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
 }
 
 void gemm16_q5_0_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    using block = formats::block_q5_0;
-    gemm16_reference<block, block_q5_0x16, unpack_legacy<block, block_q5_0x16>>(ggml_type::Q5_0, n, w, group_bytes, n_groups, a, n_tok, y,
-                                                            y_stride);
+    gemm16_legacy<formats::block_q5_0, block_q5_0x16>(ggml_type::Q5_0, n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
 }
 
 void gemm16_q5_1_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    using block = formats::block_q5_1;
-    gemm16_reference<block, block_q5_1x16, unpack_legacy<block, block_q5_1x16>>(ggml_type::Q5_1, n, w, group_bytes, n_groups, a, n_tok, y,
-                                                            y_stride);
+    gemm16_legacy<formats::block_q5_1, block_q5_1x16>(ggml_type::Q5_1, n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
 }
 
 void gemm16_iq4_nl_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
-                        float* y, int64_t y_stride) {
-    using block = formats::block_iq4_nl;
-    gemm16_reference<block, block_q4_0x16, unpack_legacy<block, block_q4_0x16>>(ggml_type::IQ4_NL, n, w, group_bytes, n_groups, a, n_tok, y,
-                                                            y_stride);
+                          float* y, int64_t y_stride) {
+    gemm16_legacy<formats::block_iq4_nl, block_q4_0x16>(ggml_type::IQ4_NL, n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
 }
 
 void gemm16_q4_k_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
