@@ -36,7 +36,7 @@ namespace strata::arenas {
 struct store_options {
     // Split off only: read the model's rows in place instead of copying them (--mmap-experts, low RAM).
     bool mmap_experts = false;
-    // Keep the Q4_K / Q8_0 experts in the rows16 layout of the prompt GEMM kernels (kernels/cpu/kernels.hpp)
+    // Keep the experts in the rows16 layout of the prompt GEMM kernels (kernels/cpu/kernels.hpp)
     // where the active ISA has such a kernel and rows split into whole groups; they replace the GGUF rows
     // (decode reads them too). Not with mmap_experts. The engine turns it on by default (--no-repack).
     bool repack = false;

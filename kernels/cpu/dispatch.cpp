@@ -63,11 +63,23 @@ static void fill_avx512(isa_table& t) {
     set_dot(t, ggml_type::Q6_K, dot_q6_k_avx512, 8);
     set_dot(t, ggml_type::Q8_0, dot_q8_0_avx512, 8);
     set_dot(t, ggml_type::IQ4_XS, dot_iq4_xs_avx512, 8);
+    set_dot(t, ggml_type::Q4_0, dot_q4_0_avx512, 8);
+    set_dot(t, ggml_type::Q4_1, dot_q4_1_avx512, 8);
+    set_dot(t, ggml_type::Q5_0, dot_q5_0_avx512, 8);
+    set_dot(t, ggml_type::Q5_1, dot_q5_1_avx512, 8);
+    set_dot(t, ggml_type::IQ4_NL, dot_iq4_nl_avx512, 8);
     set_dot(t, ggml_type::F32, dot_f32_avx512, 8);
     set_dot(t, ggml_type::F16, dot_f16_avx512, 8);
     set_dot(t, ggml_type::BF16, dot_bf16_avx512, 8);
     set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx512, 8, true);
+    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avx512, 8, true);
+    set_gemm16(t, ggml_type::Q6_K, gemm16_q6_k_avx512, 8, true);
     set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avx512, 8, true);
+    set_gemm16(t, ggml_type::Q4_0, gemm16_q4_0_avx512, 8, true);
+    set_gemm16(t, ggml_type::Q4_1, gemm16_q4_1_avx512, 8, true);
+    set_gemm16(t, ggml_type::Q5_0, gemm16_q5_0_avx512, 8, true);
+    set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_avx512, 8, true);
+    set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_avx512, 8, true);
     t.attn_tile = attn_tile_avx512;
 }
 
@@ -76,7 +88,14 @@ static isa_table build_table(isa which) {
     t.id = which;
     fill_scalar(t);
     set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::Q6_K, gemm16_q6_k_scalar, max_dot_tokens, false);
     set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::Q4_0, gemm16_q4_0_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::Q4_1, gemm16_q4_1_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::Q5_0, gemm16_q5_0_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_scalar, max_dot_tokens, false);
     if (which == isa::avx2 || which == isa::avx512) fill_avx2(t);
     if (which == isa::avx512) fill_avx512(t);
     return t;

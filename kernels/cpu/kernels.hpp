@@ -4,14 +4,16 @@
 // the forced one); the choice is logged once on the "kernels" logger.
 //
 // Paths per weight format:
-//   avx512 (F, BW, VL, DQ, VNNI): Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS, F32, F16, BF16; the other formats, the
-//           activation quantizers and the vector ops use their AVX2 kernels on an AVX-512 CPU;
+//   avx512 (F, BW, VL, DQ, VNNI): Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F32, F16,
+//           BF16; the other formats (Q2_K, Q3_K), the activation quantizers and the vector ops use their
+//           AVX2 kernels on an AVX-512 CPU;
 //   avx2 (+ FMA, F16C): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F32, F16, BF16,
 //           Q8_0 / Q8_1 / Q8_K activation quantizers, rms_norm, silu_mul, softmax;
 //   scalar: everything, through the formats' reference code.
 // rope is scalar on every path (it is a few thousand floats per token).
-// Prompt GEMM on repacked weights (weight_layout::rows16, repack_rows): AVX-512 VNNI kernels for Q4_K and
-// Q8_0; the other paths read that layout through scalar kernels (can_repack says no there).
+// Prompt GEMM on repacked weights (weight_layout::rows16, repack_rows): AVX-512 VNNI kernels for Q4_K,
+// Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL; the other paths read that layout through scalar kernels
+// (can_repack says no there).
 //
 // Threading: every function is single-threaded, reentrant and safe to call concurrently from many
 // threads on disjoint outputs. Callers parallelise by row ranges (a pool slice owns [row_begin, row_end)).
@@ -83,11 +85,12 @@ void matmul(const matrix& w, int64_t row_begin, int64_t row_end, const void* act
             int64_t n_tok, float* y, int64_t y_stride);
 
 // Repacking for prompt batches: true where the active ISA has a GEMM kernel for `type` in the rows16
-// layout (AVX-512: Q4_K, Q8_0) and n_rows is a whole number of groups.
+// layout (AVX-512: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) and n_rows is a whole number
+// of groups.
 bool can_repack(ggml_type type, int64_t n_rows);
 // Bytes per row of the rows16 layout (a group of 16 rows takes 16 times that): Q8_0 the GGUF row size,
-// Q4_K 148 bytes per 256 elements instead of 144 (scales and mins unpacked to bytes). Throws for a type
-// without a rows16 layout.
+// Q4_K 148 bytes per 256 elements instead of 144 (scales and mins unpacked to bytes), Q5_K 180 instead of
+// 176, the others the GGUF row size. Throws for a type without a rows16 layout.
 size_t repacked_row_stride(ggml_type type, int64_t n_cols);
 // src: n_rows rows (a multiple of 16) in the GGUF layout, src_stride bytes apart -> dst: n_rows *
 // repacked_row_stride(type, n_cols) bytes in the rows16 layout. Exact (no value changes), any ISA.

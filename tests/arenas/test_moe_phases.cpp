@@ -31,6 +31,7 @@ const std::vector<layer_types> test_types{
     {ggml_type::Q8_0, ggml_type::Q8_0, ggml_type::Q8_0},
     {ggml_type::IQ4_XS, ggml_type::IQ4_XS, ggml_type::IQ4_XS},
     {ggml_type::Q4_K, ggml_type::IQ4_XS, ggml_type::Q6_K},
+    {ggml_type::Q4_0, ggml_type::IQ4_NL, ggml_type::Q5_1},
 };
 
 const synthetic_moe& model() {
@@ -198,7 +199,9 @@ TEST(MoePhases, RepackedStoreIsBitwiseAcrossArmsAndNearTheReference) {
         options.repack = true;
         const expert_store store(pool, m.shape, m.layers, std::move(options));
         EXPECT_EQ(repacks, store.rows(0, expert_part::gate, 0, 0, 0).layout == strata::kernels::cpu::weight_layout::rows16);
-        EXPECT_EQ(strata::kernels::cpu::weight_layout::rows, store.rows(1, expert_part::down, 0, 0, 0).layout);  // Q6_K
+        EXPECT_EQ(repacks, store.rows(1, expert_part::down, 0, 0, 0).layout == strata::kernels::cpu::weight_layout::rows16);  // Q6_K
+        EXPECT_EQ(repacks, store.rows(5, expert_part::up, 0, 0, 0).layout == strata::kernels::cpu::weight_layout::rows16);  // IQ4_NL
+        EXPECT_EQ(strata::kernels::cpu::weight_layout::rows, store.rows(3, expert_part::down, 0, 0, 0).layout);  // IQ4_XS
         moe_runner runner(pool, m.shape, m.layers, store);
         for (int layer = 0; layer < static_cast<int>(m.layers.size()); ++layer)
             for (int n_tok : {1, 16, 40}) {

@@ -294,16 +294,27 @@ TEST(Forward, BitwiseAcrossPoolModesWorkersAndBatches) {
 // Weights repacked for the prompt GEMM kernels (dense matrices by repack_dense, experts by the expert
 // store), where the ISA has them: bitwise identical across pool modes, workers and batch sizes (single
 // tokens included), and close to the GGUF layout (only the order of float sums inside a dot differs).
-TEST(Forward, RepackedWeightsAreBitwiseAcrossPoolsAndBatchesAndNearTheGgufLayout) {
+// "Close" is the parity tests' 3 %: a rounding-level change that moves one key across an f16 rounding
+// step in the KV cache (or a routing near-tie) reaches ~1 % of the logits at later positions; the GGUF
+// layout's own AVX2, AVX-512 and scalar paths differ from each other that much on some of these files.
+// Experts and dense matrices of one type each, over the formats with a GEMM kernel.
+struct repack_types {
+    ggml_type experts, dense;
+};
+
+class ForwardRepack : public ::testing::TestWithParam<repack_types> {};
+
+TEST_P(ForwardRepack, RepackedWeightsAreBitwiseAcrossPoolsAndBatchesAndNearTheGgufLayout) {
     make_model::model_spec spec = make_model::preset("tiny");
     spec.architecture = arch::qwen2moe;  // with a shared expert
-    spec.type_experts = ggml_type::Q4_K;
+    spec.type_experts = GetParam().experts;
+    spec.type_attn = spec.type_shexp = GetParam().dense;
     auto m = load(spec);
     const auto tokens = some_tokens(m->hp.n_vocab, 20);
     auto gguf_pool = make_pool("off", 1);
     const std::vector<float> gguf_layout = run(*m, *gguf_pool, tokens, kv_type::f16, 512);
     const repack_summary packed = repack_dense(m->w);
-    EXPECT_EQ(kernels::cpu::can_repack(ggml_type::Q8_0, m->hp.n_embd), !packed.names.empty());
+    EXPECT_EQ(kernels::cpu::can_repack(GetParam().dense, m->hp.n_embd), !packed.names.empty());
     const arenas::moe_shape shape{m->hp.n_embd, m->hp.n_ff_exp, m->hp.n_expert, m->hp.n_expert_used};
     std::vector<float> first;
     for (const std::string mode : {"off", "test:2", "test:3"})
@@ -322,9 +333,20 @@ TEST(Forward, RepackedWeightsAreBitwiseAcrossPoolsAndBatchesAndNearTheGgufLayout
     const size_t n_vocab = static_cast<size_t>(m->hp.n_vocab);
     for (size_t t = 0; t < tokens.size(); ++t) {
         const std::vector<float> want(gguf_layout.begin() + t * n_vocab, gguf_layout.begin() + (t + 1) * n_vocab);
-        EXPECT_LT(rel_err(first.data() + t * n_vocab, want), 1e-3) << "position " << t;
+        EXPECT_LT(rel_err(first.data() + t * n_vocab, want), 0.03) << "position " << t;
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, ForwardRepack,
+                         ::testing::Values(repack_types{ggml_type::Q4_K, ggml_type::Q8_0},
+                                           repack_types{ggml_type::Q4_0, ggml_type::Q4_0},
+                                           repack_types{ggml_type::IQ4_NL, ggml_type::Q5_0},
+                                           repack_types{ggml_type::Q5_1, ggml_type::Q4_1},
+                                           repack_types{ggml_type::Q5_K, ggml_type::IQ4_NL}),
+                         [](const auto& info) {
+                             return std::string(formats::info(info.param.experts).name) + "_" +
+                                    std::string(formats::info(info.param.dense).name);
+                         });
 
 // Past several KV chunks (256 positions each): prompt batches fold the chunks per query tile, single
 // tokens split them over work items and merge afterwards; both must give the same bits.

@@ -106,6 +106,11 @@ STRATA_DOT(dot_q4_1_avx2);
 STRATA_DOT(dot_q5_0_avx2);
 STRATA_DOT(dot_q5_1_avx2);
 STRATA_DOT(dot_iq4_nl_avx2);
+STRATA_DOT(dot_q4_0_avx512);
+STRATA_DOT(dot_q4_1_avx512);
+STRATA_DOT(dot_q5_0_avx512);
+STRATA_DOT(dot_q5_1_avx512);
+STRATA_DOT(dot_iq4_nl_avx512);
 STRATA_DOT(dot_f32_avx2);
 STRATA_DOT(dot_f16_avx2);
 STRATA_DOT(dot_bf16_avx2);
@@ -121,6 +126,20 @@ STRATA_GEMM16(gemm16_q4_k_scalar);
 STRATA_GEMM16(gemm16_q8_0_scalar);
 STRATA_GEMM16(gemm16_q4_k_avx512);
 STRATA_GEMM16(gemm16_q8_0_avx512);
+STRATA_GEMM16(gemm16_q5_k_scalar);
+STRATA_GEMM16(gemm16_q6_k_scalar);
+STRATA_GEMM16(gemm16_q5_k_avx512);
+STRATA_GEMM16(gemm16_q6_k_avx512);
+STRATA_GEMM16(gemm16_q4_0_scalar);
+STRATA_GEMM16(gemm16_q4_1_scalar);
+STRATA_GEMM16(gemm16_q5_0_scalar);
+STRATA_GEMM16(gemm16_q5_1_scalar);
+STRATA_GEMM16(gemm16_iq4_nl_scalar);
+STRATA_GEMM16(gemm16_q4_0_avx512);
+STRATA_GEMM16(gemm16_q4_1_avx512);
+STRATA_GEMM16(gemm16_q5_0_avx512);
+STRATA_GEMM16(gemm16_q5_1_avx512);
+STRATA_GEMM16(gemm16_iq4_nl_avx512);
 #undef STRATA_GEMM16
 
 // The rows16 layouts (kernels/cpu/repack.cpp). A Q4_K group block covers 256 columns of 16 rows:
@@ -135,11 +154,58 @@ struct block_q4_Kx16 {
     uint8_t qs[32][16][4];
 };
 static_assert(sizeof(block_q4_Kx16) == 16 * 148);
+// Q5_K: Q4_K's group block plus qh[8][16][4]: dword v of row r's GGUF qh (bit j of byte 4v + i: the
+// fifth bit of element 32j + 4v + i).
+struct block_q5_Kx16 {
+    formats::fp16_t d[16], dmin[16];
+    uint8_t sc[8][16], m[8][16];
+    uint8_t qh[8][16][4];
+    uint8_t qs[32][16][4];
+};
+static_assert(sizeof(block_q5_Kx16) == 16 * 180);
+// Q6_K: d[16] (f16), sc[16][16] (sub-block j's int8 scale of row r), ql[32][16][4] and qh[16][16][4]:
+// dword q of row r's GGUF ql / qh, so ql dwords 16c + v and 16c + 8 + v with qh dword 8c + v give 4
+// columns of 16 rows in the four quarters of the 128-element chunk c.
+struct block_q6_Kx16 {
+    formats::fp16_t d[16];
+    int8_t sc[16][16];
+    uint8_t ql[32][16][4];
+    uint8_t qh[16][16][4];
+};
+static_assert(sizeof(block_q6_Kx16) == 16 * 210);
 struct block_q8_0x16 {
     formats::fp16_t d[16];
     uint8_t qs[8][16][4];
 };
 static_assert(sizeof(block_q8_0x16) == 16 * 34);
+// The 32-element formats with nibbles (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL): a group block covers 32 columns:
+//   d[16] (f16), for the _1 formats m[16] (f16), for the 5-bit ones qh[8][8]: qh[2v + h] is a 64-bit
+//   mask, bit 4r + i = the fifth bit of row r's element 16h + 4v + i,
+//   qs[4][16][4]: dword v of row r's GGUF qs (elements 4v + i in the low nibbles, 16 + 4v + i in the
+//   high ones), so a 64-byte load gives 4 columns of 16 rows in both nibble halves.
+// Same bytes as the GGUF blocks. IQ4_NL shares Q4_0's layout (its codes index kvalues_iq4nl).
+struct block_q4_0x16 {
+    formats::fp16_t d[16];
+    uint8_t qs[4][16][4];
+};
+static_assert(sizeof(block_q4_0x16) == 16 * 18);
+struct block_q4_1x16 {
+    formats::fp16_t d[16], m[16];
+    uint8_t qs[4][16][4];
+};
+static_assert(sizeof(block_q4_1x16) == 16 * 20);
+struct block_q5_0x16 {
+    formats::fp16_t d[16];
+    uint8_t qh[8][8];
+    uint8_t qs[4][16][4];
+};
+static_assert(sizeof(block_q5_0x16) == 16 * 22);
+struct block_q5_1x16 {
+    formats::fp16_t d[16], m[16];
+    uint8_t qh[8][8];
+    uint8_t qs[4][16][4];
+};
+static_assert(sizeof(block_q5_1x16) == 16 * 24);
 
 void fill_scalar(isa_table& t);
 void quantize_q8_0_avx2(const float* x, void* dst, int64_t n);

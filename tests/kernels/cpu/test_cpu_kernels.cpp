@@ -473,7 +473,8 @@ TEST_P(RepackTest, RowRangesOffGroupsAreRefused) {
 
 std::vector<matvec_case> repack_cases() {
     std::vector<matvec_case> cases;
-    for (ggml_type t : {ggml_type::Q4_K, ggml_type::Q8_0})
+    for (ggml_type t : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
+                        ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL})
         for (isa i : {isa::scalar, isa::avx2, isa::avx512}) cases.push_back({t, i});
     return cases;
 }
@@ -486,11 +487,19 @@ TEST(Repack, OnlyWhereTheActiveIsaHasAGemmKernel) {
     const bool fast = active_isa() == isa::avx512;
     EXPECT_EQ(fast, can_repack(ggml_type::Q4_K, 768));
     EXPECT_EQ(fast, can_repack(ggml_type::Q8_0, 2048));
+    for (ggml_type t : {ggml_type::Q4_0, ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL}) {
+        EXPECT_EQ(fast, can_repack(t, 2048)) << formats::info(t).name;
+        EXPECT_EQ(formats::row_size(t, 2048), repacked_row_stride(t, 2048)) << formats::info(t).name;  // same bytes
+    }
     EXPECT_FALSE(can_repack(ggml_type::Q4_K, 760));  // not whole groups of 16
-    EXPECT_FALSE(can_repack(ggml_type::Q6_K, 768));
+    EXPECT_EQ(fast, can_repack(ggml_type::Q5_K, 768));
+    EXPECT_EQ(fast, can_repack(ggml_type::Q6_K, 768));
+    EXPECT_FALSE(can_repack(ggml_type::Q3_K, 768));
+    EXPECT_EQ(180u * 8, repacked_row_stride(ggml_type::Q5_K, 2048));
+    EXPECT_EQ(formats::row_size(ggml_type::Q6_K, 2048), repacked_row_stride(ggml_type::Q6_K, 2048));
     EXPECT_EQ(148u * 8, repacked_row_stride(ggml_type::Q4_K, 2048));
     EXPECT_EQ(formats::row_size(ggml_type::Q8_0, 2048), repacked_row_stride(ggml_type::Q8_0, 2048));
-    EXPECT_THROW(repacked_row_stride(ggml_type::Q6_K, 256), std::invalid_argument);
+    EXPECT_THROW(repacked_row_stride(ggml_type::Q3_K, 256), std::invalid_argument);
 }
 
 }  // namespace

@@ -1,0 +1,113 @@
+// Q6_K x Q8_K on the rows16 layout, AVX-512 VNNI: 16 rows x NT tokens per pass. A 64-byte load of ql
+// dwords holds 4 columns of 16 rows in two nibble halves, one of qh dwords the top 2 bits of 4 such
+// column sets; the unsigned 6-bit codes go into vpdpbusd against the token's 4 activation bytes
+// broadcast to every row (64 products per instruction, unpacking shared by all NT tokens).
+// NOTE: everything stays in int32 until the end of a superblock: each sub-block's sum times its int8
+// scale (per row), minus 32 * sum(sc * bsums) (vpdpwssd on the activation's bsums) for the code offset,
+// then one (d_w * d_a) * isum per superblock, as the reference does.
+#include "cpu/detail/kernel_table.hpp"
+#include "cpu/detail/x86.hpp"
+#include "formats/blocks.hpp"
+
+namespace strata::kernels::cpu::detail {
+namespace {
+
+using formats::block_q8_K;
+using formats::QK_K;
+
+static inline __m512i broadcast_dword(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof(v));
+    return _mm512_set1_epi32(v);
+}
+
+// 16 int8 -> 16 int32.
+static inline __m512i scales_epi32(const int8_t* p) {
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <int NT>
+struct q6_k_gemm16 {
+    // Codes of quarter k (elements 128c + 32k + 4v + i) from ql dwords a (k even) or b (k odd) and qh h.
+    static inline __m512i codes(int k, __m512i a, __m512i b, __m512i h) {
+        const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30);
+        const __m512i q = k % 2 == 0 ? a : b;
+        const __m512i lo = k < 2 ? _mm512_and_si512(q, low4) : _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
+        __m512i hi;  // bits 2k, 2k + 1 of h moved to bits 4, 5
+        switch (k) {
+            case 0: hi = _mm512_slli_epi16(h, 4); break;
+            case 1: hi = _mm512_slli_epi16(h, 2); break;
+            case 2: hi = h; break;
+            default: hi = _mm512_srli_epi16(h, 2); break;
+        }
+        return _mm512_or_si512(lo, _mm512_and_si512(hi, top2));
+    }
+
+    // acc[t] (lane r: row r) += superblock i of the group times token t's activations.
+    static inline void superblock(const block_q6_Kx16& x, const block_q8_K* const y[NT], int64_t i, __m512 acc[NT]) {
+        __m512i total[NT];  // sum over sub-blocks of sc * (q . a), lane r: row r
+        for (int t = 0; t < NT; ++t) total[t] = _mm512_setzero_si512();
+        for (int c = 0; c < 2; ++c)
+            for (int k = 0; k < 4; ++k)
+                for (int s = 0; s < 2; ++s) {
+                    const int j = 8 * c + 2 * k + s;  // sub-block of elements 128c + 32k + 16s ..
+                    __m512i isum[NT];
+                    for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
+                    for (int v = 4 * s; v < 4 * s + 4; ++v) {
+                        const __m512i w = codes(k, _mm512_loadu_si512(x.ql[16 * c + v]), _mm512_loadu_si512(x.ql[16 * c + 8 + v]),
+                                                _mm512_loadu_si512(x.qh[8 * c + v]));
+                        for (int t = 0; t < NT; ++t)
+                            isum[t] = _mm512_dpbusd_epi32(isum[t], w, broadcast_dword(y[t][i].qs + 128 * c + 32 * k + 4 * v));
+                    }
+                    const __m512i sc = scales_epi32(x.sc[j]);
+                    for (int t = 0; t < NT; ++t) total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(isum[t], sc));
+                }
+        // The code offset: dword lane r holds sc[2p][r], sc[2p + 1][r] (int16), times bsums 2p and 2p + 1.
+        __m512i pairs[8];
+        for (int p = 0; p < 8; ++p) {
+            const __m512i lo = _mm512_and_si512(scales_epi32(x.sc[2 * p]), _mm512_set1_epi32(0xFFFF));
+            pairs[p] = _mm512_or_si512(lo, _mm512_slli_epi32(scales_epi32(x.sc[2 * p + 1]), 16));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
+        for (int t = 0; t < NT; ++t) {
+            __m512i offset = _mm512_setzero_si512();
+            for (int p = 0; p < 8; ++p) offset = _mm512_dpwssd_epi32(offset, pairs[p], broadcast_dword(y[t][i].bsums + 2 * p));
+            const __m512i isum = _mm512_sub_epi32(total[t], _mm512_slli_epi32(offset, 5));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(y[t][i].d)), _mm512_cvtepi32_ps(isum), acc[t]);
+        }
+    }
+
+    static void run(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, float* y,
+                    int64_t y_stride) {
+        const block_q8_K* act[NT];
+        for (int t = 0; t < NT; ++t) act[t] = static_cast<const block_q8_K*>(a[t]);
+        for (int64_t g = 0; g < n_groups; ++g) {
+            const auto* x = reinterpret_cast<const block_q6_Kx16*>(static_cast<const uint8_t*>(w) + g * group_bytes);
+            __m512 acc[NT];
+            for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+            for (int64_t i = 0; i < n / QK_K; ++i) {
+                prefetch_weights<sizeof(block_q6_Kx16)>(x + i);
+                superblock(x[i], act, i, acc);
+            }
+            for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride + g * 16, acc[t]);
+        }
+    }
+};
+
+}  // namespace
+
+void gemm16_q6_k_avx512(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    switch (n_tok) {
+        case 1: q6_k_gemm16<1>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 2: q6_k_gemm16<2>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 3: q6_k_gemm16<3>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 4: q6_k_gemm16<4>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 5: q6_k_gemm16<5>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 6: q6_k_gemm16<6>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 7: q6_k_gemm16<7>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 8: q6_k_gemm16<8>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+    }
+}
+
+}  // namespace strata::kernels::cpu::detail
