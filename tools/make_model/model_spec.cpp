@@ -85,6 +85,7 @@ model_spec deepseek2_preset(const std::string& name, model_spec s) {
         s.n_expert_groups = 8;
         s.n_group_used = 4;
         s.type_shexp = ggml_type::Q4_K;
+        s.type_attn = ggml_type::Q8_0;  // attn_k_b rows are 128 wide, narrower than a K-quant block
     }
     return s;
 }
