@@ -196,8 +196,7 @@ void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_ca
             matmul(l.wo, n_tok, att_.data(), tmp_.data());
         }
         add_bytes(phase_clock::attn_proj, bytes_of(l.wq) + bytes_of(l.wk) + bytes_of(l.wv) + bytes_of(l.wo) +
-                                              bytes_of(l.wq_a) + bytes_of(l.wq_b) + bytes_of(l.wkv_a) +
-                                              bytes_of(l.wk_b) + bytes_of(l.wv_b));
+                                              bytes_of(l.wq_a) + bytes_of(l.wq_b) + bytes_of(l.wkv_a));
         for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
 
         for (int t = 0; t < n_tok; ++t)

@@ -20,6 +20,8 @@ namespace cpu = kernels::cpu;
 
 namespace {
 
+uint64_t bytes_of(const weight_matrix& w) { return static_cast<uint64_t>(w.n_rows) * w.m.row_stride; }
+
 template <class T>
 T* grown(std::vector<T>& v, size_t n) {
     if (v.size() < n) v.resize(std::max(n, v.size() * 2));
@@ -83,7 +85,9 @@ void forward_pass::mla_attention(int il, int n_tok, int pos0, kv_cache& kv) {
     }
     arenas::scoped_seconds timer(seconds(phase_clock::attention));
     const int n_pos = pos0 + n_tok;
-    add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, 1, row, kv.type(), true) * static_cast<uint64_t>(n_pos));
+    // The latent rows read, and the per-head up-projections applied inside attention.
+    add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, 1, row, kv.type(), true) * static_cast<uint64_t>(n_pos) +
+                                          bytes_of(l.wk_b) + bytes_of(l.wv_b));
     for (int t = 0; t < n_tok; ++t) {
         float* c = kv_a + static_cast<size_t>(t) * row;
         cpu::rms_norm(c, l.kv_a_norm, hp_.rms_eps, lora, c);
