@@ -238,6 +238,9 @@ model_options checked(model_options o, int n_ctx_train) {
 std::string hybrid_unsupported(const engine::hparams& hp) {
     if (hp.mla())
         return fmt::format("the GPU hybrid does not run {}'s multi-head latent attention yet", hp.arch.name);
+    if (hp.n_expert_groups > 1)
+        return fmt::format("the GPU hybrid does not run group-limited routing ({} expert groups) yet",
+                           hp.n_expert_groups);
     if (hp.n_layer_dense_lead > 0)
         return fmt::format("the GPU hybrid does not run the {} leading dense layers of {} models yet",
                            hp.n_layer_dense_lead, hp.arch.name);

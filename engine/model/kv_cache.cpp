@@ -100,6 +100,7 @@ void kv_cache::shrink(int n_pos) {
 }
 
 void kv_cache::store(int layer, int pos, const float* k, const float* v) {
+    if (latent_) throw std::logic_error("kv_cache::store on a latent cache (store_latent writes its rows)");
     if (pos < 0 || pos >= capacity())
         throw kv_cache_full(fmt::format("KV cache: position {} is outside the {} positions it has room for (context {})",
                                         pos, capacity(), n_ctx_));
@@ -114,6 +115,7 @@ void kv_cache::store(int layer, int pos, const float* k, const float* v) {
 }
 
 void kv_cache::store_latent(int layer, int pos, const float* row) {
+    if (!latent_) throw std::logic_error("kv_cache::store_latent on a cache of keys and values");
     if (pos < 0 || pos >= capacity())
         throw kv_cache_full(fmt::format("KV cache: position {} is outside the {} positions it has room for (context {})",
                                         pos, capacity(), n_ctx_));
@@ -189,6 +191,7 @@ void kv_cache::write_rows(int layer, int chunk, int t, int r0, int r1, const uin
 }
 
 kernels::cpu::kv_tile kv_cache::tile(int layer, int g, int chunk, int n_pos) const {
+    if (latent_) throw std::logic_error("kv_cache::tile on a latent cache (read_latent reads its rows)");
     const int64_t pos0 = int64_t{chunk} * chunk_tokens;
     return {element_type(type_),
             tile_rows(layer, chunk, g),

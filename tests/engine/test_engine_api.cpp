@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "generate.hpp"
+#include "gguf/gguf_writer.hpp"
 #include "strata/engine.hpp"
 
 namespace strata {
@@ -319,6 +320,26 @@ TEST(EngineApi, Deepseek2RunsCpuOnlyOverALatentCache) {
     EXPECT_EQ(fresh.time.cache_n, 0);
     ASSERT_EQ(restored.tokens.size(), fresh.tokens.size());
     for (size_t i = 0; i < fresh.tokens.size(); ++i) EXPECT_EQ(restored.tokens[i].id, fresh.tokens[i].id);
+}
+
+// Group-limited routing is read for every architecture, as llama.cpp does; the hybrid does not run it.
+TEST(EngineApi, GroupLimitedRoutingRunsCpuOnlyWithTheReason) {
+    const auto path = std::filesystem::temp_directory_path() / "strata_api_qwen3moe_groups.gguf";
+    gguf::writer w = make_model::build_model(make_model::preset("tiny"));
+    w.set("qwen3moe.expert_group_count", gguf::value::u32(4));
+    w.set("qwen3moe.expert_group_used_count", gguf::value::u32(2));
+    w.write_file(path.string());
+    model_options o;
+    o.path = path.string();
+    o.numa_pool = "off";
+    o.n_ctx = 64;
+    o.gpu = 0;
+    const auto m = model::load(o);
+    EXPECT_FALSE(m->info().gpu_hybrid);
+    EXPECT_NE(m->info().gpu_cpu_only_reason.find("group-limited routing (4 expert groups)"), std::string::npos)
+        << m->info().gpu_cpu_only_reason;
+    EXPECT_EQ(session(m).generate(m->tokenize("Hello"), greedy(2)).tokens.size(), 2u);
+    std::filesystem::remove(path);
 }
 
 TEST(EngineApi, StatisticsCountRoutedExperts) {
