@@ -482,6 +482,41 @@ TEST(Forward, RopeScalingMatchesNaiveReference) {
     }
 }
 
+// deepseek2 under YaRN with DeepSeek's yarn_log_multiplier: the attention scale mscale^2 / sqrt(head)
+// and the rotation's own factor cancelled, against the reference's reading of the keys, all-F32 so
+// that a wrong factor shows (the scale moves every score by ~27 % at factor 4).
+TEST(Forward, Deepseek2YarnScaleMatchesNaiveReference) {
+    using make_model::rope_scaling_type;
+    auto pool = make_pool("off", 2);
+    make_model::model_spec spec = make_model::preset("tiny", arch::deepseek2);
+    for (ggml_type* t : {&spec.type_experts, &spec.type_shexp, &spec.type_attn, &spec.type_embd, &spec.type_out})
+        *t = ggml_type::F32;
+    spec.n_ctx = 64;
+    spec.rope_scaling = rope_scaling_type::yarn;
+    spec.rope_factor = 4.0f;
+    spec.rope_yarn_log_mul = 0.0707f;
+    auto m = load(spec);
+    ASSERT_GT(m->hp.kq_scale, 1.2f / std::sqrt(64.0f));
+    const auto tokens = some_tokens(m->hp.n_vocab, 36);
+    const std::vector<float> got = run(*m, *pool, tokens, kv_type::f16, 7);
+    spec.rope_yarn_log_mul = 0.0f;  // the same weights without the multiplier: the scale the test must see
+    auto plain = load(spec);
+    const std::vector<float> without = run(*plain, *pool, tokens, kv_type::f16, 7);
+    testing::reference_model ref(m->file);
+    const auto want = ref.logits(tokens);
+    const size_t nv = static_cast<size_t>(m->hp.n_vocab);
+    double worst = 0, moved = 0;
+    for (size_t p = 0; p < tokens.size(); ++p) {
+        worst = std::max(worst, rel_err(got.data() + p * nv, want[p]));
+        moved = std::max(moved, rel_err(without.data() + p * nv, want[p]));
+    }
+    std::printf("  deepseek2 yarn x4, log multiplier 0.707: worst relative logit error %.2e; without the multiplier "
+                "%.3f\n",
+                worst, moved);
+    EXPECT_LT(worst, 2e-3);
+    EXPECT_GT(moved, 0.01);
+}
+
 TEST(Forward, RouteTokenSigmoidBiasSelectsButDoesNotWeigh) {
     const float logits[4] = {0.0f, 1.0f, 2.0f, 0.5f};
     const float bias[4] = {0.5f, 0.0f, 0.0f, 0.0f};

@@ -67,6 +67,8 @@ int run(int argc, char** argv) {
          cxxopts::value<std::string>())
         ("rope-factor", "rope.scaling.factor (linear, yarn)", cxxopts::value<float>())
         ("yarn-orig-ctx", "yarn: rope.scaling.original_context_length (default: ctx / factor)", cxxopts::value<int>())
+        ("yarn-log-mul", "deepseek2, yarn: rope.scaling.yarn_log_multiplier as converted files carry it (0.1 x "
+         "mscale_all_dim, e.g. 0.0707)", cxxopts::value<float>())
         ("type-experts", "type of routed expert weights", cxxopts::value<std::string>())
         ("type-shexp", "type of shared expert weights", cxxopts::value<std::string>())
         ("type-attn", "type of attention weights", cxxopts::value<std::string>())
@@ -144,6 +146,11 @@ int run(int argc, char** argv) {
             throw std::invalid_argument(fmt::format("--rope-factor must be positive, got {}", s.rope_factor));
     }
     set_int("yarn-orig-ctx", s.rope_orig_ctx);
+    if (a.count("yarn-log-mul")) {
+        if (s.architecture != arch::deepseek2 || s.rope_scaling != rope_scaling_type::yarn)
+            throw std::invalid_argument("--yarn-log-mul needs --arch deepseek2 and --rope-scaling yarn");
+        s.rope_yarn_log_mul = a["yarn-log-mul"].as<float>();
+    }
 
     const std::string out = a["output"].as<std::string>();
     const auto t0 = std::chrono::steady_clock::now();
