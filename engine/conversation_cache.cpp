@@ -140,7 +140,7 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
             touch(s);
             return s.id;
         }
-    const stream_layout layout{tokens.size(), kv.n_layer(), 2 * kv.n_head_kv(), kv.head_row_bytes()};
+    const stream_layout layout{tokens.size(), kv.n_layer(), kv.n_tiles(), kv.head_row_bytes()};
     const size_t total = layout.total();
     uint64_t need = 0;
     for (size_t at = 0; at < total; at += segment_bytes) need += mapped_bytes(std::min(segment_bytes, total - at));

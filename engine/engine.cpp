@@ -98,9 +98,10 @@ model_info describe(const model::impl& m, const arenas::pool_plan& plan) {
     i.kv_type = engine::kv_type_name(m.kv);
     i.chat_format = m.chat ? std::string(m.chat->name()) : "";
     i.file_bytes = m.file.file_size();
-    i.kv_bytes_per_session = engine::kv_cache::bytes_needed(hp.n_layer, m.options.n_ctx, hp.n_head_kv, hp.head_dim, m.kv);
+    i.kv_bytes_per_session = engine::kv_cache::bytes_needed(hp.n_layer, m.options.n_ctx, hp.kv_heads(), hp.kv_head_dim(), m.kv,
+                                                               hp.mla());
     i.kv_chunk_tokens = engine::kv_cache::chunk_tokens;
-    i.kv_bytes_per_token = engine::kv_cache::bytes_per_token(hp.n_layer, hp.n_head_kv, hp.head_dim, m.kv);
+    i.kv_bytes_per_token = engine::kv_cache::bytes_per_token(hp.n_layer, hp.kv_heads(), hp.kv_head_dim(), m.kv, hp.mla());
     i.pool_split = plan.split;
     i.pool_test_mode = plan.test_mode;
     i.pool_reason = plan.reason;
@@ -235,10 +236,15 @@ model_options checked(model_options o, int n_ctx_train) {
 // What the GPU hybrid does not run yet (it routes by softmax and expects experts in every layer),
 // or empty.
 std::string hybrid_unsupported(const engine::hparams& hp) {
+    if (hp.mla())
+        return fmt::format("the GPU hybrid does not run {}'s multi-head latent attention yet", hp.arch.name);
+    if (hp.n_expert_groups > 1)
+        return fmt::format("the GPU hybrid does not run group-limited routing ({} expert groups) yet",
+                           hp.n_expert_groups);
     if (hp.n_layer_dense_lead > 0)
         return fmt::format("the GPU hybrid does not run the {} leading dense layers of {} models yet",
                            hp.n_layer_dense_lead, hp.arch.name);
-    if (hp.gating != engine::gating_func::softmax || hp.arch.exp_probs_b || hp.expert_weights_norm != hp.arch.norm_topk ||
+    if (hp.gating != engine::gating_func::softmax || hp.arch.exp_probs_b != engine::presence::absent || hp.expert_weights_norm != hp.arch.norm_topk ||
         (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f))
         return fmt::format("the GPU hybrid does not run {}'s routing (sigmoid gating, score-correction bias, "
                            "weight scale) yet",

@@ -49,7 +49,7 @@ struct session::impl {
     explicit impl(std::shared_ptr<model> o)
         : owner(std::move(o)),
           m(*owner->impl_),
-          kv(m.hp.n_layer, m.options.n_ctx, m.hp.n_head_kv, m.hp.head_dim, m.kv),
+          kv(m.hp.n_layer, m.options.n_ctx, m.hp.kv_heads(), m.hp.kv_head_dim(), m.kv, m.hp.mla()),
           logits(static_cast<size_t>(m.hp.n_vocab)) {}
 
     // Evaluates tokens at the end of the cache (on the engine thread).

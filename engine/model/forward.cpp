@@ -21,6 +21,32 @@ constexpr int64_t kDenseGrain = 16;  // rows per work item of a dense matmul
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
+// Group-limited routing (DeepSeek-V2/V3): each group of n_expert / n_group experts is scored by the
+// sum of its two best selection scores; every expert outside the n_used best groups drops to -inf.
+void keep_best_groups(std::vector<float>& sel, int n_group, int n_used) {
+    const size_t per_group = sel.size() / static_cast<size_t>(n_group);
+    std::vector<std::pair<float, int>> groups;
+    groups.reserve(static_cast<size_t>(n_group));
+    for (int g = 0; g < n_group; ++g) {
+        const float* s = sel.data() + static_cast<size_t>(g) * per_group;
+        float best = -INFINITY, second = -INFINITY;
+        for (size_t i = 0; i < per_group; ++i) {
+            if (s[i] > best) {
+                second = best;
+                best = s[i];
+            } else if (s[i] > second) {
+                second = s[i];
+            }
+        }
+        groups.emplace_back(best + second, g);
+    }
+    std::partial_sort(groups.begin(), groups.begin() + n_used, groups.end(),
+                      [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    for (size_t j = static_cast<size_t>(n_used); j < groups.size(); ++j)
+        std::fill_n(sel.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(groups[j].second) * per_group),
+                    per_group, -INFINITY);
+}
+
 uint64_t bytes_of(const weight_matrix& w) { return w.present() ? static_cast<uint64_t>(w.n_rows) * w.m.row_stride : 0; }
 
 }  // namespace
@@ -36,6 +62,7 @@ void route_token(const float* logits, const float* bias, int n_expert, int k, co
     std::vector<float> sel(p);
     if (bias)
         for (int e = 0; e < n_expert; ++e) sel[static_cast<size_t>(e)] += bias[e];
+    if (o.n_group > 1) keep_best_groups(sel, o.n_group, o.n_group_used);
     std::vector<int32_t> order(static_cast<size_t>(n_expert));
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
@@ -142,7 +169,7 @@ void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_ca
     x_.resize(nt * n_embd);
     xn_.resize(nt * n_embd);
     q_.resize(nt * hp_.n_q());
-    att_.resize(nt * hp_.n_q());
+    att_.resize(nt * std::max(hp_.n_q(), hp_.n_v()));
     k_.resize(nt * hp_.n_kv());
     v_.resize(nt * hp_.n_kv());
     tmp_.resize(nt * n_embd);
@@ -160,12 +187,16 @@ void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_ca
         const layer_weights& l = w_.layers[static_cast<size_t>(il)];
         for (int t = 0; t < n_tok; ++t)
             cpu::rms_norm(x_.data() + t * n_embd, l.attn_norm, hp_.rms_eps, hp_.n_embd, xn_.data() + t * n_embd);
-        attention(il, n_tok, pos0, kv);
+        if (hp_.mla())
+            mla_attention(il, n_tok, pos0, kv);
+        else
+            attention(il, n_tok, pos0, kv);
         {
             arenas::scoped_seconds t(seconds(phase_clock::attn_proj));
             matmul(l.wo, n_tok, att_.data(), tmp_.data());
         }
-        add_bytes(phase_clock::attn_proj, bytes_of(l.wq) + bytes_of(l.wk) + bytes_of(l.wv) + bytes_of(l.wo));
+        add_bytes(phase_clock::attn_proj, bytes_of(l.wq) + bytes_of(l.wk) + bytes_of(l.wv) + bytes_of(l.wo) +
+                                              bytes_of(l.wq_a) + bytes_of(l.wq_b) + bytes_of(l.wkv_a));
         for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
 
         for (int t = 0; t < n_tok; ++t)
@@ -234,7 +265,8 @@ void forward_pass::moe(int il, int n_tok) {
     const layer_weights& l = w_.layers[static_cast<size_t>(il)];
     const int k = hp_.n_expert_used;
     const int moe_il = il - hp_.n_layer_dense_lead;  // the pool's layer index
-    const routing_options ro{hp_.gating, hp_.expert_weights_norm, hp_.expert_weights_scale};
+    const routing_options ro{hp_.gating, hp_.expert_weights_norm, hp_.expert_weights_scale, hp_.n_expert_groups,
+                             hp_.n_group_used};
     std::optional<arenas::scoped_seconds> t;
     t.emplace(seconds(phase_clock::router));
     add_bytes(phase_clock::router, bytes_of(l.router));

@@ -65,6 +65,11 @@ private:
     void eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
     void eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
     void attention(int layer, int n_tok, int pos0, kv_cache& kv);
+    // deepseek2's multi-head latent attention (mla.cpp): xn_ -> att_ [n_tok][n_v].
+    void mla_attention(int layer, int n_tok, int pos0, kv_cache& kv);
+    // y[t][h * n_rows + r] = head h's rows of w (n_rows from row h * step + row0) . in[t][h * in_cols ..]
+    void matmul_heads(const weight_matrix& w, int64_t step, int64_t row0, int64_t n_rows, int n_tok, const float* in,
+                      float* y);
     void moe(int layer, int n_tok);
     // tmp_ = down(silu(gate xn) * up xn) over n_ff hidden units, for dense and shared-expert FFNs.
     void ffn(const weight_matrix& gate, const weight_matrix& up, const weight_matrix& down, int n_ff, int n_tok);
@@ -98,6 +103,15 @@ private:
     std::vector<int32_t> ids_;    // [n_tok][n_expert_used]
     std::vector<float> weights_;  // [n_tok][n_expert_used]
     std::vector<uint8_t> act_;    // quantized activations of a matmul
+    // Latent attention (per token): the query through its bottleneck, the latent and rotated key, the
+    // query's no-RoPE part absorbed into the latent, the latent rows read back from the cache, scores.
+    std::vector<float> q_a_;      // [n_tok][n_lora_q]
+    std::vector<float> kv_a_;     // [n_tok][n_lora_kv + n_rot]
+    std::vector<float> q_nope_;   // [n_tok][n_head][head_dim - n_rot]
+    std::vector<float> q_lat_;    // [n_tok][n_head][n_lora_kv + n_rot]: absorbed query, then its rotated part
+    std::vector<float> o_lat_;    // [n_tok][n_head][n_lora_kv]
+    std::vector<float> lat_;      // [n_pos][n_lora_kv + n_rot]
+    std::vector<float> scores_;   // [n_tok * n_head][n_pos]
 };
 
 // The routed experts of every MoE layer in layer order, as the pool reads them: the pool's layer
@@ -109,11 +123,14 @@ struct routing_options {
     gating_func gating = gating_func::softmax;
     bool normalize = false;  // weights divided by their sum (at least 2^-14, as llama.cpp clamps it)
     float scale = 0;         // weights multiplied by this unless 0 or 1
+    int n_group = 0;         // group-limited selection over this many equal groups of experts (0, 1: off)
+    int n_group_used = 0;    // the groups kept
 };
 
 // Scores = softmax or sigmoid of the logits; top-k by score + bias[e] (bias may be null; ties: the
-// lower expert id); the weights are the unbiased scores of the chosen experts, then normalised and
-// scaled as `o` says: ids and weights [k]. Exposed for tests.
+// lower expert id); with groups, only among the n_group_used groups whose two best biased scores sum
+// highest (ties: the lower group); the weights are the unbiased scores of the chosen experts, then
+// normalised and scaled as `o` says: ids and weights [k]. Exposed for tests.
 void route_token(const float* logits, const float* bias, int n_expert, int k, const routing_options& o, int32_t* ids,
                  float* weights);
 // Softmax, no bias, optionally renormalised.

@@ -12,14 +12,17 @@ namespace {
 
 constexpr presence no = presence::absent, may = presence::optional, must = presence::required;
 constexpr arch_traits kArchs[] = {
-    {arch::qwen3moe, "qwen3moe", must, no, false, true, gating_func::softmax, false, "ffn_norm",
+    {arch::qwen3moe, "qwen3moe", must, no, false, true, gating_func::softmax, no, "ffn_norm",
      kernels::cpu::rope_style::neox},
-    {arch::qwen2moe, "qwen2moe", no, must, true, false, gating_func::softmax, false, "ffn_norm",
+    {arch::qwen2moe, "qwen2moe", no, must, true, false, gating_func::softmax, no, "ffn_norm",
      kernels::cpu::rope_style::neox},
-    {arch::mixtral, "mixtral", no, no, false, true, gating_func::softmax, false, "ffn_norm",
+    {arch::mixtral, "mixtral", no, no, false, true, gating_func::softmax, no, "ffn_norm",
      kernels::cpu::rope_style::normal},
-    {arch::glm4moe, "glm4moe", may, may, true, false, gating_func::sigmoid, true, "post_attention_norm",
+    {arch::glm4moe, "glm4moe", may, may, true, false, gating_func::sigmoid, must, "post_attention_norm",
      kernels::cpu::rope_style::neox},
+    // deepseek2's attention is its own (weights.cpp, mla.cpp): neither QK norm nor biases.
+    {arch::deepseek2, "deepseek2", no, no, true, false, gating_func::softmax, may, "ffn_norm",
+     kernels::cpu::rope_style::normal},
 };
 
 int read_int(const gguf::reader& f, const std::string& key, std::optional<int> fallback = std::nullopt) {
@@ -83,6 +86,76 @@ void read_routing_keys(const gguf::reader& f, const std::string& p, hparams& hp)
     }
 }
 
+// Group-limited routing (expert_group_count, expert_group_used_count), as llama.cpp checks it.
+void read_expert_groups(const gguf::reader& f, const std::string& p, hparams& hp) {
+    hp.n_expert_groups = read_int(f, p + "expert_group_count", 0);
+    hp.n_group_used = read_int(f, p + "expert_group_used_count", 0);
+    if (hp.n_expert_groups <= 1) return;
+    const int per_group = hp.n_expert / hp.n_expert_groups;
+    if (hp.n_expert_groups >= hp.n_expert || hp.n_expert % hp.n_expert_groups != 0 || per_group < 2)
+        throw std::runtime_error(fmt::format("{}: {}expert_group_count is {}, which must split the {} experts into equal "
+                                             "groups of at least 2",
+                                             f.path(), p, hp.n_expert_groups, hp.n_expert));
+    if (hp.n_group_used < 1 || hp.n_group_used >= hp.n_expert_groups ||
+        hp.n_expert_used > hp.n_group_used * per_group)
+        throw std::runtime_error(fmt::format("{}: {}expert_group_used_count is {}; with {} groups of {} experts and {} "
+                                             "experts used per token it must be 1..{} and hold the experts used",
+                                             f.path(), p, hp.n_group_used, hp.n_expert_groups, per_group,
+                                             hp.n_expert_used, hp.n_expert_groups - 1));
+}
+
+// deepseek2's latent attention keys. With attention.key_length_mla / value_length_mla (attn_k_b +
+// attn_v_b files) those are the per-head sizes and key_length / value_length describe llama.cpp's
+// cache (kv_lora_rank + n_rot, kv_lora_rank); without them (one attn_kv_b) key_length and
+// value_length are the per-head sizes. q_lora_rank absent or 0: a plain attn_q, as the Lite models.
+void read_mla_keys(const gguf::reader& f, const std::string& p, hparams& hp) {
+    hp.n_lora_q = read_int(f, p + "attention.q_lora_rank", 0);
+    hp.n_lora_kv = read_int(f, p + "attention.kv_lora_rank");
+    if (hp.n_lora_kv < 1)
+        throw std::runtime_error(fmt::format("{}: {}attention.kv_lora_rank is {}, must be positive", f.path(), p,
+                                             hp.n_lora_kv));
+    const int per_head = hp.n_embd / hp.n_head;
+    const int key_len = read_int(f, p + "attention.key_length", per_head);
+    const int value_len = read_int(f, p + "attention.value_length", per_head);
+    const bool k_mla = f.find(p + "attention.key_length_mla") != nullptr;
+    const bool v_mla = f.find(p + "attention.value_length_mla") != nullptr;
+    if (k_mla != v_mla)
+        throw std::runtime_error(fmt::format("{}: only one of {}attention.key_length_mla and {}attention.value_length_mla "
+                                             "is set; llama.cpp needs both or neither",
+                                             f.path(), p, p));
+    hp.kv_b_split = k_mla;
+    hp.head_dim = k_mla ? read_int(f, p + "attention.key_length_mla") : key_len;
+    hp.head_dim_v = v_mla ? read_int(f, p + "attention.value_length_mla") : value_len;
+    hp.n_rot = read_int(f, p + "rope.dimension_count", hp.head_dim);
+    if (hp.n_rot <= 0 || hp.n_rot >= hp.head_dim || hp.n_rot % 2 != 0 || hp.head_dim_v < 1)
+        throw std::runtime_error(fmt::format("{}: rope.dimension_count {} must be even and below the query/key head "
+                                             "size {} (the head's part without RoPE), and the value head size {} "
+                                             "positive",
+                                             f.path(), hp.n_rot, hp.head_dim, hp.head_dim_v));
+    if (k_mla && (key_len != hp.n_lora_kv + hp.n_rot || value_len != hp.n_lora_kv))
+        throw std::runtime_error(fmt::format("{}: {}attention.key_length {} and value_length {} must be kv_lora_rank + "
+                                             "rope.dimension_count = {} and kv_lora_rank = {} in a file with the "
+                                             "*_mla keys",
+                                             f.path(), p, key_len, value_len, hp.n_lora_kv + hp.n_rot, hp.n_lora_kv));
+    hp.rope_yarn_log_mul = static_cast<float>(f.get_f64(p + "rope.scaling.yarn_log_multiplier", 0.0)) / 0.1f;
+}
+
+// DeepSeek's YaRN correction, as llama_context and llm_build_deepseek2 apply it: under YaRN the
+// rotation's own 1 + 0.1 ln(factor) is cancelled (unless no yarn_log_multiplier is set), and the
+// attention scale carries mscale^2 with mscale = (1 + 0.1 ln factor)(1 + 0.1 log_mul ln factor).
+void apply_mla_rope_scale(hparams& hp, float file_attn_factor) {
+    rope_params& r = hp.rope;
+    const float ln_factor = std::log(1.0f / r.freq_scale);
+    if (r.ext_factor != 0.0f) {
+        const float factor = 1.0f / r.freq_scale;
+        const float plain = factor <= 1.0f ? 1.0f : 0.1f * ln_factor + 1.0f;
+        r.attn_factor = (hp.rope_yarn_log_mul != 0.0f ? 1.0f : plain) / (1.0f + 0.1f * ln_factor) * file_attn_factor;
+    }
+    const float attn_factor_org = r.attn_factor * (1.0f + 0.1f * ln_factor);
+    const float mscale = attn_factor_org * (1.0f + 0.1f * hp.rope_yarn_log_mul * ln_factor);
+    hp.kq_scale = mscale * mscale / std::sqrt(static_cast<float>(hp.head_dim));
+}
+
 }  // namespace
 
 const arch_traits& traits(arch a) {
@@ -103,9 +176,11 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
         hp.arch = traits(arch::mixtral);
     } else if (g == "glm4moe") {
         hp.arch = traits(arch::glm4moe);
+    } else if (g == "deepseek2") {
+        hp.arch = traits(arch::deepseek2);
     } else {
         throw std::runtime_error(fmt::format("{}: architecture '{}' is not supported (strata runs qwen3moe, qwen2moe, "
-                                             "glm4moe and llama-style MoE such as Mixtral)",
+                                             "glm4moe, deepseek2 and llama-style MoE such as Mixtral)",
                                              f.path(), g.empty() ? "(none)" : g));
     }
     // Absent keys take llama.cpp's defaults (llama-model.cpp and src/models/*.cpp); the keys it requires
@@ -132,18 +207,25 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
                                              f.path(), p, hp.n_expert_used, hp.n_expert));
     hp.gating = hp.arch.gating;
     hp.expert_weights_norm = hp.arch.norm_topk;
-    if (hp.arch.id == arch::glm4moe) read_routing_keys(f, p, hp);
-    hp.head_dim = read_int(f, p + "attention.key_length", hp.n_embd / hp.n_head);
-    const int v_len = read_int(f, p + "attention.value_length", hp.n_embd / hp.n_head);
-    if (v_len != hp.head_dim)
-        throw std::runtime_error(fmt::format("{}: key length {} and value length {} differ ({}attention.key_length, "
-                                             "{}attention.value_length, each n_embd / n_head = {} when absent); "
-                                             "strata needs them equal",
-                                             f.path(), hp.head_dim, v_len, p, p, hp.n_embd / hp.n_head));
-    hp.n_rot = read_int(f, p + "rope.dimension_count", hp.head_dim);
-    if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
-        throw std::runtime_error(fmt::format("{}: rope.dimension_count {} must be even and at most the head size {}",
-                                             f.path(), hp.n_rot, hp.head_dim));
+    const bool ds = hp.arch.id == arch::deepseek2;
+    if (hp.arch.id == arch::glm4moe || ds) read_routing_keys(f, p, hp);
+    read_expert_groups(f, p, hp);
+    if (ds) {
+        read_mla_keys(f, p, hp);
+    } else {
+        hp.head_dim = read_int(f, p + "attention.key_length", hp.n_embd / hp.n_head);
+        const int v_len = read_int(f, p + "attention.value_length", hp.n_embd / hp.n_head);
+        if (v_len != hp.head_dim)
+            throw std::runtime_error(fmt::format("{}: key length {} and value length {} differ ({}attention.key_length, "
+                                                 "{}attention.value_length, each n_embd / n_head = {} when absent); "
+                                                 "strata needs them equal",
+                                                 f.path(), hp.head_dim, v_len, p, p, hp.n_embd / hp.n_head));
+        hp.n_rot = read_int(f, p + "rope.dimension_count", hp.head_dim);
+        if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
+            throw std::runtime_error(fmt::format("{}: rope.dimension_count {} must be even and at most the head size {}",
+                                                 f.path(), hp.n_rot, hp.head_dim));
+        hp.head_dim_v = hp.head_dim;
+    }
     const std::string ff_key = p + "feed_forward_length", ff_exp_key = p + "expert_feed_forward_length";
     if (hp.arch.id == arch::mixtral) {
         // llama.cpp's llama architecture sizes its experts by feed_forward_length alone.
@@ -152,7 +234,7 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
             throw std::runtime_error(fmt::format("{}: {} is {} but {} is {}; llama-style MoE experts are "
                                                  "feed_forward_length wide",
                                                  f.path(), ff_exp_key, read_int(f, ff_exp_key), ff_key, hp.n_ff_exp));
-    } else if (f.find(ff_exp_key) || hp.arch.id == arch::glm4moe) {  // glm4moe: required, as in llama.cpp
+    } else if (f.find(ff_exp_key) || hp.arch.id == arch::glm4moe || ds) {  // glm4moe, deepseek2: required, as in llama.cpp
         hp.n_ff_exp = read_int(f, ff_exp_key);
     } else if (f.find(ff_key)) {
         hp.n_ff_exp = read_int(f, ff_key) / hp.n_expert_used;  // as llama.cpp: the dense width over the experts used
@@ -166,7 +248,7 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
                                              ff_exp_key, ff_key, p, hp.n_ff_exp));
     // As llama.cpp: without its own key the shared expert is feed_forward_length wide, and its tensors
     // are required either way (weights.cpp checks their shapes).
-    if (hp.arch.id == arch::glm4moe) {
+    if (hp.arch.id == arch::glm4moe || ds) {
         // llama.cpp requires the count; the shared experts act as one of count times the expert width.
         hp.n_expert_shared = read_int(f, p + "expert_shared_count");
         hp.n_ff_shexp = hp.n_expert_shared * hp.n_ff_exp;
@@ -185,6 +267,7 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
     if (!std::isfinite(hp.rms_eps) || hp.rms_eps < 0.0f)
         throw std::runtime_error(fmt::format("{}: {} is {}, must be 0 or more", f.path(), eps_key, hp.rms_eps));
     hp.rope = read_rope(f, g, hp.n_ctx_train, rope);
+    if (ds) apply_mla_rope_scale(hp, static_cast<float>(f.get_f64(p + "rope.scaling.attn_factor", 1.0)));
     if (const gguf::value* tokens = f.find("tokenizer.ggml.tokens"))
         hp.n_vocab = static_cast<int>(tokens->as_array("tokenizer.ggml.tokens").size());
     return hp;

@@ -10,7 +10,7 @@
 
 namespace strata::engine {
 
-enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe };
+enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2 };
 
 // Whether the file must, may or must not carry a class of tensors.
 enum class presence { absent, optional, required };
@@ -27,7 +27,7 @@ struct arch_traits {
     bool shared_expert;     // an always-on expert (qwen2moe's with a sigmoid gate, glm4moe's without)
     bool norm_topk;         // default of expert_weights_norm: renormalise the top-k weights to sum to 1
     gating_func gating;     // default of expert_gating_func
-    bool exp_probs_b;       // a per-expert score-correction bias for the selection (glm4moe)
+    presence exp_probs_b;   // a per-expert score-correction bias for the selection (glm4moe; deepseek2 may)
     const char* ffn_norm;   // the pre-FFN norm's tensor name within a block
     kernels::cpu::rope_style rope;
 };
@@ -41,8 +41,15 @@ struct hparams {
     int n_embd = 0;
     int n_head = 0;
     int n_head_kv = 0;
-    int head_dim = 0;          // key/value length per head
+    int head_dim = 0;          // query/key length per head (deepseek2: the no-RoPE part, then the RoPE part)
+    int head_dim_v = 0;        // value length per head (head_dim but in deepseek2)
     int n_rot = 0;             // dims rotated by RoPE (head_dim unless the file says otherwise)
+    // deepseek2's multi-head latent attention (0 elsewhere).
+    int n_lora_q = 0;          // query through a rank-n_lora_q bottleneck; 0: a plain attn_q
+    int n_lora_kv = 0;         // the latent a position's keys and values are decompressed from
+    bool kv_b_split = false;   // attn_k_b + attn_v_b (the *_mla keys are set); else one attn_kv_b
+    float kq_scale = 0;        // attention scale with YaRN's mscale correction (0: 1 / sqrt(head_dim))
+    float rope_yarn_log_mul = 0;  // rope.scaling.yarn_log_multiplier / 0.1, as llama.cpp reads it
     int n_expert = 0;
     int n_expert_used = 0;
     int n_ff_exp = 0;          // routed expert hidden size
@@ -50,7 +57,9 @@ struct hparams {
     int n_ff = 0;              // dense FFN hidden size of the leading dense layers (0 when there are none)
     int n_layer_dense_lead = 0;  // the first layers run a dense FFN instead of experts
     int n_layer_nextn = 0;     // next-token-prediction layers after the n_layer evaluated ones, not run
-    int n_expert_shared = 0;   // glm4moe: shared experts, n_ff_shexp = n_expert_shared * n_ff_exp
+    int n_expert_shared = 0;   // glm4moe, deepseek2: shared experts, n_ff_shexp = n_expert_shared * n_ff_exp
+    int n_expert_groups = 0;   // group-limited routing: experts in this many equal groups (0 or 1: off)
+    int n_group_used = 0;      // the groups a token's experts may come from
     gating_func gating = gating_func::softmax;
     bool expert_weights_norm = false;  // top-k weights renormalised to sum to 1
     float expert_weights_scale = 0;    // top-k weights multiplied by this (0 or 1: unscaled)
@@ -61,6 +70,12 @@ struct hparams {
 
     int n_q() const { return n_head * head_dim; }
     int n_kv() const { return n_head_kv * head_dim; }
+    int n_v() const { return n_head * head_dim_v; }  // attention output, the input of attn_output
+    bool mla() const { return n_lora_kv > 0; }
+    // What the KV cache keeps per position and layer: kv heads of kv_head_dim keys and values, or
+    // (latent attention) one row of the latent and the rotated key.
+    int kv_heads() const { return mla() ? 1 : n_head_kv; }
+    int kv_head_dim() const { return mla() ? n_lora_kv + n_rot : head_dim; }
     bool is_moe_layer(int il) const { return il >= n_layer_dense_lead; }
     int n_moe_layer() const { return n_layer - n_layer_dense_lead; }
 };

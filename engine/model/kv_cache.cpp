@@ -30,30 +30,34 @@ kv_type parse_kv_type(const std::string& name) {
 
 const char* kv_type_name(kv_type t) { return t == kv_type::f16 ? "f16" : "int8"; }
 
-kv_cache::kv_cache(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type type)
+kv_cache::kv_cache(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type type, bool latent)
     : n_layer_(n_layer),
       n_ctx_(n_ctx),
       n_head_kv_(n_head_kv),
       head_dim_(head_dim),
       type_(type),
+      latent_(latent),
       head_row_bytes_(formats::row_size(element_type(type), head_dim)),
       chunks_(static_cast<size_t>(n_layer)) {
     if (type == kv_type::int8 && head_dim % formats::QK8_0 != 0)
         throw std::invalid_argument("an int8 KV cache needs a head size that is a multiple of 32, this model's is " +
                                     std::to_string(head_dim));
     if (n_ctx < 1) throw std::invalid_argument(fmt::format("a KV cache needs a context of at least 1, got {}", n_ctx));
+    if (latent && n_head_kv != 1)
+        throw std::invalid_argument(fmt::format("a latent KV cache keeps one row per position, not {} kv heads", n_head_kv));
 }
 
 int kv_cache::capacity() const { return std::min(n_ctx_, n_chunks_ * chunk_tokens); }
 
 size_t kv_cache::bytes() const { return static_cast<size_t>(n_layer_) * static_cast<size_t>(n_chunks_) * chunk_bytes(); }
 
-size_t kv_cache::bytes_needed(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type type) {
-    return static_cast<size_t>(chunks_for(n_ctx)) * chunk_tokens * bytes_per_token(n_layer, n_head_kv, head_dim, type);
+size_t kv_cache::bytes_needed(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type type, bool latent) {
+    return static_cast<size_t>(chunks_for(n_ctx)) * chunk_tokens *
+           bytes_per_token(n_layer, n_head_kv, head_dim, type, latent);
 }
 
-size_t kv_cache::bytes_per_token(int n_layer, int n_head_kv, int head_dim, kv_type type) {
-    return 2 * static_cast<size_t>(n_layer) * static_cast<size_t>(n_head_kv) *
+size_t kv_cache::bytes_per_token(int n_layer, int n_head_kv, int head_dim, kv_type type, bool latent) {
+    return (latent ? 1 : 2) * static_cast<size_t>(n_layer) * static_cast<size_t>(n_head_kv) *
            formats::row_size(element_type(type), head_dim);
 }
 
@@ -96,6 +100,7 @@ void kv_cache::shrink(int n_pos) {
 }
 
 void kv_cache::store(int layer, int pos, const float* k, const float* v) {
+    if (latent_) throw std::logic_error("kv_cache::store on a latent cache (store_latent writes its rows)");
     if (pos < 0 || pos >= capacity())
         throw kv_cache_full(fmt::format("KV cache: position {} is outside the {} positions it has room for (context {})",
                                         pos, capacity(), n_ctx_));
@@ -106,6 +111,22 @@ void kv_cache::store(int layer, int pos, const float* k, const float* v) {
         put_key(tile_rows(layer, chunk, g), in_chunk, k + static_cast<size_t>(g) * head_dim_);
         formats::quantize_row(t, v + static_cast<size_t>(g) * head_dim_, tile_rows(layer, chunk, n_head_kv_ + g) + slot,
                               head_dim_);
+    }
+}
+
+void kv_cache::store_latent(int layer, int pos, const float* row) {
+    if (!latent_) throw std::logic_error("kv_cache::store_latent on a cache of keys and values");
+    if (pos < 0 || pos >= capacity())
+        throw kv_cache_full(fmt::format("KV cache: position {} is outside the {} positions it has room for (context {})",
+                                        pos, capacity(), n_ctx_));
+    uint8_t* dst = tile_rows(layer, pos / chunk_tokens, 0) + static_cast<size_t>(pos % chunk_tokens) * head_row_bytes_;
+    formats::quantize_row(element_type(type_), row, dst, head_dim_);
+}
+
+void kv_cache::read_latent(int layer, int p0, int p1, float* out) const {
+    for (int p = p0; p < p1; ++p, out += head_dim_) {
+        const uint8_t* src = tile_rows(layer, p / chunk_tokens, 0) + static_cast<size_t>(p % chunk_tokens) * head_row_bytes_;
+        formats::dequantize_row(element_type(type_), src, out, head_dim_);
     }
 }
 
@@ -132,7 +153,7 @@ void kv_cache::put_key_block(uint8_t* tile, int r, int j0, const formats::block_
 
 void kv_cache::read_rows(int layer, int chunk, int t, int r0, int r1, uint8_t* rows) const {
     const uint8_t* tile = tile_rows(layer, chunk, t);
-    if (t >= n_head_kv_) {
+    if (row_tile(t)) {
         std::memcpy(rows, tile + static_cast<size_t>(r0) * head_row_bytes_, static_cast<size_t>(r1 - r0) * head_row_bytes_);
         return;
     }
@@ -154,7 +175,7 @@ void kv_cache::read_rows(int layer, int chunk, int t, int r0, int r1, uint8_t* r
 
 void kv_cache::write_rows(int layer, int chunk, int t, int r0, int r1, const uint8_t* rows) {
     uint8_t* tile = tile_rows(layer, chunk, t);
-    if (t >= n_head_kv_) {
+    if (row_tile(t)) {
         std::memcpy(tile + static_cast<size_t>(r0) * head_row_bytes_, rows, static_cast<size_t>(r1 - r0) * head_row_bytes_);
         return;
     }
@@ -170,6 +191,7 @@ void kv_cache::write_rows(int layer, int chunk, int t, int r0, int r1, const uin
 }
 
 kernels::cpu::kv_tile kv_cache::tile(int layer, int g, int chunk, int n_pos) const {
+    if (latent_) throw std::logic_error("kv_cache::tile on a latent cache (read_latent reads its rows)");
     const int64_t pos0 = int64_t{chunk} * chunk_tokens;
     return {element_type(type_),
             tile_rows(layer, chunk, g),

@@ -6,6 +6,10 @@
 //   V: [n_head_kv][chunk_tokens][head_row]
 // so the keys (and the values) of one kv head in one chunk are one attention tile. Keys are stored in
 // the tile's blocked, transposed layout (kernels/cpu/attention.hpp): the same bytes, another order.
+//
+// A latent cache (deepseek2's multi-head latent attention) keeps one row per position instead: the
+// normed latent and the rotated key, head_dim = kv_lora_rank + n_rot values, n_head_kv = 1, in plain
+// row order (f16 halves or Q8_0 blocks), one tile per chunk: [chunk_tokens][head_row].
 #pragma once
 
 #include <cstdint>
@@ -34,22 +38,24 @@ class kv_cache {
 public:
     static constexpr int chunk_tokens = kernels::cpu::attn_tile_max;
 
-    kv_cache(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type type);
+    kv_cache(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type type, bool latent = false);
 
     int n_ctx() const { return n_ctx_; }
     int n_layer() const { return n_layer_; }
     kv_type type() const { return type_; }
     int n_chunks() const { return n_chunks_; }
     int n_head_kv() const { return n_head_kv_; }
+    bool latent() const { return latent_; }
+    int n_tiles() const { return latent_ ? 1 : 2 * n_head_kv_; }  // per chunk and layer
     size_t head_row_bytes() const { return head_row_bytes_; }
     int capacity() const;                       // positions with memory (a whole number of chunks, <= n_ctx)
     size_t bytes() const;                       // allocated now
-    size_t max_bytes() const { return bytes_needed(n_layer_, n_ctx_, n_head_kv_, head_dim_, type_); }
-    size_t chunk_bytes() const { return 2 * static_cast<size_t>(n_head_kv_) * tile_bytes(); }
+    size_t max_bytes() const { return bytes_needed(n_layer_, n_ctx_, n_head_kv_, head_dim_, type_, latent_); }
+    size_t chunk_bytes() const { return static_cast<size_t>(n_tiles()) * tile_bytes(); }
     // Bytes of a cache holding n_ctx positions (whole chunks).
-    static size_t bytes_needed(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type type);
+    static size_t bytes_needed(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type type, bool latent = false);
     // Bytes one position takes over every layer (keys and values), as attention reads them.
-    static size_t bytes_per_token(int n_layer, int n_head_kv, int head_dim, kv_type type);
+    static size_t bytes_per_token(int n_layer, int n_head_kv, int head_dim, kv_type type, bool latent = false);
 
     // Makes room for positions [0, n_pos). Throws kv_cache_full past n_ctx or when memory runs out.
     void reserve(int n_pos);
@@ -58,12 +64,16 @@ public:
 
     // Writes position pos (< capacity()) of a layer: k, v: [n_head_kv * head_dim] f32.
     void store(int layer, int pos, const float* k, const float* v);
+    // Latent cache: writes position pos's row (head_dim f32), and reads positions [p0, p1) of a layer
+    // back as f32 rows: out [p1 - p0][head_dim].
+    void store_latent(int layer, int pos, const float* row);
+    void read_latent(int layer, int p0, int p1, float* out) const;
 
     // Positions [chunk * chunk_tokens, min(n_pos, (chunk + 1) * chunk_tokens)) of kv head g.
     kernels::cpu::kv_tile tile(int layer, int g, int chunk, int n_pos) const;
 
-    // Positions [r0, r1) of tile t of a chunk (t in [0, 2 * n_head_kv): the keys of kv head t, then the
-    // values of kv head t - n_head_kv) copied out to / in from rows: [r1 - r0][head_row_bytes()],
+    // Positions [r0, r1) of tile t of a chunk (t in [0, n_tiles()): the keys of kv head t, then the
+    // values of kv head t - n_head_kv; a latent cache's one tile) copied out to / in from rows: [r1 - r0][head_row_bytes()],
     // whatever the tile's own layout. For parking and restoring conversations.
     void read_rows(int layer, int chunk, int t, int r0, int r1, uint8_t* rows) const;
     void write_rows(int layer, int chunk, int t, int r0, int r1, const uint8_t* rows);
@@ -94,6 +104,8 @@ private:
 
     int n_layer_, n_ctx_, n_head_kv_, head_dim_;
     kv_type type_;
+    bool latent_;
+    bool row_tile(int t) const { return latent_ || t >= n_head_kv_; }  // plain rows, not the blocked key layout
     size_t head_row_bytes_;   // one position of one kv head
     int n_chunks_ = 0;
     std::vector<std::vector<chunk_ptr>> chunks_;  // [n_layer][n_chunks]

@@ -1,8 +1,11 @@
 #include "model/weights.hpp"
 
 #include <stdexcept>
+#include <vector>
 
 #include <spdlog/fmt/fmt.h>
+
+#include "formats/quant.hpp"
 
 namespace strata::engine {
 
@@ -90,6 +93,12 @@ public:
         return em;
     }
 
+    // A 3-D tensor already shape-checked, as a 2-D matrix of n_cols columns.
+    weight_matrix mat2d(const gguf::tensor_info& t, int64_t n_cols, int64_t n_rows) const {
+        need_kernel(t);
+        return {t.name, {t.type, f_.tensor_data(t).data(), n_cols, formats::row_size(t.type, n_cols)}, n_rows};
+    }
+
 private:
     void need_kernel(const gguf::tensor_info& t) const {
         if (!kernels::cpu::has_matvec(t.type))
@@ -99,6 +108,51 @@ private:
 
     const gguf::reader& f_;
 };
+
+// deepseek2's attention tensors of layer i (llama.cpp's names and shapes). attn_kv_b (older files)
+// holds per head nope key rows then head_dim_v value rows over the latent; the key rows are turned
+// into wk_b's layout (latent rows over nope columns, F32) in w.packed_storage, the value rows used
+// in place.
+void bind_mla(const binder& b, const hparams& hp, int i, layer_weights& l, model_weights& w) {
+    const std::string p = fmt::format("blk.{}.", i);
+    const int64_t n_head = hp.n_head, nope = hp.head_dim - hp.n_rot, lora_kv = hp.n_lora_kv, hd_v = hp.head_dim_v;
+    if (hp.n_lora_q > 0) {
+        l.wq_a = b.mat(p + "attn_q_a.weight", hp.n_embd, hp.n_lora_q, "n_embd, q_lora_rank");
+        l.q_a_norm = b.vec(p + "attn_q_a_norm.weight", hp.n_lora_q, "q_lora_rank");
+        l.wq_b = b.mat(p + "attn_q_b.weight", hp.n_lora_q, hp.n_q(), "q_lora_rank, n_head * head_dim");
+    } else {
+        l.wq = b.mat(p + "attn_q.weight", hp.n_embd, hp.n_q(), "n_embd, n_head * head_dim");
+    }
+    l.wkv_a = b.mat(p + "attn_kv_a_mqa.weight", hp.n_embd, lora_kv + hp.n_rot, "n_embd, kv_lora_rank + n_rot");
+    l.kv_a_norm = b.vec(p + "attn_kv_a_norm.weight", lora_kv, "kv_lora_rank");
+    l.wo = b.mat(p + "attn_output.weight", hp.n_v(), hp.n_embd, "n_head * head_dim_v, n_embd");
+    if (hp.kv_b_split) {
+        const std::string kb = p + "attn_k_b.weight", vb = p + "attn_v_b.weight";
+        const gguf::tensor_info* tk = b.checked(kb, {nope, lora_kv, n_head}, "head_dim - n_rot, kv_lora_rank, n_head");
+        const gguf::tensor_info* tv = b.checked(vb, {lora_kv, hd_v, n_head}, "kv_lora_rank, head_dim_v, n_head");
+        l.wk_b = b.mat2d(*tk, nope, n_head * lora_kv);
+        l.wv_b = b.mat2d(*tv, lora_kv, n_head * hd_v);
+        l.v_b_step = hd_v;
+        return;
+    }
+    const std::string name = p + "attn_kv_b.weight";
+    l.wv_b = b.mat(name, lora_kv, n_head * (nope + hd_v), "kv_lora_rank, n_head * (head_dim - n_rot + head_dim_v)");
+    l.v_b_step = nope + hd_v;
+    l.v_b_row0 = nope;
+    const kernels::cpu::matrix& kv = l.wv_b.m;
+    auto& bytes = w.packed_storage.emplace_back(static_cast<size_t>(n_head * lora_kv * nope) * sizeof(float));
+    auto* kt = reinterpret_cast<float*>(bytes.data());
+    std::vector<float> row(static_cast<size_t>(lora_kv));
+    for (int64_t h = 0; h < n_head; ++h)
+        for (int64_t d = 0; d < nope; ++d) {
+            const auto* src = static_cast<const uint8_t*>(kv.data) + static_cast<size_t>(h * (nope + hd_v) + d) * kv.row_stride;
+            formats::dequantize_row(kv.type, src, row.data(), lora_kv);
+            for (int64_t c = 0; c < lora_kv; ++c) kt[(h * lora_kv + c) * nope + d] = row[static_cast<size_t>(c)];
+        }
+    l.wk_b = {name + " (keys, transposed)",
+              {formats::ggml_type::F32, bytes.data(), nope, formats::row_size(formats::ggml_type::F32, nope)},
+              n_head * lora_kv};
+}
 
 }  // namespace
 
@@ -120,24 +174,28 @@ model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
         const std::string p = fmt::format("blk.{}.", i);
         layer_weights l;
         l.attn_norm = b.vec(p + "attn_norm.weight", hp.n_embd, "n_embd");
-        l.wq = b.mat(p + "attn_q.weight", hp.n_embd, hp.n_q(), "n_embd, n_head * head_dim");
-        l.wk = b.mat(p + "attn_k.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
-        l.wv = b.mat(p + "attn_v.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
-        l.wo = b.mat(p + "attn_output.weight", hp.n_q(), hp.n_embd, "n_head * head_dim, n_embd");
-        if (hp.arch.qkv_bias != presence::absent) {
-            const bool req = hp.arch.qkv_bias == presence::required;
-            l.bq = b.vec(p + "attn_q.bias", hp.n_q(), "n_head * head_dim", req);
-            l.bk = b.vec(p + "attn_k.bias", hp.n_kv(), "n_head_kv * head_dim", req);
-            l.bv = b.vec(p + "attn_v.bias", hp.n_kv(), "n_head_kv * head_dim", req);
-        }
-        if (hp.arch.qk_norm != presence::absent) {
-            const bool req = hp.arch.qk_norm == presence::required;
-            l.q_norm = b.vec(p + "attn_q_norm.weight", hp.head_dim, "head_dim", req);
-            l.k_norm = b.vec(p + "attn_k_norm.weight", hp.head_dim, "head_dim", req);
-            if ((l.q_norm == nullptr) != (l.k_norm == nullptr))
-                throw std::runtime_error(fmt::format("{}: layer {} has only one of attn_q_norm.weight and "
-                                                     "attn_k_norm.weight; strata needs both or neither",
-                                                     f.path(), i));
+        if (hp.mla()) {
+            bind_mla(b, hp, i, l, w);
+        } else {
+            l.wq = b.mat(p + "attn_q.weight", hp.n_embd, hp.n_q(), "n_embd, n_head * head_dim");
+            l.wk = b.mat(p + "attn_k.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
+            l.wv = b.mat(p + "attn_v.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
+            l.wo = b.mat(p + "attn_output.weight", hp.n_q(), hp.n_embd, "n_head * head_dim, n_embd");
+            if (hp.arch.qkv_bias != presence::absent) {
+                const bool req = hp.arch.qkv_bias == presence::required;
+                l.bq = b.vec(p + "attn_q.bias", hp.n_q(), "n_head * head_dim", req);
+                l.bk = b.vec(p + "attn_k.bias", hp.n_kv(), "n_head_kv * head_dim", req);
+                l.bv = b.vec(p + "attn_v.bias", hp.n_kv(), "n_head_kv * head_dim", req);
+            }
+            if (hp.arch.qk_norm != presence::absent) {
+                const bool req = hp.arch.qk_norm == presence::required;
+                l.q_norm = b.vec(p + "attn_q_norm.weight", hp.head_dim, "head_dim", req);
+                l.k_norm = b.vec(p + "attn_k_norm.weight", hp.head_dim, "head_dim", req);
+                if ((l.q_norm == nullptr) != (l.k_norm == nullptr))
+                    throw std::runtime_error(fmt::format("{}: layer {} has only one of attn_q_norm.weight and "
+                                                         "attn_k_norm.weight; strata needs both or neither",
+                                                         f.path(), i));
+            }
         }
         l.ffn_norm = b.vec(p + hp.arch.ffn_norm + ".weight", hp.n_embd, "n_embd");
         if (!hp.is_moe_layer(i)) {
@@ -148,7 +206,8 @@ model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
             continue;
         }
         l.router = b.mat(p + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert, "n_embd, n_expert");
-        if (hp.arch.exp_probs_b) l.exp_probs_b = b.vec(p + "exp_probs_b.bias", hp.n_expert, "n_expert");
+        if (hp.arch.exp_probs_b != presence::absent)
+            l.exp_probs_b = b.vec(p + "exp_probs_b.bias", hp.n_expert, "n_expert", hp.arch.exp_probs_b == presence::required);
         l.gate = b.experts(p, "gate", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
         l.up = b.experts(p, "up", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
         l.down = b.experts(p, "down", hp.n_ff_exp, hp.n_embd, hp.n_expert, "n_ff_exp, n_embd, n_expert");
@@ -177,7 +236,9 @@ repack_summary repack_dense(model_weights& w) {
         out.gguf_bytes += formats::row_size(wm.m.type, wm.m.n_cols) * static_cast<size_t>(wm.n_rows);
     };
     for (auto& l : w.layers)
-        for (weight_matrix* wm : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router, &l.shexp_gate, &l.shexp_up, &l.shexp_down}) repack(*wm);
+        for (weight_matrix* wm : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router, &l.shexp_gate, &l.shexp_up, &l.shexp_down,
+                                  &l.wq_a, &l.wq_b, &l.wkv_a})
+            repack(*wm);
     repack(w.output);
     return out;
 }

@@ -34,6 +34,15 @@ struct layer_weights {
     const float* bv = nullptr;          // [n_kv]
     const float* q_norm = nullptr;      // [head_dim] (qwen3moe)
     const float* k_norm = nullptr;      // [head_dim]
+    // deepseek2 (latent attention; wk and wv absent, wq absent when n_lora_q > 0):
+    weight_matrix wq_a;                 // [n_lora_q x n_embd]
+    const float* q_a_norm = nullptr;    // [n_lora_q]
+    weight_matrix wq_b;                 // [n_q x n_lora_q]
+    weight_matrix wkv_a;                // [(n_lora_kv + n_rot) x n_embd]: the latent, then the rotated key
+    const float* kv_a_norm = nullptr;   // [n_lora_kv]
+    weight_matrix wk_b;                 // [n_head * n_lora_kv x nope]: head h's rows map its q_nope to the latent
+    weight_matrix wv_b;                 // head h's value rows: [head_dim_v x n_lora_kv] from row h * v_b_step + v_b_row0
+    int64_t v_b_step = 0, v_b_row0 = 0;
     const float* ffn_norm = nullptr;    // [n_embd] (glm4moe: post_attention_norm)
     // A leading dense layer has ffn_gate/up/down and none of the expert tensors below.
     weight_matrix ffn_gate, ffn_up;     // [n_ff x n_embd]
@@ -50,7 +59,7 @@ struct model_weights {
     const float* output_norm = nullptr; // [n_embd]
     weight_matrix output;               // [n_vocab x n_embd]; tok_embd when tied
     std::vector<layer_weights> layers;
-    std::vector<std::vector<uint8_t>> packed_storage;  // owns every weight_matrix::packed
+    std::vector<std::vector<uint8_t>> packed_storage;  // owns every weight_matrix::packed, and wk_b built from attn_kv_b
 };
 
 // Binds every tensor the architecture needs, for the hp.n_layer evaluated layers (the tensors of

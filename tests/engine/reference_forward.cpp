@@ -89,6 +89,7 @@ reference_model::reference_model(const gguf::reader& f) : f_(f) {
         norm_w_ = norm && norm->as_bool();
         scale_w_ = float(f.get_f64(p + "expert_weights_scale", 0.0));
     }
+    if (arch_ == "deepseek2") read_deepseek2(f, p);
     eps_ = float(f.at(p + "attention.layer_norm_rms_epsilon").as_f64());
     freq_base_ = float(f.at(p + "rope.freq_base").as_f64());
     // llama.cpp: type linear when absent, factor 0 (none) when absent, original context = the context.
@@ -99,6 +100,33 @@ reference_model::reference_model(const gguf::reader& f) : f_(f) {
     scaling_.n_ctx_orig = double(f.get_u64(p + "rope.scaling.original_context_length",
                                            f.at(p + "context_length").as_u64()));
     scaling_.attn_factor = f.get_f64(p + "rope.scaling.attn_factor", 1.0);
+    if (mla_) {
+        // llama.cpp's DeepSeek YaRN: with a yarn_log_multiplier (stored times 0.1) the rotation's own
+        // 1 + 0.1 ln(factor) is cancelled; the attention scale is mscale^2 / sqrt(head size), mscale =
+        // (1 + 0.1 ln factor)(1 + 0.1 log_mul ln factor) times the rotation's attn_factor.
+        const double ln_f = std::log(scaling_.factor);
+        const double log_mul = f.get_f64(p + "rope.scaling.yarn_log_multiplier", 0.0) / 0.1;
+        if (scaling_.yarn)
+            scaling_.attn_factor *= (log_mul != 0 || scaling_.factor <= 1 ? 1.0 : 1 + 0.1 * ln_f) / (1 + 0.1 * ln_f);
+        const double mscale = scaling_.attn_factor * (1 + 0.1 * ln_f) * (1 + 0.1 * log_mul * ln_f);
+        kq_scale_ = mscale * mscale / std::sqrt(double(head_dim_));
+    }
+}
+
+void reference_model::read_deepseek2(const gguf::reader& f, const std::string& p) {
+    mla_ = true;
+    n_dense_ = int(f.get_u64(p + "leading_dense_block_count", 0));
+    sigmoid_ = f.get_u64(p + "expert_gating_func", 0) == 2;  // absent: softmax, as DeepSeek-V2 files
+    const gguf::value* norm = f.find(p + "expert_weights_norm");
+    norm_w_ = norm && norm->as_bool();
+    scale_w_ = float(f.get_f64(p + "expert_weights_scale", 0.0));
+    n_lora_kv_ = int(f.at(p + "attention.kv_lora_rank").as_u64());
+    const bool split = f.find(p + "attention.key_length_mla") != nullptr;
+    head_dim_ = int(f.at(p + (split ? "attention.key_length_mla" : "attention.key_length")).as_u64());
+    head_dim_v_ = int(f.at(p + (split ? "attention.value_length_mla" : "attention.value_length")).as_u64());
+    n_rot_ = int(f.at(p + "rope.dimension_count").as_u64());
+    n_group_ = int(f.get_u64(p + "expert_group_count", 0));
+    n_group_used_ = int(f.get_u64(p + "expert_group_used_count", 0));
 }
 
 std::vector<float> reference_model::matrix::apply(const std::vector<float>& x) const {
@@ -146,6 +174,88 @@ std::vector<float> reference_model::ffn(const matrix& gate, const matrix& up, co
     return down.apply(g);
 }
 
+float reference_model::mask_groups(std::vector<float>& sel, const std::vector<float>& p) const {
+    // A group's score is the sum of its two best selection scores.
+    const int per = n_expert_ / n_group_;
+    std::vector<double> score(static_cast<size_t>(n_group_));
+    std::vector<std::pair<int, int>> top2(static_cast<size_t>(n_group_));
+    for (int g = 0; g < n_group_; ++g) {
+        std::vector<int> idx(static_cast<size_t>(per));
+        std::iota(idx.begin(), idx.end(), g * per);
+        std::stable_sort(idx.begin(), idx.end(), [&](int a, int c) { return sel[size_t(a)] > sel[size_t(c)]; });
+        score[size_t(g)] = double(sel[size_t(idx[0])]) + sel[size_t(idx[1])];
+        top2[size_t(g)] = {idx[0], idx[1]};
+    }
+    std::vector<int> groups(static_cast<size_t>(n_group_));
+    std::iota(groups.begin(), groups.end(), 0);
+    std::stable_sort(groups.begin(), groups.end(), [&](int a, int c) { return score[size_t(a)] > score[size_t(c)]; });
+    for (size_t j = size_t(n_group_used_); j < groups.size(); ++j)
+        for (int e = 0; e < per; ++e) sel[size_t(groups[j] * per + e)] = -INFINITY;
+    // To first order, the router-logit change that swaps the last kept and the first dropped group.
+    const int kept = groups[size_t(n_group_used_ - 1)], dropped = groups[size_t(n_group_used_)];
+    double slope = 0;
+    for (int e : {top2[size_t(kept)].first, top2[size_t(kept)].second, top2[size_t(dropped)].first,
+                  top2[size_t(dropped)].second}) {
+        const double v = p[size_t(e)];
+        slope += v * (1 - v);
+    }
+    return float(2 * (score[size_t(kept)] - score[size_t(dropped)]) / std::max(slope, 1e-12));
+}
+
+std::vector<float> reference_model::latent_attention(const std::string& b, const std::vector<float>& xn, size_t pos,
+                                                     std::vector<std::vector<float>>& kcache,
+                                                     std::vector<std::vector<float>>& vcache) {
+    const int hd = head_dim_, nope = hd - n_rot_, lora = n_lora_kv_, hv = head_dim_v_;
+    std::vector<float> q = f_.find_tensor(b + "attn_q_a.weight")
+                               ? load(b + "attn_q_b.weight")
+                                     .apply(rmsnorm(load(b + "attn_q_a.weight").apply(xn), vec(b + "attn_q_a_norm.weight"), eps_))
+                               : load(b + "attn_q.weight").apply(xn);
+    const std::vector<float> kv_a = load(b + "attn_kv_a_mqa.weight").apply(xn);
+    const std::vector<float> c = rmsnorm(kv_a, vec(b + "attn_kv_a_norm.weight"), eps_, 0, size_t(lora));
+    std::vector<float> k_pe(kv_a.begin() + lora, kv_a.end());
+    // DeepSeek rotates pairs (2i, 2i + 1) of the last n_rot dims of each query head and of the one shared key.
+    rope(k_pe.data(), n_rot_, int(pos), freq_base_, false, scaling_);
+    for (int h = 0; h < n_head_; ++h) rope(q.data() + h * hd + nope, n_rot_, int(pos), freq_base_, false, scaling_);
+    // Every head's key (its no-RoPE part from the latent, then the shared k_pe) and value.
+    const bool split = f_.find_tensor(b + "attn_k_b.weight") != nullptr;
+    const matrix& kb = load(b + (split ? "attn_k_b.weight" : "attn_kv_b.weight"));
+    const matrix& vb = load(b + (split ? "attn_v_b.weight" : "attn_kv_b.weight"));
+    std::vector<float> k(size_t(n_head_ * hd)), v(size_t(n_head_ * hv));
+    for (int h = 0; h < n_head_; ++h) {
+        for (int d = 0; d < nope; ++d) {
+            double acc = 0;
+            for (int i = 0; i < lora; ++i)
+                acc += double(split ? kb.w[size_t((h * lora + i) * nope + d)] : kb.w[size_t((h * (nope + hv) + d) * lora + i)]) *
+                       c[size_t(i)];
+            k[size_t(h * hd + d)] = float(acc);
+        }
+        for (int d = 0; d < n_rot_; ++d) k[size_t(h * hd + nope + d)] = k_pe[size_t(d)];
+        for (int j = 0; j < hv; ++j) {
+            double acc = 0;
+            for (int i = 0; i < lora; ++i)
+                acc += double(split ? vb.w[size_t((h * hv + j) * lora + i)] : vb.w[size_t((h * (nope + hv) + nope + j) * lora + i)]) *
+                       c[size_t(i)];
+            v[size_t(h * hv + j)] = float(acc);
+        }
+    }
+    kcache.push_back(k);
+    vcache.push_back(v);
+    const double scale = kq_scale_ > 0 ? kq_scale_ : 1 / std::sqrt(double(hd));
+    std::vector<float> att(size_t(n_head_ * hv), 0.0f);
+    for (int h = 0; h < n_head_; ++h) {
+        std::vector<float> s(pos + 1);
+        for (size_t t = 0; t <= pos; ++t) {
+            double d = 0;
+            for (int i = 0; i < hd; ++i) d += double(q[size_t(h * hd + i)]) * kcache[t][size_t(h * hd + i)];
+            s[t] = float(d * scale);
+        }
+        softmax(s);
+        for (size_t t = 0; t <= pos; ++t)
+            for (int j = 0; j < hv; ++j) att[size_t(h * hv + j)] += s[t] * vcache[t][size_t(h * hv + j)];
+    }
+    return att;
+}
+
 std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_t>& tokens, const routes* follow) {
     const bool qwen2 = arch_ == "qwen2moe", glm = arch_ == "glm4moe";
     const bool neox = arch_ != "llama";
@@ -157,6 +267,7 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
     margins_.clear();
     ids_.clear();
     bias_changed_.clear();
+    group_changed_.clear();
     layer_margins_.clear();
     followed_ = 0;
 
@@ -164,48 +275,54 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
         float margin = 1e9f;
         ids_.emplace_back();
         bias_changed_.emplace_back(static_cast<size_t>(n_layer_), false);
+        group_changed_.emplace_back(static_cast<size_t>(n_layer_), false);
         layer_margins_.emplace_back(static_cast<size_t>(n_layer_), 1e9f);
         std::vector<float> x(embd.w.begin() + std::ptrdiff_t(size_t(tokens[pos]) * size_t(n_embd_)),
                              embd.w.begin() + std::ptrdiff_t(size_t(tokens[pos] + 1) * size_t(n_embd_)));
         for (int il = 0; il < n_layer_; ++il) {
             const std::string b = "blk." + std::to_string(il) + ".";
             std::vector<float> xn = rmsnorm(x, vec(b + "attn_norm.weight"), eps_);
-            std::vector<float> q = load(b + "attn_q.weight").apply(xn);
-            std::vector<float> k = load(b + "attn_k.weight").apply(xn);
-            std::vector<float> v = load(b + "attn_v.weight").apply(xn);
-            if (f_.find_tensor(b + "attn_q.bias")) {  // qwen2moe; glm4moe
-                const auto bq = vec(b + "attn_q.bias"), bk = vec(b + "attn_k.bias"), bv = vec(b + "attn_v.bias");
-                for (int i = 0; i < n_q; ++i) q[size_t(i)] += bq[size_t(i)];
-                for (int i = 0; i < n_kv; ++i) k[size_t(i)] += bk[size_t(i)], v[size_t(i)] += bv[size_t(i)];
-            }
-            if (f_.find_tensor(b + "attn_q_norm.weight")) {  // qwen3moe; glm4moe optionally
-                const auto qn = vec(b + "attn_q_norm.weight"), kn = vec(b + "attn_k_norm.weight");
+            std::vector<float> att;
+            if (mla_) {
+                att = latent_attention(b, xn, pos, kcache[size_t(il)], vcache[size_t(il)]);
+            } else {
+                std::vector<float> q = load(b + "attn_q.weight").apply(xn);
+                std::vector<float> k = load(b + "attn_k.weight").apply(xn);
+                std::vector<float> v = load(b + "attn_v.weight").apply(xn);
+                if (f_.find_tensor(b + "attn_q.bias")) {  // qwen2moe; glm4moe
+                    const auto bq = vec(b + "attn_q.bias"), bk = vec(b + "attn_k.bias"), bv = vec(b + "attn_v.bias");
+                    for (int i = 0; i < n_q; ++i) q[size_t(i)] += bq[size_t(i)];
+                    for (int i = 0; i < n_kv; ++i) k[size_t(i)] += bk[size_t(i)], v[size_t(i)] += bv[size_t(i)];
+                }
+                if (f_.find_tensor(b + "attn_q_norm.weight")) {  // qwen3moe; glm4moe optionally
+                    const auto qn = vec(b + "attn_q_norm.weight"), kn = vec(b + "attn_k_norm.weight");
+                    for (int h = 0; h < n_head_; ++h) {
+                        auto o = rmsnorm(q, qn, eps_, size_t(h * hd), size_t(hd));
+                        std::copy(o.begin(), o.end(), q.begin() + h * hd);
+                    }
+                    for (int h = 0; h < n_head_kv_; ++h) {
+                        auto o = rmsnorm(k, kn, eps_, size_t(h * hd), size_t(hd));
+                        std::copy(o.begin(), o.end(), k.begin() + h * hd);
+                    }
+                }
+                // The first n_rot dims of each head turn (neox pairs i, i + n_rot/2), the rest pass through.
+                for (int h = 0; h < n_head_; ++h) rope(q.data() + h * hd, n_rot_, int(pos), freq_base_, neox, scaling_);
+                for (int h = 0; h < n_head_kv_; ++h) rope(k.data() + h * hd, n_rot_, int(pos), freq_base_, neox, scaling_);
+                kcache[size_t(il)].push_back(k);
+                vcache[size_t(il)].push_back(v);
+                att.assign(static_cast<size_t>(n_q), 0.0f);
                 for (int h = 0; h < n_head_; ++h) {
-                    auto o = rmsnorm(q, qn, eps_, size_t(h * hd), size_t(hd));
-                    std::copy(o.begin(), o.end(), q.begin() + h * hd);
+                    const int g = h / (n_head_ / n_head_kv_);
+                    std::vector<float> s(pos + 1);
+                    for (size_t t = 0; t <= pos; ++t) {
+                        double d = 0;
+                        for (int i = 0; i < hd; ++i) d += double(q[size_t(h * hd + i)]) * kcache[size_t(il)][t][size_t(g * hd + i)];
+                        s[t] = float(d / std::sqrt(double(hd)));
+                    }
+                    softmax(s);
+                    for (size_t t = 0; t <= pos; ++t)
+                        for (int i = 0; i < hd; ++i) att[size_t(h * hd + i)] += s[t] * vcache[size_t(il)][t][size_t(g * hd + i)];
                 }
-                for (int h = 0; h < n_head_kv_; ++h) {
-                    auto o = rmsnorm(k, kn, eps_, size_t(h * hd), size_t(hd));
-                    std::copy(o.begin(), o.end(), k.begin() + h * hd);
-                }
-            }
-            // The first n_rot dims of each head turn (neox pairs i, i + n_rot/2), the rest pass through.
-            for (int h = 0; h < n_head_; ++h) rope(q.data() + h * hd, n_rot_, int(pos), freq_base_, neox, scaling_);
-            for (int h = 0; h < n_head_kv_; ++h) rope(k.data() + h * hd, n_rot_, int(pos), freq_base_, neox, scaling_);
-            kcache[size_t(il)].push_back(k);
-            vcache[size_t(il)].push_back(v);
-            std::vector<float> att(static_cast<size_t>(n_q), 0.0f);
-            for (int h = 0; h < n_head_; ++h) {
-                const int g = h / (n_head_ / n_head_kv_);
-                std::vector<float> s(pos + 1);
-                for (size_t t = 0; t <= pos; ++t) {
-                    double d = 0;
-                    for (int i = 0; i < hd; ++i) d += double(q[size_t(h * hd + i)]) * kcache[size_t(il)][t][size_t(g * hd + i)];
-                    s[t] = float(d / std::sqrt(double(hd)));
-                }
-                softmax(s);
-                for (size_t t = 0; t <= pos; ++t)
-                    for (int i = 0; i < hd; ++i) att[size_t(h * hd + i)] += s[t] * vcache[size_t(il)][t][size_t(g * hd + i)];
             }
             const std::vector<float> o = load(b + "attn_output.weight").apply(att);
             for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += o[size_t(i)];
@@ -236,10 +353,14 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
                                  [&](int a, int c) { return score[size_t(a)] > score[size_t(c)]; });
                 return order;
             };
+            const std::vector<float> sel_all = sel;
+            float layer_margin = n_group_ > 1 ? mask_groups(sel, p) : 1e9f;
             std::vector<int> order = ranked(sel);
-            float layer_margin = 1e9f;
-            if (n_used_ < n_expert_ && !sigmoid_) {
-                layer_margin = std::log(sel[size_t(order[size_t(n_used_ - 1)])] / sel[size_t(order[size_t(n_used_)])]);
+            if (!std::isfinite(sel[size_t(order[size_t(std::min(n_used_, n_expert_ - 1))])])) {
+                // the best expert left out is in a dropped group: the group gap above is the margin
+            } else if (n_used_ < n_expert_ && !sigmoid_) {
+                layer_margin = std::min(layer_margin, std::log(sel[size_t(order[size_t(n_used_ - 1)])] /
+                                                               sel[size_t(order[size_t(n_used_)])]));
             } else if (n_used_ < n_expert_) {
                 // Sigmoid: over every chosen / not chosen pair, the router-logit change (half on each,
                 // opposite ways) that closes their selection gap, to first order. The slopes differ, so
@@ -247,6 +368,7 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
                 for (int i = 0; i < n_used_; ++i)
                     for (int j = n_used_; j < n_expert_; ++j) {
                         const size_t a = size_t(order[size_t(i)]), c = size_t(order[size_t(j)]);
+                        if (!std::isfinite(sel[c])) continue;
                         const double slope = double(p[a]) * (1 - p[a]) + double(p[c]) * (1 - p[c]);
                         layer_margin = std::min(layer_margin, float(2 * (sel[a] - sel[c]) / std::max(slope, 1e-12)));
                     }
@@ -259,6 +381,7 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
                 return a;
             };
             if (biased) bias_changed_.back()[size_t(il)] = chosen(order) != chosen(ranked(p));
+            if (n_group_ > 1) group_changed_.back()[size_t(il)] = chosen(order) != chosen(ranked(sel_all));
             ids_.back().back().assign(order.begin(), order.begin() + n_used_);
             if (follow && layer_margin <= follow->tie_margin) {
                 std::vector<int> theirs = follow->ids.at(pos).at(size_t(il));
@@ -284,7 +407,7 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
                                    expert(b + "ffn_down_exps.weight", b + "ffn_down." + es + ".weight", e, true), xn);
                 for (int i = 0; i < n_embd_; ++i) moe[size_t(i)] += w * y[size_t(i)];
             }
-            if (glm && f_.find_tensor(b + "ffn_gate_shexp.weight")) {  // no gate of its own
+            if ((glm || mla_) && f_.find_tensor(b + "ffn_gate_shexp.weight")) {  // no gate of its own
                 const auto y = ffn(load(b + "ffn_gate_shexp.weight"), load(b + "ffn_up_shexp.weight"),
                                    load(b + "ffn_down_shexp.weight"), xn);
                 for (int i = 0; i < n_embd_; ++i) moe[size_t(i)] += y[size_t(i)];

@@ -44,6 +44,9 @@ public:
     // whether the score-correction bias (exp_probs_b) changed the experts chosen.
     const std::vector<std::vector<float>>& route_layer_margins() const { return layer_margins_; }
     const std::vector<std::vector<bool>>& route_bias_changed() const { return bias_changed_; }
+    // Per position, per layer: whether group-limited routing (expert_group_count) changed the experts
+    // chosen, against a top-k over every expert.
+    const std::vector<std::vector<bool>>& route_group_changed() const { return group_changed_; }
     // Per position, per layer: the experts the reference itself chose, in order (none for a leading
     // dense layer).
     const std::vector<std::vector<std::vector<int>>>& route_ids() const { return ids_; }
@@ -60,11 +63,24 @@ private:
     std::vector<float> vec(const std::string& name) const;
     std::vector<float> ffn(const matrix& gate, const matrix& up, const matrix& down, const std::vector<float>& x) const;
     matrix expert(const std::string& merged, const std::string& split_fmt, int e, bool down) const;
+    // deepseek2's attention for one position, decompressed (no absorption): K and V of every head
+    // rebuilt from each position's latent; kcache/vcache gain this position's [n_head][...] rows.
+    std::vector<float> latent_attention(const std::string& b, const std::vector<float>& xn, size_t pos,
+                                        std::vector<std::vector<float>>& kcache, std::vector<std::vector<float>>& vcache);
+    // Masks (to -inf) the experts outside the n_group_used best groups; returns the least gap, in
+    // router-logit units, between a kept group's score and a dropped one's.
+    float mask_groups(std::vector<float>& sel, const std::vector<float>& p) const;
+    void read_deepseek2(const gguf::reader& f, const std::string& p);
 
     const gguf::reader& f_;
     std::string arch_;
     int n_layer_, n_embd_, n_head_, n_head_kv_, head_dim_, n_rot_, n_expert_, n_used_, n_ff_, n_vocab_;
-    int n_dense_ = 0;            // leading dense layers (glm4moe)
+    int n_dense_ = 0;            // leading dense layers (glm4moe, deepseek2)
+    // deepseek2: latent attention and group-limited routing.
+    bool mla_ = false;
+    int n_lora_kv_ = 0, head_dim_v_ = 0, n_group_ = 0, n_group_used_ = 0;
+    double kq_scale_ = 0;        // 0: 1 / sqrt(head_dim)
+    std::vector<std::vector<bool>> group_changed_;
     bool sigmoid_ = false;       // expert_gating_func 2
     bool norm_w_ = false;        // expert_weights_norm
     float scale_w_ = 0;          // expert_weights_scale

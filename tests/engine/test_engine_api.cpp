@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "generate.hpp"
+#include "gguf/gguf_writer.hpp"
 #include "strata/engine.hpp"
 
 namespace strata {
@@ -279,6 +280,66 @@ TEST(EngineApi, Glm4moeRunsCpuOnlyWithTheReasonAndTimesItsDenseLayer) {
     for (const auto& p : r.time.decode_phases)
         if (p.name == "dense FFN") dense = p.bytes;
     EXPECT_EQ(dense, 3u * 256 * 512 * 34 / 32 * 3);  // 3 passes x gate, up, down of 256 x 512 in Q8_0
+}
+
+// deepseek2 runs on the CPU (the hybrid refuses latent attention, before asking for a device), its KV
+// cache holds one latent row per position, and a parked conversation restores into it exactly.
+TEST(EngineApi, Deepseek2RunsCpuOnlyOverALatentCache) {
+    model_options o;
+    o.path = model_path(make_model::arch::deepseek2);
+    o.numa_pool = "off";
+    o.n_ctx = 128;
+    o.gpu = 0;
+    o.phase_timing = true;
+    const auto m = model::load(o);
+    EXPECT_FALSE(m->info().gpu_hybrid);
+    EXPECT_NE(m->info().gpu_cpu_only_reason.find("multi-head latent attention"), std::string::npos)
+        << m->info().gpu_cpu_only_reason;
+    // 3 layers x (kv_lora_rank 64 + 32 RoPE dims) halves: the latent, not 4 heads of keys and values.
+    EXPECT_EQ(m->info().kv_bytes_per_token, 3u * (64 + 32) * 2);
+    const std::vector<int32_t> prompt = m->tokenize("Hello there, how are you today?");
+    session a(m);
+    const generation_result first = a.generate(prompt, greedy(6));
+    ASSERT_EQ(first.tokens.size(), 6u);
+    uint64_t attention = 0;
+    for (const auto& p : first.time.decode_phases)
+        if (p.name == "attention") attention = p.bytes;
+    // The 5 decode passes attend to p0 + 1 .. p0 + 5 positions and apply attn_k_b and attn_v_b (4 heads
+    // of 64 x 32 and 32 x 64 in Q8_0) in each of the 3 layers.
+    const uint64_t p0 = prompt.size();
+    EXPECT_EQ(attention, m->info().kv_bytes_per_token * (5 * p0 + 1 + 2 + 3 + 4 + 5) + 5u * 3 * 2 * (4 * 64 * 34));
+    ASSERT_GT(a.park(), 0u);
+    // A new session restores the parked latent rows and continues as a session that evaluated them.
+    std::vector<int32_t> longer = prompt;
+    for (const auto& t : first.tokens) longer.push_back(t.id);
+    const generation_result restored = session(m).generate(longer, greedy(4));
+    EXPECT_EQ(restored.time.cache_source, prefix_source::snapshot);
+    o.cache_ram_mib = 0;
+    const auto fresh_model = model::load(o);
+    const generation_result fresh = session(fresh_model).generate(longer, greedy(4));
+    EXPECT_EQ(fresh.time.cache_n, 0);
+    ASSERT_EQ(restored.tokens.size(), fresh.tokens.size());
+    for (size_t i = 0; i < fresh.tokens.size(); ++i) EXPECT_EQ(restored.tokens[i].id, fresh.tokens[i].id);
+}
+
+// Group-limited routing is read for every architecture, as llama.cpp does; the hybrid does not run it.
+TEST(EngineApi, GroupLimitedRoutingRunsCpuOnlyWithTheReason) {
+    const auto path = std::filesystem::temp_directory_path() / "strata_api_qwen3moe_groups.gguf";
+    gguf::writer w = make_model::build_model(make_model::preset("tiny"));
+    w.set("qwen3moe.expert_group_count", gguf::value::u32(4));
+    w.set("qwen3moe.expert_group_used_count", gguf::value::u32(2));
+    w.write_file(path.string());
+    model_options o;
+    o.path = path.string();
+    o.numa_pool = "off";
+    o.n_ctx = 64;
+    o.gpu = 0;
+    const auto m = model::load(o);
+    EXPECT_FALSE(m->info().gpu_hybrid);
+    EXPECT_NE(m->info().gpu_cpu_only_reason.find("group-limited routing (4 expert groups)"), std::string::npos)
+        << m->info().gpu_cpu_only_reason;
+    EXPECT_EQ(session(m).generate(m->tokenize("Hello"), greedy(2)).tokens.size(), 2u);
+    std::filesystem::remove(path);
 }
 
 TEST(EngineApi, StatisticsCountRoutedExperts) {

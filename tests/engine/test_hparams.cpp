@@ -2,6 +2,7 @@
 // RoPE settings and their overrides (model_options -> rope_overrides) applied over the file's values.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -424,6 +425,120 @@ TEST(Glm4moeHparams, InfoSummaryShowsTheKeysAndTensorClasses) {
     EXPECT_EQ(m.bytes_by_class.at("nextn").n_tensors, 4);        // eh_proj, enorm, hnorm, shared_head_norm
     EXPECT_EQ(m.bytes_by_class.at("router").n_tensors, 3 * 2);   // ffn_gate_inp and exp_probs_b, 3 MoE blocks
     EXPECT_EQ(m.bytes_by_class.at("ffn").n_tensors, 3);          // the dense layer's gate, up, down
+    EXPECT_FALSE(m.bytes_by_class.contains("other"));
+}
+
+// ---- deepseek2: latent attention keys, both KV up-projection layouts, group-limited routing ----
+
+gguf::reader deepseek2_file(const make_model::model_spec& s, const std::vector<std::string>& erase = {},
+                            const std::vector<std::pair<std::string, gguf::value>>& set = {}) {
+    gguf::writer w = make_model::build_model(s);
+    for (const auto& k : erase) w.erase(k);
+    for (const auto& [k, v] : set) w.set(k, v);
+    return gguf::reader::from_bytes(w.write_to_memory(), "ds2.gguf");
+}
+
+TEST(Deepseek2Hparams, KeysAsWrittenAndBothKvLayouts) {
+    make_model::model_spec s = make_model::preset("tiny", arch::deepseek2);
+    const gguf::reader f = deepseek2_file(s);
+    const hparams hp = read_hparams(f);
+    EXPECT_EQ(hp.n_lora_q, 64);
+    EXPECT_EQ(hp.n_lora_kv, 64);
+    EXPECT_TRUE(hp.kv_b_split);
+    EXPECT_EQ(hp.head_dim, 64);  // key_length_mla, not key_length (kv_lora_rank + n_rot = 96)
+    EXPECT_EQ(hp.head_dim_v, 32);
+    EXPECT_EQ(hp.n_rot, 32);
+    EXPECT_EQ(hp.kv_heads(), 1);
+    EXPECT_EQ(hp.kv_head_dim(), 96);
+    EXPECT_EQ(hp.n_layer_dense_lead, 1);
+    EXPECT_EQ(hp.n_expert_shared, 1);
+    EXPECT_EQ(hp.n_ff_shexp, s.n_ff_exp);
+    EXPECT_EQ(hp.n_expert_groups, 4);
+    EXPECT_EQ(hp.n_group_used, 2);
+    EXPECT_EQ(hp.gating, gating_func::sigmoid);
+    EXPECT_FLOAT_EQ(hp.kq_scale, 1.0f / std::sqrt(64.0f));
+    const model_weights w = bind_weights(f, hp);
+    EXPECT_TRUE(w.layers[1].wq_a.present());
+    EXPECT_FALSE(w.layers[1].wq.present());
+    EXPECT_EQ(w.layers[1].wk_b.n_rows, 4 * 64);
+    EXPECT_NE(w.layers[1].exp_probs_b, nullptr);
+
+    // The Lite form: no q_lora_rank (absent or 0: a plain attn_q), one attn_kv_b whose per-head sizes
+    // are key_length / value_length, every head a kv head; softmax when expert_gating_func is absent.
+    s.n_lora_q = 0;
+    s.kv_b_split = false;
+    s.exp_probs_b = false;
+    const gguf::reader lite = deepseek2_file(s, {"deepseek2.attention.q_lora_rank", "deepseek2.expert_gating_func"});
+    const hparams lh = read_hparams(lite);
+    EXPECT_EQ(lh.n_lora_q, 0);
+    EXPECT_FALSE(lh.kv_b_split);
+    EXPECT_EQ(lh.head_dim, 64);
+    EXPECT_EQ(lh.head_dim_v, 32);
+    EXPECT_EQ(lh.n_head_kv, 4);
+    EXPECT_EQ(lh.gating, gating_func::softmax);
+    const model_weights lw = bind_weights(lite, lh);
+    EXPECT_TRUE(lw.layers[1].wq.present());
+    EXPECT_EQ(lw.layers[1].exp_probs_b, nullptr);
+    EXPECT_EQ(lw.layers[1].v_b_step, 32 + 32);  // per head: 32 key rows, then 32 value rows
+    EXPECT_EQ(lw.layers[1].v_b_row0, 32);
+    EXPECT_EQ(lw.layers[1].wk_b.m.type, formats::ggml_type::F32);  // the key rows, transposed at load
+}
+
+TEST(Deepseek2Hparams, YarnLogMultiplierScalesTheAttention) {
+    make_model::model_spec s = make_model::preset("tiny", arch::deepseek2);
+    s.rope_scaling = make_model::rope_scaling_type::yarn;
+    s.rope_factor = 4.0f;
+    s.rope_yarn_log_mul = 0.1f * 0.707f;  // files carry 0.1 * mscale_all_dim
+    const hparams hp = read_hparams(deepseek2_file(s));
+    const float ln4 = std::log(4.0f);
+    const float mscale = 1.0f + 0.1f * 0.707f * ln4;
+    EXPECT_NEAR(hp.rope_yarn_log_mul, 0.707f, 1e-6f);
+    EXPECT_NEAR(hp.kq_scale, mscale * mscale / std::sqrt(64.0f), 1e-6f);
+    EXPECT_NEAR(kernels::rope_mscale(hp.rope), 1.0f, 1e-6f);  // YaRN's own cos/sin factor cancelled
+    // Without the multiplier the rotation keeps YaRN's factor and the scale carries its square.
+    s.rope_yarn_log_mul = 0.0f;
+    const hparams plain = read_hparams(deepseek2_file(s));
+    EXPECT_NEAR(kernels::rope_mscale(plain.rope), 1.0f + 0.1f * ln4, 1e-6f);
+    EXPECT_NEAR(plain.kq_scale, (1.0f + 0.1f * ln4) * (1.0f + 0.1f * ln4) / std::sqrt(64.0f), 1e-6f);
+}
+
+TEST(Deepseek2Hparams, BadOrMissingKeysNameTheKey) {
+    const make_model::model_spec s = make_model::preset("tiny", arch::deepseek2);
+    const std::string p = "deepseek2.";
+    auto has = [](const std::string& msg, const std::string& part) {
+        EXPECT_NE(msg.find(part), std::string::npos) << msg;
+    };
+    has(load_error(deepseek2_file(s, {p + "attention.kv_lora_rank"})), "'deepseek2.attention.kv_lora_rank' is missing");
+    has(load_error(deepseek2_file(s, {p + "expert_shared_count"})), "'deepseek2.expert_shared_count' is missing");
+    has(load_error(deepseek2_file(s, {p + "attention.value_length_mla"})), "only one of deepseek2.attention.key_length_mla");
+    has(load_error(deepseek2_file(s, {}, {{p + "attention.key_length", gguf::value::u32(64)}})),
+        "deepseek2.attention.key_length 64 and value_length 64 must be kv_lora_rank + rope.dimension_count = 96");
+    has(load_error(deepseek2_file(s, {}, {{p + "rope.dimension_count", gguf::value::u32(64)}})),
+        "rope.dimension_count 64 must be even and below the query/key head size 64");
+    has(load_error(deepseek2_file(s, {}, {{p + "expert_group_count", gguf::value::u32(3)}})),
+        "deepseek2.expert_group_count is 3, which must split the 16 experts");
+    has(load_error(deepseek2_file(s, {}, {{p + "expert_group_used_count", gguf::value::u32(4)}})),
+        "deepseek2.expert_group_used_count is 4");
+    // 4 experts used out of one group of 4 fit; out of one group of 2 (8 groups) they do not.
+    has(load_error(deepseek2_file(s, {}, {{p + "expert_group_count", gguf::value::u32(8)},
+                                          {p + "expert_group_used_count", gguf::value::u32(1)}})),
+        "hold the experts used");
+    // A layout's tensors follow the keys: attn_k_b files without the *_mla keys look for attn_kv_b.
+    has(load_error(deepseek2_file(s, {p + "attention.key_length_mla", p + "attention.value_length_mla"},
+                                  {{p + "attention.key_length", gguf::value::u32(64)},
+                                   {p + "attention.value_length", gguf::value::u32(32)}})),
+        "'blk.0.attn_kv_b.weight' is missing");
+}
+
+TEST(Deepseek2Hparams, InfoSummaryShowsTheKeys) {
+    const model_summary m = summarize(file_with(make_model::preset("tiny", arch::deepseek2)));
+    std::map<std::string, std::string> keys(m.hparams.begin(), m.hparams.end());
+    EXPECT_EQ(keys["attention.q_lora_rank"], "64");
+    EXPECT_EQ(keys["attention.kv_lora_rank"], "64");
+    EXPECT_EQ(keys["attention.key_length_mla"], "64");
+    EXPECT_EQ(keys["expert_group_count"], "4");
+    EXPECT_EQ(keys["expert_group_used_count"], "2");
+    EXPECT_EQ(keys["rope.dimension_count"], "32");
     EXPECT_FALSE(m.bytes_by_class.contains("other"));
 }
 

@@ -147,5 +147,43 @@ TEST(KvCache, Int8KeysReadBackAsTheirQ80Rows) {
     EXPECT_EQ(0, std::memcmp(back.data(), rows.data(), row_bytes)) << "the row before is untouched";
 }
 
+// A latent cache (deepseek2) keeps one row per position and layer, half the bytes of keys plus
+// values, and reads back what was stored (f16: rounded to halves; int8: its Q8_0 blocks), across chunks.
+TEST(KvCache, LatentRowsReadBackAcrossChunksInBothTypes) {
+    constexpr int kRow = 96;  // kv_lora_rank 64 + 32 RoPE dims
+    EXPECT_EQ(kv_cache::bytes_per_token(3, 1, kRow, kv_type::f16, true), 3u * kRow * 2);
+    EXPECT_THROW(kv_cache(1, 10, 2, kRow, kv_type::f16, true), std::invalid_argument);
+    auto value_of = [](int pos, int i) { return std::cos(0.21f * static_cast<float>(pos) - 0.05f * static_cast<float>(i)); };
+    for (const kv_type type : {kv_type::f16, kv_type::int8}) {
+        const formats::ggml_type element = type == kv_type::f16 ? formats::ggml_type::F16 : formats::ggml_type::Q8_0;
+        kv_cache kv(2, 600, 1, kRow, type, true);
+        EXPECT_EQ(kv.n_tiles(), 1);
+        kv.reserve(600);
+        EXPECT_EQ(kv.bytes(), 2u * 3 * kv_cache::chunk_tokens * formats::row_size(element, kRow));
+        std::vector<float> row(kRow);
+        for (int pos = 0; pos < 600; ++pos) {
+            for (int i = 0; i < kRow; ++i) row[static_cast<size_t>(i)] = value_of(pos, i) * (1 + pos % 5);
+            kv.store_latent(1, pos, row.data());
+        }
+        std::vector<float> got(static_cast<size_t>(20) * kRow), want(kRow);
+        std::vector<uint8_t> q(formats::row_size(element, kRow));
+        kv.read_latent(1, 250, 270, got.data());  // across the chunk boundary at 256
+        for (int r = 0; r < 20; ++r) {
+            for (int i = 0; i < kRow; ++i) row[static_cast<size_t>(i)] = value_of(250 + r, i) * (1 + (250 + r) % 5);
+            formats::quantize_row(element, row.data(), q.data(), kRow);
+            formats::dequantize_row(element, q.data(), want.data(), kRow);
+            EXPECT_EQ(0, std::memcmp(got.data() + static_cast<size_t>(r) * kRow, want.data(), sizeof(float) * kRow))
+                << kv_type_name(type) << " position " << 250 + r;
+        }
+        // Conversation snapshots copy the one tile's rows out and in as they are.
+        std::vector<uint8_t> rows(kv.head_row_bytes()), back(kv.head_row_bytes());
+        kv.read_rows(1, 1, 0, 4, 5, rows.data());  // position 260
+        kv.write_rows(1, 0, 0, 7, 8, rows.data());  // over position 7
+        kv.read_latent(1, 7, 8, got.data());
+        kv.read_latent(1, 260, 261, want.data());
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * kRow)) << kv_type_name(type);
+    }
+}
+
 }  // namespace
 }  // namespace strata::engine

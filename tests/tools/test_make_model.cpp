@@ -107,6 +107,76 @@ TEST(MakeModel, Glm4MoeHasLlamaCppKeysNamesAndShapes) {
                  std::invalid_argument);
 }
 
+TEST(MakeModel, Deepseek2HasLlamaCppKeysNamesAndShapesInBothLayouts) {
+    const model_spec s = preset("tiny", arch::deepseek2);
+    const gguf::reader r = generate(s);
+    const std::string p = "deepseek2.";
+    EXPECT_EQ(r.at("general.architecture").as_string(), "deepseek2");
+    EXPECT_EQ(r.at(p + "attention.q_lora_rank").as_u64(), 64u);
+    EXPECT_EQ(r.at(p + "attention.kv_lora_rank").as_u64(), 64u);
+    EXPECT_EQ(r.at(p + "attention.head_count_kv").as_u64(), 1u);
+    EXPECT_EQ(r.at(p + "attention.key_length").as_u64(), 96u);  // llama.cpp's cache row: latent + RoPE key
+    EXPECT_EQ(r.at(p + "attention.value_length").as_u64(), 64u);
+    EXPECT_EQ(r.at(p + "attention.key_length_mla").as_u64(), 64u);
+    EXPECT_EQ(r.at(p + "attention.value_length_mla").as_u64(), 32u);
+    EXPECT_EQ(r.at(p + "rope.dimension_count").as_u64(), 32u);
+    EXPECT_EQ(r.at(p + "expert_group_count").as_u64(), 4u);
+    EXPECT_EQ(r.at(p + "expert_group_used_count").as_u64(), 2u);
+    EXPECT_EQ(r.at(p + "expert_gating_func").as_u64(), 2u);
+    EXPECT_EQ(r.at(p + "leading_dense_block_count").as_u64(), 1u);
+    EXPECT_EQ(r.at(p + "expert_shared_count").as_u64(), 1u);
+    expect_tensor(r, "blk.0.attn_q_a.weight", {256, 64}, ggml_type::Q8_0);
+    expect_tensor(r, "blk.0.attn_q_a_norm.weight", {64}, ggml_type::F32);
+    expect_tensor(r, "blk.0.attn_q_b.weight", {64, 4 * 64}, ggml_type::Q8_0);
+    expect_tensor(r, "blk.0.attn_kv_a_mqa.weight", {256, 64 + 32}, ggml_type::Q8_0);
+    expect_tensor(r, "blk.0.attn_kv_a_norm.weight", {64}, ggml_type::F32);
+    expect_tensor(r, "blk.0.attn_k_b.weight", {32, 64, 4}, ggml_type::Q8_0);
+    expect_tensor(r, "blk.0.attn_v_b.weight", {64, 32, 4}, ggml_type::Q8_0);
+    expect_tensor(r, "blk.0.attn_output.weight", {4 * 32, 256}, ggml_type::Q8_0);
+    expect_tensor(r, "blk.0.ffn_norm.weight", {256}, ggml_type::F32);
+    expect_tensor(r, "blk.0.ffn_gate.weight", {256, 512}, ggml_type::Q8_0);
+    expect_tensor(r, "blk.1.exp_probs_b.bias", {16}, ggml_type::F32);
+    expect_tensor(r, "blk.1.ffn_gate_exps.weight", {256, 256, 16}, ggml_type::Q4_K);
+    expect_tensor(r, "blk.1.ffn_up_shexp.weight", {256, 256}, ggml_type::Q8_0);
+    EXPECT_EQ(r.find_tensor("blk.0.attn_q.weight"), nullptr);
+    EXPECT_EQ(r.find_tensor("blk.0.attn_kv_b.weight"), nullptr);
+
+    // The Lite form and the older layout: a plain attn_q, one attn_kv_b, per-head key/value lengths.
+    model_spec lite = s;
+    lite.n_lora_q = 0;
+    lite.kv_b_split = false;
+    lite.exp_probs_b = false;
+    const gguf::reader l = generate(lite);
+    EXPECT_EQ(l.at(p + "attention.q_lora_rank").as_u64(), 0u);
+    EXPECT_EQ(l.at(p + "attention.head_count_kv").as_u64(), 4u);
+    EXPECT_EQ(l.at(p + "attention.key_length").as_u64(), 64u);
+    EXPECT_EQ(l.at(p + "attention.value_length").as_u64(), 32u);
+    EXPECT_EQ(l.find(p + "attention.key_length_mla"), nullptr);
+    expect_tensor(l, "blk.0.attn_q.weight", {256, 4 * 64}, ggml_type::Q8_0);
+    expect_tensor(l, "blk.0.attn_kv_b.weight", {64, 4 * (32 + 32)}, ggml_type::Q8_0);
+    EXPECT_EQ(l.find_tensor("blk.0.attn_q_a.weight"), nullptr);
+    EXPECT_EQ(l.find_tensor("blk.0.attn_k_b.weight"), nullptr);
+    EXPECT_EQ(l.find_tensor("blk.1.exp_probs_b.bias"), nullptr);
+
+    // bench: DeepSeek-V3's head and latent sizes.
+    const model_spec b = preset("bench", arch::deepseek2);
+    EXPECT_EQ(b.n_lora_kv, 512);
+    EXPECT_EQ(b.head_dim - b.n_rot, 128);
+    EXPECT_EQ(b.n_rot, 64);
+    EXPECT_THROW(build_model([&] {
+                     model_spec d = s;
+                     d.n_group_used = 4;  // all 4 groups
+                     return d;
+                 }()),
+                 std::invalid_argument);
+    EXPECT_THROW(build_model([&] {
+                     model_spec d = s;
+                     d.n_rot = 64;  // no part of the head left without RoPE
+                     return d;
+                 }()),
+                 std::invalid_argument);
+}
+
 TEST(MakeModel, MixtralIsLlamaArchitectureWithBothExpertNamings) {
     model_spec s = tiny(arch::mixtral);
     gguf::reader merged = generate(s);

@@ -198,6 +198,41 @@ void set_rope_scaling(gguf::writer& w, const model_spec& s, const std::string& a
     w.set(a + "rope.scaling.original_context_length", value::u32(static_cast<uint32_t>(orig)));
 }
 
+// deepseek2's keys as llama.cpp's converter writes them. With attn_k_b / attn_v_b the file describes
+// the cache llama.cpp keeps (one latent + rotated key per position: key_length kv_lora_rank + n_rot,
+// value_length kv_lora_rank, one kv head) and the per-head sizes in the *_mla keys; with one attn_kv_b
+// (older files) key_length and value_length are the per-head sizes and every head is a kv head.
+void set_deepseek2_hparams(gguf::writer& w, const model_spec& s, const std::string& a) {
+    using gguf::value;
+    w.set(a + "feed_forward_length", value::u32(s.n_ff));
+    w.set(a + "expert_feed_forward_length", value::u32(s.n_ff_exp));
+    w.set(a + "leading_dense_block_count", value::u32(s.n_layer_dense_lead));
+    w.set(a + "expert_shared_count", value::u32(s.n_expert_shared));
+    w.set(a + "expert_weights_norm", value::boolean(s.expert_weights_norm));
+    w.set(a + "expert_weights_scale", value::f32(s.expert_weights_scale));
+    w.set(a + "expert_gating_func", value::u32(s.expert_gating_func));
+    if (s.n_expert_groups > 0) {
+        w.set(a + "expert_group_count", value::u32(s.n_expert_groups));
+        w.set(a + "expert_group_used_count", value::u32(s.n_group_used));
+    }
+    w.set(a + "attention.q_lora_rank", value::u32(s.n_lora_q));
+    w.set(a + "attention.kv_lora_rank", value::u32(s.n_lora_kv));
+    w.set(a + "rope.dimension_count", value::u32(s.n_rot));
+    if (s.kv_b_split) {
+        w.set(a + "attention.head_count_kv", value::u32(1));
+        w.set(a + "attention.key_length", value::u32(s.n_lora_kv + s.n_rot));
+        w.set(a + "attention.value_length", value::u32(s.n_lora_kv));
+        w.set(a + "attention.key_length_mla", value::u32(s.head_dim));
+        w.set(a + "attention.value_length_mla", value::u32(s.head_dim_v));
+    } else {
+        w.set(a + "attention.head_count_kv", value::u32(s.n_head));
+        w.set(a + "attention.key_length", value::u32(s.head_dim));
+        w.set(a + "attention.value_length", value::u32(s.head_dim_v));
+    }
+    if (s.rope_yarn_log_mul != 0.0f) w.set(a + "rope.scaling.yarn_log_multiplier", value::f32(s.rope_yarn_log_mul));
+    w.set(a + "vocab_size", value::u32(s.n_vocab));
+}
+
 void set_hparams(gguf::writer& w, const model_spec& s) {
     using gguf::value;
     const std::string a = gguf_architecture(s.architecture) + ".";
@@ -236,6 +271,7 @@ void set_hparams(gguf::writer& w, const model_spec& s) {
             w.set(a + "nextn_predict_layers", value::u32(s.n_layer_nextn));
             w.set(a + "vocab_size", value::u32(s.n_vocab));
             break;
+        case arch::deepseek2: set_deepseek2_hparams(w, s, a); break;
         case arch::mixtral:  // llama-style MoE: feed_forward_length is the expert's hidden size
             w.set(a + "feed_forward_length", value::u32(s.n_ff_exp));
             w.set(a + "rope.dimension_count", value::u32(s.head_dim));
@@ -339,6 +375,26 @@ void set_llama_tokenizer(gguf::writer& w, const model_spec& s) {
     w.set("tokenizer.chat_template", value::str(kMistralTemplate));
 }
 
+void check_deepseek2(const model_spec& s) {
+    if (s.n_rot >= s.head_dim)
+        throw std::invalid_argument(fmt::format("deepseek2 heads need a part without RoPE: {} rotated dimensions of a "
+                                                "{}-wide head leave none",
+                                                s.n_rot, s.head_dim));
+    if (s.n_lora_kv < 1 || s.n_lora_q < 0 || s.head_dim_v < 1)
+        throw std::invalid_argument(fmt::format("deepseek2 needs kv_lora_rank >= 1 (got {}), q_lora_rank >= 0 (got {}) "
+                                                "and a value head >= 1 (got {})",
+                                                s.n_lora_kv, s.n_lora_q, s.head_dim_v));
+    if (s.expert_gating_func != 1 && s.expert_gating_func != 2)
+        throw std::invalid_argument(fmt::format("expert_gating_func is 1 (softmax) or 2 (sigmoid), got {}",
+                                                s.expert_gating_func));
+    if (s.n_expert_groups > 0 &&
+        (s.n_expert % s.n_expert_groups != 0 || s.n_group_used < 1 || s.n_group_used >= s.n_expert_groups ||
+         s.n_expert_used > s.n_group_used * (s.n_expert / s.n_expert_groups)))
+        throw std::invalid_argument(fmt::format("{} experts in {} groups with {} groups used cannot route {} experts per "
+                                                "token",
+                                                s.n_expert, s.n_expert_groups, s.n_group_used, s.n_expert_used));
+}
+
 }  // namespace
 
 uint32_t llama_file_type(formats::ggml_type type) {
@@ -389,7 +445,8 @@ gguf::writer build_model(const model_spec& spec) {
     if (spec.n_expert_used < 1 || spec.n_expert_used > spec.n_expert)
         throw std::invalid_argument(fmt::format("experts used per token must be 1..{} (the expert count), got {}",
                                                 spec.n_expert, spec.n_expert_used));
-    if (spec.architecture == arch::glm4moe && (spec.n_layer_dense_lead < 0 || spec.n_layer_dense_lead >= spec.n_layer))
+    if ((spec.architecture == arch::glm4moe || spec.architecture == arch::deepseek2) &&
+        (spec.n_layer_dense_lead < 0 || spec.n_layer_dense_lead >= spec.n_layer))
         throw std::invalid_argument(fmt::format("{} leading dense layers leave no MoE layer among {}",
                                                 spec.n_layer_dense_lead, spec.n_layer));
     const int n_rot = spec.n_rot > 0 ? spec.n_rot : spec.head_dim;
@@ -397,6 +454,7 @@ gguf::writer build_model(const model_spec& spec) {
         throw std::invalid_argument(fmt::format("the rotated dimensions ({}) must be even and at most the head "
                                                 "width {}",
                                                 n_rot, spec.head_dim));
+    if (spec.architecture == arch::deepseek2) check_deepseek2(spec);
     if (spec.split_experts && spec.architecture != arch::mixtral)
         throw std::invalid_argument("per-expert tensors (--split-experts) exist only for mixtral");
     const std::vector<tensor_spec> tensors = tensor_specs(spec);

@@ -32,7 +32,7 @@ int run(int argc, char** argv) {
         ("o,output", "output file", cxxopts::value<std::string>()->default_value("model.gguf"))
         ("preset", "tiny | demo | bench (dimensions below override it)",
          cxxopts::value<std::string>()->default_value("tiny"))
-        ("arch", "qwen3moe | qwen2moe | mixtral | glm4moe", cxxopts::value<std::string>()->default_value("qwen3moe"))
+        ("arch", "qwen3moe | qwen2moe | mixtral | glm4moe | deepseek2", cxxopts::value<std::string>()->default_value("qwen3moe"))
         ("name", "general.name", cxxopts::value<std::string>())
         ("seed", "random seed", cxxopts::value<uint64_t>())
         ("layers", "transformer blocks", cxxopts::value<int>())
@@ -46,18 +46,29 @@ int run(int argc, char** argv) {
         ("n-ff-shared", "hidden size of the shared expert (qwen2moe)", cxxopts::value<int>())
         ("rope-dims", "rope.dimension_count: dimensions of a head that RoPE turns (default: all; glm4moe half)",
          cxxopts::value<int>())
-        ("dense-layers", "glm4moe: leading layers with a dense FFN (leading_dense_block_count)", cxxopts::value<int>())
-        ("n-ff-dense", "glm4moe: hidden size of the leading dense layers' FFN", cxxopts::value<int>())
-        ("shared-experts", "glm4moe: shared experts (expert_shared_count), each --n-ff wide", cxxopts::value<int>())
+        ("dense-layers", "glm4moe, deepseek2: leading layers with a dense FFN (leading_dense_block_count)", cxxopts::value<int>())
+        ("n-ff-dense", "glm4moe, deepseek2: hidden size of the leading dense layers' FFN", cxxopts::value<int>())
+        ("shared-experts", "glm4moe, deepseek2: shared experts (expert_shared_count), each --n-ff wide", cxxopts::value<int>())
         ("nextn-layers", "glm4moe: next-token-prediction layers written after the others (nextn_predict_layers)",
          cxxopts::value<int>())
         ("no-qk-norm", "glm4moe: no attn_q_norm / attn_k_norm, as GLM-4.5-Air")
+        ("q-lora-rank", "deepseek2: attention.q_lora_rank (0: a plain attn_q, as the Lite models)",
+         cxxopts::value<int>())
+        ("kv-lora-rank", "deepseek2: attention.kv_lora_rank, the latent the KV cache keeps", cxxopts::value<int>())
+        ("head-dim-v", "deepseek2: width of a value head (--head-dim is a query/key head)", cxxopts::value<int>())
+        ("kv-b-merged", "deepseek2: one attn_kv_b per layer, as older files, instead of attn_k_b + attn_v_b")
+        ("gating", "deepseek2: expert_gating_func softmax | sigmoid", cxxopts::value<std::string>())
+        ("no-exp-probs-b", "deepseek2: no score-correction bias (exp_probs_b), as DeepSeek-V2")
+        ("expert-groups", "deepseek2: expert_group_count (0: no group-limited routing)", cxxopts::value<int>())
+        ("groups-used", "deepseek2: expert_group_used_count", cxxopts::value<int>())
         ("vocab", "vocabulary size", cxxopts::value<int>())
         ("ctx", "context length", cxxopts::value<int>())
         ("rope-scaling", "write rope.scaling.type: none | linear | yarn (default: no scaling keys)",
          cxxopts::value<std::string>())
         ("rope-factor", "rope.scaling.factor (linear, yarn)", cxxopts::value<float>())
         ("yarn-orig-ctx", "yarn: rope.scaling.original_context_length (default: ctx / factor)", cxxopts::value<int>())
+        ("yarn-log-mul", "deepseek2, yarn: rope.scaling.yarn_log_multiplier as converted files carry it (0.1 x "
+         "mscale_all_dim, e.g. 0.0707)", cxxopts::value<float>())
         ("type-experts", "type of routed expert weights", cxxopts::value<std::string>())
         ("type-shexp", "type of shared expert weights", cxxopts::value<std::string>())
         ("type-attn", "type of attention weights", cxxopts::value<std::string>())
@@ -94,13 +105,24 @@ int run(int argc, char** argv) {
     set_int("vocab", s.n_vocab);
     set_int("rope-dims", s.n_rot);
     set_int("n-ff-dense", s.n_ff);
+    set_int("kv-lora-rank", s.n_lora_kv);
+    set_int("head-dim-v", s.head_dim_v);
     for (auto [flag, field] : {std::pair{"dense-layers", &s.n_layer_dense_lead}, std::pair{"shared-experts", &s.n_expert_shared},
-                               std::pair{"nextn-layers", &s.n_layer_nextn}}) {
+                               std::pair{"nextn-layers", &s.n_layer_nextn}, std::pair{"q-lora-rank", &s.n_lora_q},
+                               std::pair{"expert-groups", &s.n_expert_groups}, std::pair{"groups-used", &s.n_group_used}}) {
         if (!a.count(flag)) continue;
         *field = a[flag].as<int>();
         if (*field < 0) throw std::invalid_argument(fmt::format("--{} must be 0 or more, got {}", flag, *field));
     }
     s.qk_norm = a.count("no-qk-norm") == 0;
+    if (a.count("kv-b-merged")) s.kv_b_split = false;
+    if (a.count("no-exp-probs-b")) s.exp_probs_b = false;
+    if (a.count("gating")) {
+        const std::string g = a["gating"].as<std::string>();
+        if (g != "softmax" && g != "sigmoid")
+            throw std::invalid_argument("--gating must be softmax or sigmoid, got '" + g + "'");
+        s.expert_gating_func = g == "softmax" ? 1 : 2;
+    }
     set_int("ctx", s.n_ctx);
     if (a.count("seed")) s.seed = a["seed"].as<uint64_t>();
     if (a.count("name")) s.name = a["name"].as<std::string>();
@@ -124,6 +146,11 @@ int run(int argc, char** argv) {
             throw std::invalid_argument(fmt::format("--rope-factor must be positive, got {}", s.rope_factor));
     }
     set_int("yarn-orig-ctx", s.rope_orig_ctx);
+    if (a.count("yarn-log-mul")) {
+        if (s.architecture != arch::deepseek2 || s.rope_scaling != rope_scaling_type::yarn)
+            throw std::invalid_argument("--yarn-log-mul needs --arch deepseek2 and --rope-scaling yarn");
+        s.rope_yarn_log_mul = a["yarn-log-mul"].as<float>();
+    }
 
     const std::string out = a["output"].as<std::string>();
     const auto t0 = std::chrono::steady_clock::now();

@@ -15,6 +15,7 @@ std::string arch_name(arch a) {
         case arch::qwen2moe: return "qwen2moe";
         case arch::mixtral: return "mixtral";
         case arch::glm4moe: return "glm4moe";
+        case arch::deepseek2: return "deepseek2";
     }
     return "?";
 }
@@ -22,9 +23,10 @@ std::string arch_name(arch a) {
 std::string gguf_architecture(arch a) { return a == arch::mixtral ? "llama" : arch_name(a); }
 
 arch parse_arch(const std::string& name) {
-    for (arch a : {arch::qwen3moe, arch::qwen2moe, arch::mixtral, arch::glm4moe})
+    for (arch a : {arch::qwen3moe, arch::qwen2moe, arch::mixtral, arch::glm4moe, arch::deepseek2})
         if (arch_name(a) == name) return a;
-    throw std::invalid_argument("unknown architecture '" + name + "' (valid: qwen3moe, qwen2moe, mixtral, glm4moe)");
+    throw std::invalid_argument("unknown architecture '" + name +
+                                "' (valid: qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2)");
 }
 
 tokenizer_kind parse_tokenizer(const std::string& name) {
@@ -44,6 +46,51 @@ tokenizer_kind resolve_tokenizer(const model_spec& spec) {
     if (spec.tokenizer != tokenizer_kind::arch_default) return spec.tokenizer;
     return spec.architecture == arch::mixtral ? tokenizer_kind::llama : tokenizer_kind::gpt2;
 }
+
+namespace {
+
+// DeepSeek's layout on top of the generic preset: a leading dense layer, latent attention, grouped
+// sigmoid routing with a correction bias, one shared expert (the fields' defaults are tiny's).
+model_spec deepseek2_preset(const std::string& name, model_spec s) {
+    s.n_head_kv = 1;  // as llama.cpp's MLA conversions write it: the cache holds one latent per position
+    s.expert_weights_scale = 2.5f;
+    if (name == "tiny") {
+        s.n_layer = 3;
+        s.n_expert = 16;
+        s.n_expert_used = 4;
+        s.n_rot = 32;
+    } else if (name == "demo") {
+        s.n_layer = 5;
+        s.n_head = 8;
+        s.head_dim = 96;
+        s.n_rot = 32;
+        s.head_dim_v = 64;
+        s.n_lora_q = 128;
+        s.n_lora_kv = 128;
+        s.n_expert = 32;
+        s.n_ff = 1024;
+        s.n_expert_groups = 8;
+        s.n_group_used = 4;
+    } else {
+        s.n_layer = 8;
+        s.n_head = 16;
+        s.head_dim = 192;
+        s.n_rot = 64;
+        s.head_dim_v = 128;
+        s.n_lora_q = 512;
+        s.n_lora_kv = 512;
+        s.n_expert = 64;
+        s.n_ff_exp = 512;
+        s.n_ff = 5632;
+        s.n_expert_groups = 8;
+        s.n_group_used = 4;
+        s.type_shexp = ggml_type::Q4_K;
+        s.type_attn = ggml_type::Q8_0;  // attn_k_b rows are 128 wide, narrower than a K-quant block
+    }
+    return s;
+}
+
+}  // namespace
 
 model_spec preset(const std::string& name, arch a) {
     model_spec s;
@@ -82,6 +129,7 @@ model_spec preset(const std::string& name, arch a) {
     } else {
         throw std::invalid_argument("unknown preset '" + name + "' (valid: tiny, demo, bench)");
     }
+    if (a == arch::deepseek2) return deepseek2_preset(name, s);
     if (a != arch::glm4moe) return s;
     // One dense layer before the MoE ones, as GLM-4.5-Air; bench is GLM-4.5 at half its width, its
     // expert count and expert-to-embedding ratio (1536 / 5120) kept.
@@ -107,6 +155,31 @@ namespace {
 
 float matrix_scale(int64_t fan_in) { return 1.0f / std::sqrt(static_cast<float>(fan_in)); }
 
+// A deepseek2 block's attention tensors, named and shaped as llama.cpp's loader expects them: the
+// query through q_lora_rank (or a plain attn_q), the latent and the rotated key from attn_kv_a_mqa,
+// and the per-head up-projection of the latent as attn_k_b + attn_v_b or as one attn_kv_b.
+template <class Vec, class Matrix>
+void mla_tensors(const model_spec& s, const std::string& b, Vec& vec, Matrix& matrix) {
+    const int64_t n_embd = s.n_embd, n_head = s.n_head, hd = s.head_dim, nope = s.head_dim - s.n_rot;
+    const int64_t lora_kv = s.n_lora_kv, hd_v = s.head_dim_v;
+    if (s.n_lora_q > 0) {
+        vec(b + "attn_q_a_norm.weight", s.n_lora_q, init::norm);
+        matrix(b + "attn_q_a.weight", s.type_attn, {n_embd, int64_t{s.n_lora_q}});
+        matrix(b + "attn_q_b.weight", s.type_attn, {int64_t{s.n_lora_q}, n_head * hd});
+    } else {
+        matrix(b + "attn_q.weight", s.type_attn, {n_embd, n_head * hd});
+    }
+    vec(b + "attn_kv_a_norm.weight", lora_kv, init::norm);
+    matrix(b + "attn_kv_a_mqa.weight", s.type_attn, {n_embd, lora_kv + s.n_rot});
+    if (s.kv_b_split) {
+        matrix(b + "attn_k_b.weight", s.type_attn, {nope, lora_kv, n_head}, matrix_scale(lora_kv));
+        matrix(b + "attn_v_b.weight", s.type_attn, {lora_kv, hd_v, n_head});
+    } else {
+        matrix(b + "attn_kv_b.weight", s.type_attn, {lora_kv, n_head * (nope + hd_v)});
+    }
+    matrix(b + "attn_output.weight", s.type_attn, {n_head * hd_v, n_embd});
+}
+
 }  // namespace
 
 std::vector<tensor_spec> tensor_specs(const model_spec& s) {
@@ -120,27 +193,31 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
         t.push_back({std::move(name), ggml_type::F32, {n}, kind, kind == init::norm ? 0.1f : 0.02f});
     };
 
-    const bool glm = s.architecture == arch::glm4moe;
+    const bool glm = s.architecture == arch::glm4moe, ds = s.architecture == arch::deepseek2;
     const int n_blocks = s.n_layer + (glm ? s.n_layer_nextn : 0);
     t.push_back({"token_embd.weight", s.type_embd, {n_embd, s.n_vocab}, init::embedding, 1.0f});
     for (int i = 0; i < n_blocks; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         vec(b + "attn_norm.weight", n_embd, init::norm);
-        matrix(b + "attn_q.weight", s.type_attn, {n_embd, n_q});
-        matrix(b + "attn_k.weight", s.type_attn, {n_embd, n_kv});
-        matrix(b + "attn_v.weight", s.type_attn, {n_embd, n_kv});
-        matrix(b + "attn_output.weight", s.type_attn, {n_q, n_embd});
-        if (s.architecture == arch::qwen3moe || (glm && s.qk_norm)) {
-            vec(b + "attn_q_norm.weight", hd, init::norm);
-            vec(b + "attn_k_norm.weight", hd, init::norm);
-        }
-        if (s.architecture == arch::qwen2moe || glm) {
-            vec(b + "attn_q.bias", n_q, init::bias);
-            vec(b + "attn_k.bias", n_kv, init::bias);
-            vec(b + "attn_v.bias", n_kv, init::bias);
+        if (ds) {
+            mla_tensors(s, b, vec, matrix);
+        } else {
+            matrix(b + "attn_q.weight", s.type_attn, {n_embd, n_q});
+            matrix(b + "attn_k.weight", s.type_attn, {n_embd, n_kv});
+            matrix(b + "attn_v.weight", s.type_attn, {n_embd, n_kv});
+            matrix(b + "attn_output.weight", s.type_attn, {n_q, n_embd});
+            if (s.architecture == arch::qwen3moe || (glm && s.qk_norm)) {
+                vec(b + "attn_q_norm.weight", hd, init::norm);
+                vec(b + "attn_k_norm.weight", hd, init::norm);
+            }
+            if (s.architecture == arch::qwen2moe || glm) {
+                vec(b + "attn_q.bias", n_q, init::bias);
+                vec(b + "attn_k.bias", n_kv, init::bias);
+                vec(b + "attn_v.bias", n_kv, init::bias);
+            }
         }
         vec(b + (glm ? "post_attention_norm.weight" : "ffn_norm.weight"), n_embd, init::norm);
-        if (glm && i < s.n_layer_dense_lead) {
+        if ((glm || ds) && i < s.n_layer_dense_lead) {
             matrix(b + "ffn_gate.weight", s.type_shexp, {n_embd, s.n_ff});
             matrix(b + "ffn_down.weight", s.type_shexp, {s.n_ff, n_embd});
             matrix(b + "ffn_up.weight", s.type_shexp, {n_embd, s.n_ff});
@@ -149,7 +226,8 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
         // A wider router spread makes routing decisions clear rather than near-uniform.
         matrix(b + "ffn_gate_inp.weight", s.type_router, {n_embd, s.n_expert}, 4.0f * matrix_scale(n_embd));
         // A correction bias as large as the gaps between the top sigmoid scores, so that it changes selections.
-        if (glm) t.push_back({b + "exp_probs_b.bias", ggml_type::F32, {s.n_expert}, init::bias, 0.1f});
+        if (glm || (ds && s.exp_probs_b))
+            t.push_back({b + "exp_probs_b.bias", ggml_type::F32, {s.n_expert}, init::bias, 0.1f});
         if (s.architecture == arch::mixtral && s.split_experts) {
             for (int e = 0; e < s.n_expert; ++e) {
                 matrix(fmt::format("{}ffn_gate.{}.weight", b, e), s.type_experts, {n_embd, s.n_ff_exp});
@@ -163,8 +241,8 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
         }
         if (s.architecture == arch::qwen2moe)
             matrix(b + "ffn_gate_inp_shexp.weight", ggml_type::F32, {n_embd});
-        if (s.architecture == arch::qwen2moe || (glm && s.n_expert_shared > 0)) {
-            const int64_t n_sh = glm ? int64_t{s.n_ff_exp} * s.n_expert_shared : s.n_ff_shexp;
+        if (s.architecture == arch::qwen2moe || ((glm || ds) && s.n_expert_shared > 0)) {
+            const int64_t n_sh = glm || ds ? int64_t{s.n_ff_exp} * s.n_expert_shared : s.n_ff_shexp;
             matrix(b + "ffn_gate_shexp.weight", s.type_shexp, {n_embd, n_sh});
             matrix(b + "ffn_down_shexp.weight", s.type_shexp, {n_sh, n_embd});
             matrix(b + "ffn_up_shexp.weight", s.type_shexp, {n_embd, n_sh});

@@ -9,7 +9,7 @@
 
 namespace strata::make_model {
 
-enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe };
+enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2 };
 
 // The vocabulary written: gpt2 (byte-level BPE, ChatML template) or llama (SentencePiece with scores,
 // <0xXX> byte tokens, <unk> <s> </s>, Mistral [INST] template). arch_default: llama for mixtral, as
@@ -33,7 +33,18 @@ struct model_spec {
     int n_ff_exp = 256;      // routed expert hidden size
     int n_ff_shexp = 256;    // shared expert hidden size (qwen2moe)
     int n_rot = 0;           // rope.dimension_count; 0: the head width (glm4moe: half of it, as GLM-4.5)
-    // glm4moe only: the layer layout and routing of GLM-4.5.
+    // deepseek2 only: multi-head latent attention. head_dim is a query/key head (its last n_rot dims
+    // rotate), head_dim_v a value head.
+    int n_lora_q = 64;                 // attention.q_lora_rank; 0: a plain attn_q (the Lite models)
+    int n_lora_kv = 64;                // attention.kv_lora_rank: the latent the KV cache keeps
+    int head_dim_v = 32;
+    bool kv_b_split = true;            // attn_k_b + attn_v_b (and the *_mla keys); false: one attn_kv_b
+    int expert_gating_func = 2;        // 1 softmax (DeepSeek-V2), 2 sigmoid (V3)
+    bool exp_probs_b = true;           // the score-correction bias (V3)
+    int n_expert_groups = 4;           // expert_group_count (0: no group-limited routing)
+    int n_group_used = 2;              // expert_group_used_count
+    float rope_yarn_log_mul = 0.0f;    // rope.scaling.yarn_log_multiplier as files carry it (0: absent)
+    // glm4moe and deepseek2: the layer layout and routing of GLM-4.5 / DeepSeek.
     int n_layer_dense_lead = 1;        // leading layers with a dense FFN of width n_ff
     int n_ff = 512;
     int n_expert_shared = 1;           // shared experts, each n_ff_exp wide
@@ -71,6 +82,10 @@ rope_scaling_type parse_rope_scaling(const std::string& name);  // none | linear
 // (about 1.5 GB: n_embd 2048, 8 layers, 32/4 heads of 128, 64 experts of 768, 8 used). For glm4moe,
 // tiny and demo gain a leading dense layer, and bench is GLM-4.5 at half width (about 1.7 GB: n_embd
 // 2560, 1 dense + 3 MoE layers, 48/4 heads of 128, 160 experts of 768, 8 used, 1 shared).
+// deepseek2: tiny has q_lora_rank 64, kv_lora_rank 64, heads of 32 + 32 rotated (values 32), 16
+// experts in 4 groups (2 used), sigmoid gating with a correction bias; bench is DeepSeek-V3's layout
+// at n_embd 2048 (about 1.2 GB: 1 dense + 7 MoE layers, 16 heads of 128 + 64, latent 512, 64 experts
+// of 512 in 8 groups, 8 used in 4 groups, 1 shared).
 // Sets `architecture` to `a`. Throws std::invalid_argument listing the presets.
 model_spec preset(const std::string& name, arch a = arch::qwen3moe);
 
