@@ -88,6 +88,8 @@ model_info describe(const model::impl& m, const arenas::pool_plan& plan) {
     i.n_head = hp.n_head;
     i.n_head_kv = hp.n_head_kv;
     i.head_dim = hp.head_dim;
+    i.n_rot = hp.n_rot;
+    i.kv_lora_rank = hp.n_lora_kv;
     i.n_expert = hp.n_expert;
     i.n_expert_used = hp.n_expert_used;
     i.n_ff_exp = hp.n_ff_exp;

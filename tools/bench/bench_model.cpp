@@ -334,12 +334,14 @@ int run(int argc, char** argv) {
                                         kv_bpt / (1 << 20), implied, bw, 100.0 * implied / bw);
                 row.update({{"bytes_per_token", bpt}, {"kv_bytes_per_token", kv_bpt}, {"decode_gbs", implied},
                             {"read_bandwidth_gbs", bw}, {"bandwidth_ratio", implied / bw}});
-                // Attention's f32 arithmetic: 4 head_dim flops per query head and position of context, on
-                // every layer (2 with an int8 cache, whose scores are int8 dot products). At small GQA groups
-                // it takes longer on the FMA units than its KV takes to read.
+                // Attention's f32 arithmetic per query head and position of context, on every layer:
+                // 4 head_dim flops (2 with an int8 cache, whose scores are int8 dot products); latent
+                // attention scores the latent and the RoPE key and sums latents, 2 (2 lora + n_rot). At
+                // small GQA groups it takes longer on the FMA units than its KV takes to read.
                 const model_info& mi = m->info();
-                const double flops_per = arm.kv == "int8" ? 2.0 : 4.0;
-                const double attn_flops = flops_per * mi.n_head * mi.head_dim * mi.n_layer * (r.depth + 1 + n_gen / 2.0);
+                const double per_head = mi.kv_lora_rank > 0 ? 2.0 * (2 * mi.kv_lora_rank + mi.n_rot)
+                                                            : (arm.kv == "int8" ? 2.0 : 4.0) * mi.head_dim;
+                const double attn_flops = per_head * mi.n_head * mi.n_layer * (r.depth + 1 + n_gen / 2.0);
                 if (fma_gflops < 0) fma_gflops = fma_peak_gflops();
                 if (r.depth > 0 && fma_gflops > 0) {
                     const double fma_s = attn_flops / (fma_gflops * 1e9 * std::max(r.threads, 1));

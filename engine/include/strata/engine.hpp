@@ -167,9 +167,11 @@ struct pool_slice_info {
 
 struct model_info {
     std::string path;
-    std::string architecture;        // "qwen3moe" | "qwen2moe" | "mixtral"
+    std::string architecture;        // "qwen3moe" | "qwen2moe" | "mixtral" | "glm4moe" | "deepseek2"
     std::string name;
     int n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+    int n_rot = 0;                   // dims of a head RoPE rotates
+    int kv_lora_rank = 0;            // deepseek2's latent attention: the cached latent's size (0: none)
     int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
     int n_vocab = 0;
     int n_ctx = 0, n_ctx_train = 0, n_batch = 0;
