@@ -146,54 +146,66 @@ struct q8_rows {
     int64_t head_dim;
 };
 
+// Rows [i0, i0 + R) (R <= 4, so the 2 R accumulators, the keys and the query stay in registers) of
+// score_block_q8 for block b of 32 dimensions.
+template <int R>
+static inline void score_rows_q8(const q8_rows& q, int i0, int64_t b, const uint8_t* kb, __m512 dk0, __m512 dk1,
+                                 float scale, float* score, int lds) {
+    const int64_t head_dim = q.head_dim, n_b = head_dim / formats::QK8_0;
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512i a[R][2];
+    for (int i = 0; i < R; ++i) a[i][0] = a[i][1] = _mm512_set1_epi32(-128 * q.sum[(i0 + i) * n_b + b]);
+    const uint8_t* quads = kb + b * 8 * (kPosStep * 4);
+    const int8_t* qs = q.qs + i0 * head_dim + b * 32;
+    for (int st = 0; st < 8; ++st) {
+        const __m512i k0 = _mm512_xor_si512(_mm512_loadu_si512(quads + st * 128), flip);
+        const __m512i k1 = _mm512_xor_si512(_mm512_loadu_si512(quads + st * 128 + 64), flip);
+        for (int i = 0; i < R; ++i) {
+            int32_t q4;
+            std::memcpy(&q4, qs + i * head_dim + st * 4, sizeof(q4));
+            const __m512i qb = _mm512_set1_epi32(q4);
+            a[i][0] = _mm512_dpbusd_epi32(a[i][0], k0, qb);
+            a[i][1] = _mm512_dpbusd_epi32(a[i][1], k1, qb);
+        }
+    }
+    for (int i = 0; i < R; ++i) {
+        const __m512 dq = _mm512_set1_ps(q.d[(i0 + i) * n_b + b]);
+        float* out = score + (i0 + i) * lds;
+        __m512 f0 = _mm512_cvtepi32_ps(a[i][0]), f1 = _mm512_cvtepi32_ps(a[i][1]);
+        if (b == 0) {
+            f0 = _mm512_mul_ps(f0, _mm512_mul_ps(dk0, dq));
+            f1 = _mm512_mul_ps(f1, _mm512_mul_ps(dk1, dq));
+        } else {
+            f0 = _mm512_fmadd_ps(f0, _mm512_mul_ps(dk0, dq), _mm512_loadu_ps(out));
+            f1 = _mm512_fmadd_ps(f1, _mm512_mul_ps(dk1, dq), _mm512_loadu_ps(out + 16));
+        }
+        if (b == n_b - 1) {
+            f0 = _mm512_mul_ps(f0, _mm512_set1_ps(scale));
+            f1 = _mm512_mul_ps(f1, _mm512_set1_ps(scale));
+        }
+        _mm512_storeu_ps(out, f0);
+        _mm512_storeu_ps(out + 16, f1);
+    }
+}
+
 // The int8 scores of attention.hpp for the kPosStep positions of the Q8_0 key block kb, R rows:
 // score[i][0..31] (stride lds). Per block of 32 dimensions, 8 steps of vpdpbusd over 4 dimensions of
 // 16 positions, the keys made unsigned by +128 and the accumulators started at -128 * sum(q) to take
-// that back out (exact); then one f32 FMA per block, in block order, into the score row. pf(step) is
-// called once per step of 4 dimensions (head_dim / 4 steps).
+// that back out (exact); then one f32 FMA per block, in block order, into the score row. Rows go in
+// groups of at most 4, each a pass over the block's keys (from L1 after the first). pf(step) is
+// called head_dim / 4 times per call, spread over the blocks.
 template <int R, class Prefetch>
 static inline void score_block_q8(const q8_rows& q, const uint8_t* kb, float scale, float* score, int lds,
                                   Prefetch&& pf) {
     const int64_t head_dim = q.head_dim, n_b = head_dim / formats::QK8_0;
     const uint8_t* scales = kb + head_dim * kPosStep;
-    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int64_t b = 0; b < n_b; ++b) {
-        __m512i a[R][2];
-        for (int i = 0; i < R; ++i) a[i][0] = a[i][1] = _mm512_set1_epi32(-128 * q.sum[i * n_b + b]);
-        const uint8_t* quads = kb + b * 8 * (kPosStep * 4);
-        for (int st = 0; st < 8; ++st) {
-            pf(b * 8 + st);
-            const __m512i k0 = _mm512_xor_si512(_mm512_loadu_si512(quads + st * 128), flip);
-            const __m512i k1 = _mm512_xor_si512(_mm512_loadu_si512(quads + st * 128 + 64), flip);
-            for (int i = 0; i < R; ++i) {
-                int32_t q4;
-                std::memcpy(&q4, q.qs + i * head_dim + b * 32 + st * 4, sizeof(q4));
-                const __m512i qb = _mm512_set1_epi32(q4);
-                a[i][0] = _mm512_dpbusd_epi32(a[i][0], k0, qb);
-                a[i][1] = _mm512_dpbusd_epi32(a[i][1], k1, qb);
-            }
-        }
+        for (int st = 0; st < 8; ++st) pf(b * 8 + st);
         const __m512 dk0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 64 * b)));
         const __m512 dk1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 64 * b + 32)));
-        const __m512 s = _mm512_set1_ps(scale);
-        for (int i = 0; i < R; ++i) {
-            const __m512 dq = _mm512_set1_ps(q.d[i * n_b + b]);
-            float* out = score + i * lds;
-            __m512 f0 = _mm512_cvtepi32_ps(a[i][0]), f1 = _mm512_cvtepi32_ps(a[i][1]);
-            if (b == 0) {
-                f0 = _mm512_mul_ps(f0, _mm512_mul_ps(dk0, dq));
-                f1 = _mm512_mul_ps(f1, _mm512_mul_ps(dk1, dq));
-            } else {
-                f0 = _mm512_fmadd_ps(f0, _mm512_mul_ps(dk0, dq), _mm512_loadu_ps(out));
-                f1 = _mm512_fmadd_ps(f1, _mm512_mul_ps(dk1, dq), _mm512_loadu_ps(out + 16));
-            }
-            if (b == n_b - 1) {
-                f0 = _mm512_mul_ps(f0, s);
-                f1 = _mm512_mul_ps(f1, s);
-            }
-            _mm512_storeu_ps(out, f0);
-            _mm512_storeu_ps(out + 16, f1);
-        }
+        int i0 = 0;
+        for (; i0 + 4 <= R; i0 += 4) score_rows_q8<4>(q, i0, b, kb, dk0, dk1, scale, score, lds);
+        if constexpr (R % 4 != 0) score_rows_q8<R % 4>(q, i0, b, kb, dk0, dk1, scale, score, lds);
     }
 }
 
