@@ -153,38 +153,49 @@ struct q8_buf {
     }
 };
 
+// Rows [i0, i0 + R) of qq (R <= 4, so accumulators, keys and query fit the 16 registers) of score8_q8
+// for block b of 32 dimensions; score is row i0's.
+template <int R>
+static inline void score8_rows_q8(const q8_buf& qq, int i0, int64_t b, const uint8_t* kb, int tb, __m256 dk,
+                                  float scale, float* score, int lds) {
+    const int64_t head_dim = qq.head_dim, n_b = qq.n_b;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i a[R];
+    for (auto& x : a) x = _mm256_setzero_si256();
+    for (int st = 0; st < 8; ++st) {
+        const __m256i k = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(kb + (b * 8 + st) * (attn_key_block * 4) + tb * 4));
+        const __m256i ak = _mm256_sign_epi8(k, k);
+        for (int i = 0; i < R; ++i) {
+            int32_t q4;
+            std::memcpy(&q4, qq.qs + (i0 + i) * head_dim + b * 32 + st * 4, sizeof(q4));
+            const __m256i sq = _mm256_sign_epi8(_mm256_set1_epi32(q4), k);
+            a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(_mm256_maddubs_epi16(ak, sq), ones));
+        }
+    }
+    for (int i = 0; i < R; ++i) {
+        const __m256 dkq = _mm256_mul_ps(dk, _mm256_set1_ps(qq.d[(i0 + i) * n_b + b]));
+        float* out = score + i * lds;
+        __m256 f = _mm256_cvtepi32_ps(a[i]);
+        f = b == 0 ? _mm256_mul_ps(f, dkq) : _mm256_fmadd_ps(f, dkq, _mm256_loadu_ps(out));
+        if (b == n_b - 1) f = _mm256_mul_ps(f, _mm256_set1_ps(scale));
+        _mm256_storeu_ps(out, f);
+    }
+}
+
 // The int8 scores of attention.hpp for the 8 positions [tb, tb + 8) of the Q8_0 key block kb (tb a
 // multiple of 8), rows [i0, i0 + R) of qq: score[i][0..7] (stride lds). Per block of 32 dimensions, 8
 // steps over 4 dimensions of 8 positions: |k| times q with k's sign (pmaddubsw: pairs stay below 2^15),
 // summed to int32 exactly; then one f32 FMA per block, in block order, as the AVX-512 kernel does.
+// Rows go in groups of at most 4.
 template <int R>
 static inline void score8_q8(const q8_buf& qq, int i0, const uint8_t* kb, int tb, float scale, float* score, int lds) {
-    const int64_t head_dim = qq.head_dim, n_b = qq.n_b;
-    const uint8_t* scales = kb + head_dim * attn_key_block;
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < n_b; ++b) {
-        __m256i a[R];
-        for (auto& x : a) x = _mm256_setzero_si256();
-        for (int st = 0; st < 8; ++st) {
-            const __m256i k = _mm256_loadu_si256(
-                reinterpret_cast<const __m256i*>(kb + (b * 8 + st) * (attn_key_block * 4) + tb * 4));
-            const __m256i ak = _mm256_sign_epi8(k, k);
-            for (int i = 0; i < R; ++i) {
-                int32_t q4;
-                std::memcpy(&q4, qq.qs + (i0 + i) * head_dim + b * 32 + st * 4, sizeof(q4));
-                const __m256i sq = _mm256_sign_epi8(_mm256_set1_epi32(q4), k);
-                a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(_mm256_maddubs_epi16(ak, sq), ones));
-            }
-        }
+    const uint8_t* scales = kb + qq.head_dim * attn_key_block;
+    for (int64_t b = 0; b < qq.n_b; ++b) {
         const __m256 dk = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 64 * b + 2 * tb)));
-        for (int i = 0; i < R; ++i) {
-            const __m256 dkq = _mm256_mul_ps(dk, _mm256_set1_ps(qq.d[(i0 + i) * n_b + b]));
-            float* out = score + i * lds;
-            __m256 f = _mm256_cvtepi32_ps(a[i]);
-            f = b == 0 ? _mm256_mul_ps(f, dkq) : _mm256_fmadd_ps(f, dkq, _mm256_loadu_ps(out));
-            if (b == n_b - 1) f = _mm256_mul_ps(f, _mm256_set1_ps(scale));
-            _mm256_storeu_ps(out, f);
-        }
+        int i = 0;
+        for (; i + 4 <= R; i += 4) score8_rows_q8<4>(qq, i0 + i, b, kb, tb, dk, scale, score + i * lds, lds);
+        if constexpr (R % 4 != 0) score8_rows_q8<R % 4>(qq, i0 + i, b, kb, tb, dk, scale, score + i * lds, lds);
     }
 }
 
