@@ -184,7 +184,7 @@ TEST_P(ForwardParity, MatchesNaiveReference) {
     // must be the engine's.
     testing::reference_model ref(m->file);
     const auto want = ref.logits(tokens, &engine_routes);
-    int argmax_agree = 0, argmax_ties = 0, compared = 0, near_ties = 0, biased = 0, grouped = 0;
+    int argmax_differ = 0, compared = 0, near_ties = 0, biased = 0, grouped = 0;
     for (size_t p = 0; p < tokens.size(); ++p) {
         for (int il = 0; il < m->hp.n_layer; ++il) {
             if (!m->hp.is_moe_layer(il)) continue;
@@ -208,10 +208,12 @@ TEST_P(ForwardParity, MatchesNaiveReference) {
         std::vector<float> top(want[p]);
         std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<>());
         const double top_gap = (top[0] - top[1]) / std::max(std::abs(top[0]), 1e-9f);
-        // Where the reference's two best logits are closer than twice the error, either may win.
-        const bool top_tie = top_gap < 2 * err;
-        argmax_agree += gi == wi || top_tie;
-        argmax_ties += top_tie;
+        // Where the reference's two best logits are closer than twice the error, either may win;
+        // elsewhere the engine's argmax must be the reference's.
+        if (gi != wi) {
+            ++argmax_differ;
+            EXPECT_LT(top_gap, 2 * err) << "position " << p << ": argmax " << gi << " vs " << wi;
+        }
         std::printf("  position %zu: relative error %.4f, argmax %td vs %td (reference top-2 gap %.4f), routing margin "
                     "%.3f\n",
                     p, err, gi, wi, top_gap, ref.route_margins()[p]);
@@ -219,9 +221,9 @@ TEST_P(ForwardParity, MatchesNaiveReference) {
     std::printf("  %d layer choices compared, %d near-ties (the reference took the engine's side in %d)\n", compared,
                 near_ties, ref.followed());
     EXPECT_GE(compared, near_ties) << "too few layer choices test the routing itself";
-    EXPECT_GE(argmax_agree, static_cast<int>(tokens.size()) - 1);
-    std::printf("  %d positions with the reference's top two logits within twice the error\n", argmax_ties);
-    EXPECT_GE(static_cast<int>(tokens.size()) - argmax_ties, 4) << "too few positions test the argmax";
+    // Near-flat logits of these small random models excuse a few differing argmaxes, not many.
+    std::printf("  %d positions where the argmax differs (each at a near-tie)\n", argmax_differ);
+    EXPECT_LE(argmax_differ, 3);
     if (glm || (ds && s.spec.exp_probs_b)) {
         // The routing compared above must include choices that the correction bias changed.
         std::printf("  %d of them changed by exp_probs_b\n", biased);
