@@ -142,15 +142,9 @@ static inline void quantize_query8(const float* q, int64_t head_dim, const q8_qu
     }
 }
 
-// Up to kFewRows query rows quantized for Q8_0 keys (row i at qs + i * head_dim, d + i * n_b, sum + i * n_b).
-struct q8_buf {
-    alignas(32) int8_t qs[kFewRows * kSimdMaxHeadDim];
-    float d[kFewRows * kSimdMaxHeadDim / formats::QK8_0];
-    int32_t sum[kFewRows * kSimdMaxHeadDim / formats::QK8_0];
-    int64_t head_dim, n_b;
-    q8_buf(const float* q, int64_t hd, int n) : head_dim(hd), n_b(hd / formats::QK8_0) {
-        for (int i = 0; i < n; ++i) quantize_query8(q + i * hd, hd, {qs + i * hd, d + i * n_b, sum + i * n_b});
-    }
+// Up to kFewRows query rows quantized for Q8_0 keys.
+struct q8_buf : q8_query_rows<kFewRows, kSimdMaxHeadDim> {
+    q8_buf(const float* q, int64_t hd, int n) : q8_query_rows(q, hd, n, quantize_query8) {}
 };
 
 // Rows [i0, i0 + R) of qq (R <= 4, so accumulators, keys and query fit the 16 registers) of score8_q8
@@ -235,14 +229,6 @@ static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const 
         if (n_left == R) return row_block<T, R>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
         row_tail<T, R - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_left, kt, vf, n_pad);
     }
-}
-
-// f(std::integral_constant<int, n>{}) for 1 <= n <= R.
-template <int R, class F>
-static void with_rows(int n, F&& f) {
-    if constexpr (R > 1)
-        if (n < R) return with_rows<R - 1>(n, f);
-    f(std::integral_constant<int, R>{});
 }
 
 // scores() for the 8 positions [t0, t0 + 8) of R rows of an F16 tile, read straight from their key

@@ -277,20 +277,10 @@ static void weighted_values(const float* p, int ldp, int n_t, int64_t head_dim, 
     }
 }
 
-// Row i < n of the call, quantized for Q8_0 keys into stack arrays of up to kFewRows rows.
-struct q8_buf {
-    alignas(64) int8_t qs[kFewRows * kSimdMaxHeadDim];
-    float d[kFewRows * kSimdMaxHeadDim / formats::QK8_0];
-    int32_t sum[kFewRows * kSimdMaxHeadDim / formats::QK8_0];
-    q8_buf(const float* q, int64_t head_dim, int n) {
-        const int64_t n_b = head_dim / formats::QK8_0;
-        for (int i = 0; i < n; ++i)
-            quantize_query16(q + i * head_dim, head_dim, {qs + i * head_dim, d + i * n_b, sum + i * n_b});
-    }
-    q8_rows rows(int i0, int64_t head_dim) const {
-        const int64_t n_b = head_dim / formats::QK8_0;
-        return {qs + i0 * head_dim, d + i0 * n_b, sum + i0 * n_b, head_dim};
-    }
+// Up to kFewRows query rows quantized for Q8_0 keys; rows(i0) views those from row i0 on.
+struct q8_buf : q8_query_rows<kFewRows, kSimdMaxHeadDim> {
+    q8_buf(const float* q, int64_t hd, int n) : q8_query_rows(q, hd, n, quantize_query16) {}
+    q8_rows rows(int i0) const { return {qs + i0 * head_dim, d + i0 * n_b, sum + i0 * n_b, head_dim}; }
 };
 
 // Rows [r0, r0 + R) of the call: their tile states, folded into st.
@@ -309,7 +299,7 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
         const q8_buf qq(q + r0 * head_dim, head_dim, R);
         const auto* k = static_cast<const uint8_t*>(kv.k);
         for (int t = 0; t < n_score; t += kPosStep)
-            score_block_q8<R>(qq.rows(0, head_dim), k + t * kv.row_bytes, scale, p + t, n_pad, [](int64_t) {});
+            score_block_q8<R>(qq.rows(0), k + t * kv.row_bytes, scale, p + t, n_pad, [](int64_t) {});
     }
     float max[R], sum[R];
     for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * n_pad, n_vis[i], n_score, max + i);
@@ -330,14 +320,6 @@ static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const 
         if (n_left == R) return row_block<T, R>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
         row_tail<T, R - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_left, kt, vf, n_pad);
     }
-}
-
-// f(std::integral_constant<int, n>{}) for 1 <= n <= R.
-template <int R, class F>
-static void with_rows(int n, F&& f) {
-    if constexpr (R > 1)
-        if (n < R) return with_rows<R - 1>(n, f);
-    f(std::integral_constant<int, R>{});
 }
 
 // NOTE: calls with few rows (decode: one token's query heads of a kv head) never convert the whole tile:
@@ -386,7 +368,7 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
             };
             for (int r0 = 0; r0 < n_rows; r0 += kRows)
                 with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
-                    score_block_q8<rows()>(qq.rows(r0, head_dim),
+                    score_block_q8<rows()>(qq.rows(r0),
                                            static_cast<const uint8_t*>(kv.k) + t0 / kPosStep * block_bytes, scale,
                                            p + r0 * n_pad + t0, n_pad, prefetch);
                 });

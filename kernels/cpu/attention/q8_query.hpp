@@ -32,4 +32,18 @@ inline void quantize_query(const float* q, int64_t head_dim, const q8_query_view
     }
 }
 
+// Up to MaxRows query rows of at most MaxHeadDim elements, quantized by `quantize` (a file's SIMD twin
+// of quantize_query): row i at qs + i * head_dim, d + i * n_b and sum + i * n_b (n_b = head_dim / 32).
+template <int MaxRows, int64_t MaxHeadDim>
+struct q8_query_rows {
+    alignas(64) int8_t qs[MaxRows * MaxHeadDim];
+    float d[MaxRows * MaxHeadDim / formats::QK8_0];
+    int32_t sum[MaxRows * MaxHeadDim / formats::QK8_0];
+    int64_t head_dim, n_b;
+    template <class Quantize>
+    q8_query_rows(const float* q, int64_t hd, int n, Quantize quantize) : head_dim(hd), n_b(hd / formats::QK8_0) {
+        for (int i = 0; i < n; ++i) quantize(q + i * hd, hd, q8_query_view{qs + i * hd, d + i * n_b, sum + i * n_b});
+    }
+};
+
 }  // namespace strata::kernels::cpu::detail

@@ -1,10 +1,11 @@
-// Internal: converting an attention tile (F16 or Q8_0 rows) to f32 once per attn_tile call, shared by
-// the AVX2 and AVX-512 files (every helper `static`, so each file keeps its own copy compiled with its
-// own flags). Include only from files compiled with at least -mavx2 -mfma -mf16c.
+// Internal: converting an attention tile (F16 or Q8_0 rows) to f32 once per attn_tile call, and small
+// helpers, shared by the AVX2 and AVX-512 files (every helper `static`, so each file keeps its own copy
+// compiled with its own flags). Include only from files compiled with at least -mavx2 -mfma -mf16c.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu/attention.hpp"
 #include "cpu/detail/x86.hpp"
@@ -80,6 +81,14 @@ static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* 
                 _mm256_store_ps(kt + j * ldk + b0 + c, x);
             }
     }
+}
+
+// f(std::integral_constant<int, n>{}) for 1 <= n <= R.
+template <int R, class F>
+static inline void with_rows(int n, F&& f) {
+    if constexpr (R > 1)
+        if (n < R) return with_rows<R - 1>(n, f);
+    f(std::integral_constant<int, R>{});
 }
 
 // Positions of the tile row r sees: t <= last_pos - pos0, clamped to [0, n].
