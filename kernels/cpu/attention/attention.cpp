@@ -50,20 +50,20 @@ float key_dot_q8(const kv_tile& kv, int64_t head_dim, const q8_query_view& q, in
 
 }  // namespace
 
-void attn_merge_row(int64_t head_dim, float* max_a, float* sum_a, float* acc_a, float max_b, float sum_b,
+void attn_merge_row(int64_t v_dim, float* max_a, float* sum_a, float* acc_a, float max_b, float sum_b,
                     const float* acc_b) {
     if (sum_b == 0) return;
     if (*sum_a == 0) {
         *max_a = max_b;
         *sum_a = sum_b;
-        std::memcpy(acc_a, acc_b, sizeof(float) * static_cast<size_t>(head_dim));
+        std::memcpy(acc_a, acc_b, sizeof(float) * static_cast<size_t>(v_dim));
         return;
     }
     const float m = std::max(*max_a, max_b);
     const float ea = std::exp(*max_a - m), eb = std::exp(max_b - m);
     *max_a = m;
     *sum_a = *sum_a * ea + sum_b * eb;
-    for (int64_t d = 0; d < head_dim; ++d) acc_a[d] = acc_a[d] * ea + acc_b[d] * eb;
+    for (int64_t d = 0; d < v_dim; ++d) acc_a[d] = acc_a[d] * ea + acc_b[d] * eb;
 }
 
 // NOTE: the reference: every score a plain dot in dimension order (Q8_0: per block of 32), the row's tile state from the
@@ -71,6 +71,8 @@ void attn_merge_row(int64_t head_dim, float* max_a, float* sum_a, float* acc_a, 
 void attn_tile_scalar(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                       float scale, const attn_state& st) {
     const auto* v = static_cast<const uint8_t*>(kv.v);
+    const int64_t v_dim = attn_value_dim(kv, head_dim);
+    const size_t v_stride = attn_value_stride(kv);
     float score[attn_tile_max];
     float acc[kMaxHeadDim];
     int8_t qs[kMaxHeadDim];
@@ -94,23 +96,23 @@ void attn_tile_scalar(const kv_tile& kv, int64_t head_dim, const float* q, int n
             max = std::max(max, score[t]);
         }
         float sum = 0;
-        std::fill(acc, acc + head_dim, 0.0f);
+        std::fill(acc, acc + v_dim, 0.0f);
         for (int64_t t = 0; t < n_vis; ++t) {
             const float p = std::exp(score[t] - max);
             sum += p;
-            const uint8_t* vt = v + t * kv.row_bytes;
-            for (int64_t j = 0; j < head_dim; ++j) acc[j] += p * kv_value(kv.type, vt, j);
+            const uint8_t* vt = v + t * v_stride;
+            for (int64_t j = 0; j < v_dim; ++j) acc[j] += p * kv_value(kv.type, vt, j);
         }
-        attn_merge_row(head_dim, st.max + r, st.sum + r, st.acc + r * head_dim, max, sum, acc);
+        attn_merge_row(v_dim, st.max + r, st.sum + r, st.acc + r * v_dim, max, sum, acc);
     }
 }
 
 }  // namespace detail
 
-void attn_clear(const attn_state& st, int64_t head_dim, int n_rows) {
+void attn_clear(const attn_state& st, int64_t v_dim, int n_rows) {
     std::fill(st.max, st.max + n_rows, -std::numeric_limits<float>::infinity());
     std::fill(st.sum, st.sum + n_rows, 0.0f);
-    std::fill(st.acc, st.acc + n_rows * head_dim, 0.0f);
+    std::fill(st.acc, st.acc + n_rows * v_dim, 0.0f);
 }
 
 void attn_tile(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos, float scale,
@@ -122,21 +124,73 @@ void attn_tile(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, 
                                     std::to_string(attn_tile_max) + "), head size " + std::to_string(head_dim) +
                                     " (at most " + std::to_string(detail::kMaxHeadDim) + ") of type " +
                                     std::string(formats::info(kv.type).name) + " (F16, or Q8_0 with a head size that is a multiple of 32)");
+    const int64_t v_dim = attn_value_dim(kv, head_dim);
+    const int64_t block = kv.type == ggml_type::Q8_0 ? formats::QK8_0 : 1;
+    const size_t v_min = formats::row_size(kv.type, (v_dim + block - 1) / block * block);  // the blocks v_dim touches
+    if (kv.v_dim < 0 || v_dim > head_dim || attn_value_stride(kv) < v_min)
+        throw std::invalid_argument("CPU attention: values of " + std::to_string(v_dim) + " elements (1.." +
+                                    std::to_string(head_dim) + ") in rows " + std::to_string(attn_value_stride(kv)) +
+                                    " bytes apart (at least " + std::to_string(v_min) + ")");
     detail::active_table().attn_tile(kv, head_dim, q, n_rows, last_pos, scale, st);
 }
 
-void attn_merge(int64_t head_dim, int n_rows, const attn_state& a, const attn_state& b) {
+void attn_merge(int64_t v_dim, int n_rows, const attn_state& a, const attn_state& b) {
     for (int r = 0; r < n_rows; ++r)
-        detail::attn_merge_row(head_dim, a.max + r, a.sum + r, a.acc + r * head_dim, b.max[r], b.sum[r],
-                               b.acc + r * head_dim);
+        detail::attn_merge_row(v_dim, a.max + r, a.sum + r, a.acc + r * v_dim, b.max[r], b.sum[r], b.acc + r * v_dim);
 }
 
-void attn_finish(const attn_state& st, int64_t head_dim, int n_rows, float* out, int64_t out_stride) {
+void attn_finish(const attn_state& st, int64_t v_dim, int n_rows, float* out, int64_t out_stride) {
     for (int r = 0; r < n_rows; ++r) {
         float* o = out + r * out_stride;
-        const float* acc = st.acc + r * head_dim;
+        const float* acc = st.acc + r * v_dim;
         const float inv = st.sum[r] > 0 ? 1.0f / st.sum[r] : 0.0f;
-        for (int64_t d = 0; d < head_dim; ++d) o[d] = acc[d] * inv;
+        for (int64_t d = 0; d < v_dim; ++d) o[d] = acc[d] * inv;
+    }
+}
+
+// NOTE: F16 keys go in 8 x 8 squares (8 positions, 8 dimensions): each source row is read 16 bytes
+// at a time and each destination line written whole, which the compiler keeps in registers.
+void attn_pack_keys(ggml_type type, int64_t head_dim, const void* rows, size_t row_stride, int n, void* k) {
+    if (n < 1 || n > attn_tile_max || (type != ggml_type::F16 && type != ggml_type::Q8_0) ||
+        (type == ggml_type::Q8_0 && head_dim % formats::QK8_0 != 0))
+        throw std::invalid_argument("attn_pack_keys: " + std::to_string(n) + " keys (1.." +
+                                    std::to_string(attn_tile_max) + ") of " + std::to_string(head_dim) + " " +
+                                    std::string(formats::info(type).name) + " elements (F16, or Q8_0 in whole blocks)");
+    const size_t row_bytes = formats::row_size(type, head_dim);
+    const int n_pad = (n + attn_key_block - 1) / attn_key_block * attn_key_block;
+    auto* dst = static_cast<uint8_t*>(k);
+    const auto* src = static_cast<const uint8_t*>(rows);
+    if (n < n_pad) {  // the unused slots of the last block are scored (then masked): keep them zero
+        const int b0 = n_pad - attn_key_block;
+        std::memset(dst + static_cast<size_t>(b0) * row_bytes, 0, static_cast<size_t>(attn_key_block) * row_bytes);
+    }
+    if (type == ggml_type::F16) {
+        for (int t0 = 0; t0 < n; t0 += 8) {
+            const int nt = std::min(8, n - t0);
+            for (int64_t j0 = 0; j0 < head_dim; j0 += 8) {
+                const int nj = static_cast<int>(std::min<int64_t>(8, head_dim - j0));
+                uint16_t sq[8][8];  // [position][dimension]
+                if (nt < 8) std::memset(sq, 0, sizeof(sq));
+                for (int t = 0; t < nt; ++t)
+                    std::memcpy(sq[t], src + static_cast<size_t>(t0 + t) * row_stride + 2 * j0, 2 * static_cast<size_t>(nj));
+                for (int j = 0; j < nj; ++j) {
+                    uint16_t line[8];
+                    for (int t = 0; t < 8; ++t) line[t] = sq[t][j];
+                    std::memcpy(dst + attn_key_offset(type, row_bytes, t0, j0 + j), line, 2 * static_cast<size_t>(nt));
+                }
+            }
+        }
+        return;
+    }
+    // Q8_0: quants move in groups of 4 (one int32 slot per position), scales one half per position.
+    const int64_t n_b = head_dim / formats::QK8_0;
+    for (int t = 0; t < n; ++t) {
+        const auto* blocks = reinterpret_cast<const formats::block_q8_0*>(src + static_cast<size_t>(t) * row_stride);
+        for (int64_t b = 0; b < n_b; ++b) {
+            for (int g = 0; g < formats::QK8_0; g += 4)
+                std::memcpy(dst + attn_key_offset(type, row_bytes, t, b * formats::QK8_0 + g), blocks[b].qs + g, 4);
+            std::memcpy(dst + attn_key_scale_offset(head_dim, row_bytes, t, b * formats::QK8_0), &blocks[b].d, 2);
+        }
     }
 }
 

@@ -7,7 +7,8 @@
 //                          then p = exp(score - max) in place, 0 past the row's visible positions;
 //   acc[kRows][head_dim]   sum_t p_t v_t, one lane per dimension, broadcast p_t times vf[t];
 // and each row's (max, sum, acc) is folded into the state with the shared attn_merge_row. Calls of at
-// most kFewRows rows (decode) take attn_tile_few instead, which streams the tile with the same arithmetic.
+// most kFewRows rows (decode) take attn_tile_few instead, which streams the tile with the same arithmetic;
+// so do heads larger than kSimdMaxHeadDim (deepseek2's latent attention), kFewRows rows per call.
 //
 // NOTE: departures from attn_tile_scalar (matched to rounding, not bitwise):
 //   - a score is one FMA chain over the dimensions in order; an acc element one FMA chain over the
@@ -84,15 +85,15 @@ static float softmax_row(float* s, int n_vis, int n_score, float* max_out) {
     return hsum(sum);
 }
 
-// acc[i][:] = sum_{t < n_t} p[i][t] vf[t][:] for the block's R rows (p: [R][n_pad]).
+// acc[i][:] = sum_{t < n_t} p[i][t] vf[t][:] for the block's R rows (p: [R][n_pad]; vf, acc: v_dim wide).
 template <int R>
-static void weighted_values(const float* p, int n_pad, int n_t, const float* vf, int64_t head_dim, float* acc) {
+static void weighted_values(const float* p, int n_pad, int n_t, const float* vf, int64_t v_dim, float* acc) {
     int64_t j = 0;
-    for (; j + 16 <= head_dim; j += 16) {
+    for (; j + 16 <= v_dim; j += 16) {
         __m256 a[R][2];
         for (auto& x : a) x[0] = x[1] = _mm256_setzero_ps();
         const float* v = vf + j;
-        for (int t = 0; t < n_t; ++t, v += head_dim + kRowPad) {
+        for (int t = 0; t < n_t; ++t, v += v_dim + kRowPad) {
             const __m256 v0 = _mm256_load_ps(v), v1 = _mm256_load_ps(v + 8);
             for (int i = 0; i < R; ++i) {
                 const __m256 pt = _mm256_broadcast_ss(p + i * n_pad + t);
@@ -101,19 +102,19 @@ static void weighted_values(const float* p, int n_pad, int n_t, const float* vf,
             }
         }
         for (int i = 0; i < R; ++i) {
-            _mm256_storeu_ps(acc + i * head_dim + j, a[i][0]);
-            _mm256_storeu_ps(acc + i * head_dim + j + 8, a[i][1]);
+            _mm256_storeu_ps(acc + i * v_dim + j, a[i][0]);
+            _mm256_storeu_ps(acc + i * v_dim + j + 8, a[i][1]);
         }
     }
-    if (j < head_dim) {  // head_dim = 16 m + 8
+    if (j < v_dim) {  // v_dim = 16 m + 8
         __m256 a[R];
         for (auto& x : a) x = _mm256_setzero_ps();
         const float* v = vf + j;
-        for (int t = 0; t < n_t; ++t, v += head_dim + kRowPad) {
+        for (int t = 0; t < n_t; ++t, v += v_dim + kRowPad) {
             const __m256 v0 = _mm256_load_ps(v);
             for (int i = 0; i < R; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * n_pad + t), v0, a[i]);
         }
-        for (int i = 0; i < R; ++i) _mm256_storeu_ps(acc + i * head_dim + j, a[i]);
+        for (int i = 0; i < R; ++i) _mm256_storeu_ps(acc + i * v_dim + j, a[i]);
     }
 }
 
@@ -143,7 +144,7 @@ static inline void quantize_query8(const float* q, int64_t head_dim, const q8_qu
 }
 
 // Up to kFewRows query rows quantized for Q8_0 keys.
-struct q8_buf : q8_query_rows<kFewRows, kSimdMaxHeadDim> {
+struct q8_buf : q8_query_rows<kFewRows, kStreamMaxHeadDim> {
     q8_buf(const float* q, int64_t hd, int n) : q8_query_rows(q, hd, n, quantize_query8) {}
 };
 
@@ -198,7 +199,8 @@ template <ggml_type T, int R>
 static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
                       const attn_state& st, int r0, const float* kt, const float* vf, int n_pad) {
     alignas(32) float p[R * attn_tile_max];     // [R][n_pad] scores, then probabilities
-    alignas(32) float acc[R * kSimdMaxHeadDim];  // [R][head_dim]
+    alignas(32) float acc[R * kSimdMaxHeadDim];  // [R][v_dim]
+    const int64_t v_dim = attn_value_dim(kv, head_dim);
     int n_vis[R], max_vis = 0;
     for (int i = 0; i < R; ++i) max_vis = std::max(max_vis, n_vis[i] = visible(kv, last_pos[r0 + i]));
     if (max_vis == 0) return;
@@ -214,11 +216,11 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
     }
     float max[R], sum[R];
     for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * n_pad, n_vis[i], n_score, max + i);
-    weighted_values<R>(p, n_pad, max_vis, vf, head_dim, acc);
+    weighted_values<R>(p, n_pad, max_vis, vf, v_dim, acc);
     for (int i = 0; i < R; ++i)
         if (n_vis[i] > 0)
-            attn_merge_row(head_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * head_dim, max[i], sum[i],
-                           acc + i * head_dim);
+            attn_merge_row(v_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * v_dim, max[i], sum[i],
+                           acc + i * v_dim);
 }
 
 // The last n_left < kRows rows, as one block of that many (R counts down to n_left).
@@ -247,18 +249,19 @@ static void scores_blocked8(const float* q, int64_t head_dim, const kv_tile& kv,
 }
 
 // weighted_values() for R rows reading the tile's value rows in place (load8's values, the same FMA
-// chains): acc[i][:] = sum_{t < n_t} p[i][t] v_t[:], p: [R][ldp].
+// chains): acc[i][:] = sum_{t < n_t} p[i][t] v_t[:], p: [R][ldp], acc: [R][v_dim].
 template <ggml_type T, int R>
-static void weighted_values_rows(const float* p, int ldp, int n_t, const kv_tile& kv, int64_t head_dim, float* acc) {
+static void weighted_values_rows(const float* p, int ldp, int n_t, const kv_tile& kv, int64_t v_dim, float* acc) {
     const auto* v = static_cast<const uint8_t*>(kv.v);
-    for (int64_t j = 0; j < head_dim; j += 8) {
+    const size_t v_stride = attn_value_stride(kv);
+    for (int64_t j = 0; j < v_dim; j += 8) {
         __m256 a[R];
         for (auto& x : a) x = _mm256_setzero_ps();
         for (int t = 0; t < n_t; ++t) {
-            const __m256 vt = load8<T>(v + t * kv.row_bytes, j);
+            const __m256 vt = load8<T>(v + t * v_stride, j);
             for (int i = 0; i < R; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * ldp + t), vt, a[i]);
         }
-        for (int i = 0; i < R; ++i) _mm256_storeu_ps(acc + i * head_dim + j, a[i]);
+        for (int i = 0; i < R; ++i) _mm256_storeu_ps(acc + i * v_dim + j, a[i]);
     }
 }
 
@@ -270,7 +273,9 @@ template <ggml_type T>
 static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                           float scale, const attn_state& st) {
     alignas(32) float p[kFewRows * attn_tile_max];       // [n_rows][n_pad] scores, then probabilities
-    alignas(32) float acc[kFewBlock * kSimdMaxHeadDim];  // [kFewBlock][head_dim]
+    alignas(32) float acc[kFewBlock * kStreamMaxHeadDim];  // [kFewBlock][v_dim]
+    const int64_t v_dim = attn_value_dim(kv, head_dim);
+    const size_t v_stride = attn_value_stride(kv);
     int n_vis[kFewRows], max_vis = 0;
     for (int r = 0; r < n_rows; ++r) max_vis = std::max(max_vis, n_vis[r] = visible(kv, last_pos[r]));
     if (max_vis == 0) return;
@@ -278,11 +283,11 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
     std::optional<q8_buf> qq;
     if constexpr (T == ggml_type::Q8_0) qq.emplace(q, head_dim, n_rows);
     const auto* k = static_cast<const uint8_t*>(kv.k);
-    prefetch_rows(kv, kv.k, 0, kPrefetchPos);
+    prefetch_rows(kv, kv.k, kv.row_bytes, 0, kPrefetchPos);
     for (int t0 = 0; t0 < n_pad; t0 += 8) {
         if (t0 % attn_key_block == 0) {
-            prefetch_rows(kv, kv.k, t0 + kPrefetchPos, t0 + kPrefetchPos + attn_key_block);
-            prefetch_rows(kv, kv.v, 2 * t0, 2 * (t0 + attn_key_block));  // all values requested by mid-tile
+            prefetch_rows(kv, kv.k, kv.row_bytes, t0 + kPrefetchPos, t0 + kPrefetchPos + attn_key_block);
+            prefetch_rows(kv, kv.v, v_stride, 2 * t0, 2 * (t0 + attn_key_block));  // all values requested by mid-tile
         }
         for (int r0 = 0; r0 < n_rows; r0 += kFewBlock)
             with_rows<kFewBlock>(std::min(kFewBlock, n_rows - r0), [&](auto rows) {
@@ -305,12 +310,12 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         float max[kFewBlock], sum[kFewBlock];
         for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * n_pad, n_vis[r0 + i], n_pad, max + i);
         with_rows<kFewBlock>(nr, [&](auto rows) {
-            weighted_values_rows<T, rows()>(p + r0 * n_pad, n_pad, block_vis, kv, head_dim, acc);
+            weighted_values_rows<T, rows()>(p + r0 * n_pad, n_pad, block_vis, kv, v_dim, acc);
         });
         for (int i = 0; i < nr; ++i)
             if (n_vis[r0 + i] > 0)
-                attn_merge_row(head_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * head_dim, max[i],
-                               sum[i], acc + i * head_dim);
+                attn_merge_row(v_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * v_dim, max[i], sum[i],
+                               acc + i * v_dim);
     }
 }
 
@@ -320,7 +325,13 @@ static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int
     bool any = false;
     for (int r = 0; r < n_rows && !any; ++r) any = visible(kv, last_pos[r]) > 0;
     if (!any) return;
-    if (n_rows <= kFewRows) return attn_tile_few<T>(kv, head_dim, q, n_rows, last_pos, scale, st);
+    if (n_rows <= kFewRows || head_dim > kSimdMaxHeadDim) {
+        const int64_t v_dim = attn_value_dim(kv, head_dim);
+        for (int r0 = 0; r0 < n_rows; r0 += kFewRows)
+            attn_tile_few<T>(kv, head_dim, q + r0 * head_dim, std::min(kFewRows, n_rows - r0), last_pos + r0, scale,
+                             {st.max + r0, st.sum + r0, st.acc + r0 * v_dim});
+        return;
+    }
     alignas(32) float kt[T == ggml_type::F16 ? kTileFloats : 1];  // [head_dim][n_pad + kRowPad]
     alignas(32) float vf[kTileFloats];                             // [n][head_dim + kRowPad]
     const int n_pad = (kv.n + kPosStep - 1) / kPosStep * kPosStep;
@@ -333,10 +344,11 @@ static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int
 
 }  // namespace
 
-// Heads that are not a multiple of 8 or larger than kSimdMaxHeadDim take the scalar kernel.
+// Heads or values that are not a multiple of 8, and heads larger than kStreamMaxHeadDim, take the
+// scalar kernel.
 void attn_tile_avx2(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                     float scale, const attn_state& st) {
-    if (head_dim % 8 != 0 || head_dim > kSimdMaxHeadDim)
+    if (head_dim % 8 != 0 || attn_value_dim(kv, head_dim) % 8 != 0 || head_dim > kStreamMaxHeadDim)
         return attn_tile_scalar(kv, head_dim, q, n_rows, last_pos, scale, st);
     if (kv.type == ggml_type::F16)
         attn_tile_t<ggml_type::F16>(kv, head_dim, q, n_rows, last_pos, scale, st);

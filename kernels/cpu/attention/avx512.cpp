@@ -8,7 +8,8 @@
 //   score[kRows][n_pad]    scale * q_r . k_t, one lane per position; then p = exp(score - max) in place;
 //   acc[kRows][head_dim]   sum_t p_t v_t, one lane per dimension;
 // each row's (max, sum, acc) then folded into the state with the shared attn_merge_row. Calls of at most
-// kFewRows rows (decode) take attn_tile_few instead, which streams the tile with the same arithmetic.
+// kFewRows rows (decode) take attn_tile_few instead, which streams the tile with the same arithmetic;
+// so do heads larger than kSimdMaxHeadDim (deepseek2's latent attention), kFewRows rows per call.
 //
 // NOTE: as in avx2.cpp: each score one FMA chain over the dimensions in order, each acc element one FMA
 // chain over the positions in order (a row's positions past its own visible count carry p = 0, which
@@ -212,19 +213,17 @@ static inline void score_block_q8(const q8_rows& q, const uint8_t* kb, float sca
 // scores() for the kPosStep positions [t0, t0 + kPosStep) of an F16 tile read straight from their key
 // block: the same key values and FMA chains, so the same scores as from convert_tile. Each step over the
 // dimensions also asks for one cache line of a later key block (pf_k, into L1) and one of the values
-// (pf_v, into L2), up to pf_lines each, so the memory streams while the FMAs run.
+// (pf_v, into L2), up to pf_k_lines and pf_v_lines, so the memory streams while the FMAs run.
 template <int R>
 static void scores_blocked(const float* q, int64_t head_dim, const kv_tile& kv, int t0, float scale, float* score,
-                           int lds, const char* pf_k, const char* pf_v, int64_t pf_lines) {
+                           int lds, const char* pf_k, const char* pf_v, int64_t pf_k_lines, int64_t pf_v_lines) {
     static_assert(kPosStep == attn_key_block);
     const auto* k = static_cast<const uint8_t*>(kv.k);
     score_block<R>(
         q, head_dim,
         [&](int64_t j, __m512& k0, __m512& k1) {
-            if (j < pf_lines) {
-                if (pf_k) _mm_prefetch(pf_k + 64 * j, _MM_HINT_T0);
-                if (pf_v) _mm_prefetch(pf_v + 64 * j, _MM_HINT_T1);
-            }
+            if (pf_k && j < pf_k_lines) _mm_prefetch(pf_k + 64 * j, _MM_HINT_T0);
+            if (pf_v && j < pf_v_lines) _mm_prefetch(pf_v + 64 * j, _MM_HINT_T1);
             k0 = load_keys16(k, kv.row_bytes, t0, j);
             k1 = load_keys16(k, kv.row_bytes, t0 + 16, j);
         },
@@ -246,12 +245,12 @@ static inline __m512 load16(const uint8_t* row, int64_t j) {
     }
 }
 
-// acc[i][:] = sum_{t < n_t} p[i][t] v_t[:] for the block's R rows (p: [R][ldp]); value(t, j) gives
-// v_t[j..j+15] as f32.
+// acc[i][:] = sum_{t < n_t} p[i][t] v_t[:] for the block's R rows (p: [R][ldp], acc: [R][v_dim]);
+// value(t, j) gives v_t[j..j+15] as f32.
 template <int R, int D = 2, class Value>
-static void weighted_values(const float* p, int ldp, int n_t, int64_t head_dim, float* acc, Value value) {
+static void weighted_values(const float* p, int ldp, int n_t, int64_t v_dim, float* acc, Value value) {
     int64_t j = 0;
-    for (; j + 16 * D <= head_dim; j += 16 * D) {
+    for (; j + 16 * D <= v_dim; j += 16 * D) {
         __m512 a[R][D];
         for (auto& x : a)
             for (auto& y : x) y = _mm512_setzero_ps();
@@ -264,21 +263,21 @@ static void weighted_values(const float* p, int ldp, int n_t, int64_t head_dim, 
             }
         }
         for (int i = 0; i < R; ++i)
-            for (int c = 0; c < D; ++c) _mm512_storeu_ps(acc + i * head_dim + j + 16 * c, a[i][c]);
+            for (int c = 0; c < D; ++c) _mm512_storeu_ps(acc + i * v_dim + j + 16 * c, a[i][c]);
     }
-    for (; j < head_dim; j += 16) {  // head_dim not a multiple of 16 D
+    for (; j < v_dim; j += 16) {  // v_dim not a multiple of 16 D
         __m512 a[R];
         for (auto& x : a) x = _mm512_setzero_ps();
         for (int t = 0; t < n_t; ++t) {
             const __m512 v0 = value(t, j);
             for (int i = 0; i < R; ++i) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * ldp + t]), v0, a[i]);
         }
-        for (int i = 0; i < R; ++i) _mm512_storeu_ps(acc + i * head_dim + j, a[i]);
+        for (int i = 0; i < R; ++i) _mm512_storeu_ps(acc + i * v_dim + j, a[i]);
     }
 }
 
 // Up to kFewRows query rows quantized for Q8_0 keys; rows(i0) views those from row i0 on.
-struct q8_buf : q8_query_rows<kFewRows, kSimdMaxHeadDim> {
+struct q8_buf : q8_query_rows<kFewRows, kStreamMaxHeadDim> {
     q8_buf(const float* q, int64_t hd, int n) : q8_query_rows(q, hd, n, quantize_query16) {}
     q8_rows rows(int i0) const { return {qs + i0 * head_dim, d + i0 * n_b, sum + i0 * n_b, head_dim}; }
 };
@@ -288,7 +287,8 @@ template <ggml_type T, int R>
 static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
                       const attn_state& st, int r0, const float* kt, const float* vf, int n_pad) {
     alignas(64) float p[R * attn_tile_max];     // [R][n_pad] scores, then probabilities
-    alignas(64) float acc[R * kSimdMaxHeadDim];  // [R][head_dim]
+    alignas(64) float acc[R * kSimdMaxHeadDim];  // [R][v_dim]
+    const int64_t v_dim = attn_value_dim(kv, head_dim);
     int n_vis[R], max_vis = 0;
     for (int i = 0; i < R; ++i) max_vis = std::max(max_vis, n_vis[i] = visible(kv, last_pos[r0 + i]));
     if (max_vis == 0) return;
@@ -303,13 +303,13 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
     }
     float max[R], sum[R];
     for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * n_pad, n_vis[i], n_score, max + i);
-    const int64_t ldv = head_dim + kRowPad;
-    weighted_values<R>(p, n_pad, max_vis, head_dim, acc,
+    const int64_t ldv = v_dim + kRowPad;
+    weighted_values<R>(p, n_pad, max_vis, v_dim, acc,
                        [=](int t, int64_t j) { return _mm512_loadu_ps(vf + t * ldv + j); });
     for (int i = 0; i < R; ++i)
         if (n_vis[i] > 0)
-            attn_merge_row(head_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * head_dim, max[i], sum[i],
-                           acc + i * head_dim);
+            attn_merge_row(v_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * v_dim, max[i], sum[i],
+                           acc + i * v_dim);
 }
 
 // The last n_left < kRows rows, as one block of that many (R counts down to n_left).
@@ -334,37 +334,42 @@ template <ggml_type T>
 static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                           float scale, const attn_state& st) {
     alignas(64) float p[kFewRows * attn_tile_max];        // [n_rows][n_pad] scores, then probabilities
-    alignas(64) float acc[kValueRows * kSimdMaxHeadDim];  // [kValueRows][head_dim]
+    alignas(64) float acc[kValueRows * kStreamMaxHeadDim];  // [kValueRows][v_dim]
+    const int64_t v_dim = attn_value_dim(kv, head_dim);
+    const size_t v_stride = attn_value_stride(kv);
     int n_vis[kFewRows], max_vis = 0;
     for (int r = 0; r < n_rows; ++r) max_vis = std::max(max_vis, n_vis[r] = visible(kv, last_pos[r]));
     if (max_vis == 0) return;
     const int n_pad = (max_vis + kPosStep - 1) / kPosStep * kPosStep;
-    prefetch_rows(kv, kv.k, 0, kPrefetchPos);
+    prefetch_rows(kv, kv.k, kv.row_bytes, 0, kPrefetchPos);
     const auto* kb = static_cast<const char*>(kv.k);
     const auto* vb = static_cast<const char*>(kv.v);
-    const size_t block_bytes = kPosStep * kv.row_bytes;  // a key block, or kPosStep value rows
+    const size_t block_bytes = kPosStep * kv.row_bytes, v_block_bytes = kPosStep * v_stride;  // a key block; kPosStep value rows
     const int64_t block_lines = static_cast<int64_t>((block_bytes + 63) / 64);
+    const int64_t v_block_lines = static_cast<int64_t>((v_block_bytes + 63) / 64);
     if constexpr (T == ggml_type::F16) {
         for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
             const char* pf_k = t0 + kPrefetchPos < n_pad ? kb + (t0 + kPrefetchPos) / kPosStep * block_bytes : nullptr;
-            const char* pf_v = vb + t0 / kPosStep * block_bytes;
+            const char* pf_v = vb + t0 / kPosStep * v_block_bytes;
             for (int r0 = 0; r0 < n_rows; r0 += kRows)
                 with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
                     scores_blocked<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * n_pad + t0, n_pad, pf_k,
-                                           pf_v, block_lines);
+                                           pf_v, block_lines, v_block_lines);
                 });
         }
     } else {
         const q8_buf qq(q, head_dim, n_rows);
         const int64_t steps = head_dim / 4, per_step = (block_lines + steps - 1) / steps;
+        const int64_t v_per_step = (v_block_lines + steps - 1) / steps;
         for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
             const char* pf_k = t0 + kPrefetchPos < n_pad ? kb + (t0 + kPrefetchPos) / kPosStep * block_bytes : nullptr;
-            const char* pf_v = vb + t0 / kPosStep * block_bytes;
+            const char* pf_v = vb + t0 / kPosStep * v_block_bytes;
             const auto prefetch = [&](int64_t step) {
-                for (int64_t l = step * per_step; l < std::min(block_lines, (step + 1) * per_step); ++l) {
-                    if (pf_k) _mm_prefetch(pf_k + 64 * l, _MM_HINT_T0);
+                if (pf_k)
+                    for (int64_t l = step * per_step; l < std::min(block_lines, (step + 1) * per_step); ++l)
+                        _mm_prefetch(pf_k + 64 * l, _MM_HINT_T0);
+                for (int64_t l = step * v_per_step; l < std::min(v_block_lines, (step + 1) * v_per_step); ++l)
                     _mm_prefetch(pf_v + 64 * l, _MM_HINT_T1);
-                }
             };
             for (int r0 = 0; r0 < n_rows; r0 += kRows)
                 with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
@@ -387,13 +392,13 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         float max[kValueRows], sum[kValueRows];
         for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * n_pad, n_vis[r0 + i], n_pad, max + i);
         with_rows<kValueRows>(nr, [&](auto rows) {
-            weighted_values<rows(), kValueVectors>(p + r0 * n_pad, n_pad, block_vis, head_dim, acc,
-                                                   [=](int t, int64_t j) { return load16<T>(v + t * kv.row_bytes, j); });
+            weighted_values<rows(), kValueVectors>(p + r0 * n_pad, n_pad, block_vis, v_dim, acc,
+                                                   [=](int t, int64_t j) { return load16<T>(v + t * v_stride, j); });
         });
         for (int i = 0; i < nr; ++i)
             if (n_vis[r0 + i] > 0)
-                attn_merge_row(head_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * head_dim, max[i],
-                               sum[i], acc + i * head_dim);
+                attn_merge_row(v_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * v_dim, max[i], sum[i],
+                               acc + i * v_dim);
     }
 }
 
@@ -403,7 +408,13 @@ static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int
     bool any = false;
     for (int r = 0; r < n_rows && !any; ++r) any = visible(kv, last_pos[r]) > 0;
     if (!any) return;
-    if (n_rows <= kFewRows) return attn_tile_few<T>(kv, head_dim, q, n_rows, last_pos, scale, st);
+    if (n_rows <= kFewRows || head_dim > kSimdMaxHeadDim) {
+        const int64_t v_dim = attn_value_dim(kv, head_dim);
+        for (int r0 = 0; r0 < n_rows; r0 += kFewRows)
+            attn_tile_few<T>(kv, head_dim, q + r0 * head_dim, std::min(kFewRows, n_rows - r0), last_pos + r0, scale,
+                             {st.max + r0, st.sum + r0, st.acc + r0 * v_dim});
+        return;
+    }
     alignas(64) float kt[T == ggml_type::F16 ? kTileFloats : 1];  // [head_dim][n_pad + kRowPad]
     alignas(64) float vf[kTileFloats];                             // [n][head_dim + kRowPad]
     const int n_pad = (kv.n + kPosStep - 1) / kPosStep * kPosStep;
@@ -416,10 +427,11 @@ static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int
 
 }  // namespace
 
-// Heads that are not a multiple of 16 or larger than kSimdMaxHeadDim take the AVX2 kernel.
+// Heads or values that are not a multiple of 16, and heads larger than kStreamMaxHeadDim, take the
+// AVX2 kernel.
 void attn_tile_avx512(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                       float scale, const attn_state& st) {
-    if (head_dim % 16 != 0 || head_dim > kSimdMaxHeadDim)
+    if (head_dim % 16 != 0 || attn_value_dim(kv, head_dim) % 16 != 0 || head_dim > kStreamMaxHeadDim)
         return attn_tile_avx2(kv, head_dim, q, n_rows, last_pos, scale, st);
     if (kv.type == ggml_type::F16)
         attn_tile_t<ggml_type::F16>(kv, head_dim, q, n_rows, last_pos, scale, st);

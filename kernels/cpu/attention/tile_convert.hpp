@@ -20,15 +20,18 @@ inline constexpr int64_t kSimdMaxHeadDim = 256;
 // 512 B for head_dim 128) put a whole column of a loop into a few L1 sets and evict it every pass.
 inline constexpr int kRowPad = 16;
 inline constexpr size_t kTileFloats = (kSimdMaxHeadDim + kRowPad) * attn_tile_max;
+// Heads up to this size (deepseek2's latent attention: 576) stream the tile instead of converting it,
+// whatever the number of rows: their stack scratch is a few rows' scores and sums, not the tile.
+inline constexpr int64_t kStreamMaxHeadDim = 1024;
 
-// Asks for the bytes of positions [t_begin, t_end) (clamped to [0, n)) of a tile's v, or of its k when
-// the range is whole key blocks: row_bytes per position either way.
-static inline void prefetch_rows(const kv_tile& kv, const void* rows, int t_begin, int t_end) {
+// Asks for the bytes of positions [t_begin, t_end) (clamped to [0, n)) of a tile's k (row_bytes per
+// position; the range whole key blocks) or v (attn_value_stride per position).
+static inline void prefetch_rows(const kv_tile& kv, const void* rows, size_t stride, int t_begin, int t_end) {
     t_begin = t_begin > 0 ? t_begin : 0;
     t_end = t_end < kv.n ? t_end : kv.n;
     if (t_begin >= t_end) return;
     const auto* b = static_cast<const char*>(rows);
-    const size_t begin = static_cast<size_t>(t_begin) * kv.row_bytes, end = static_cast<size_t>(t_end) * kv.row_bytes;
+    const size_t begin = static_cast<size_t>(t_begin) * stride, end = static_cast<size_t>(t_end) * stride;
     for (size_t off = begin; off < end; off += 64) _mm_prefetch(b + off, _MM_HINT_T0);
 }
 
@@ -61,16 +64,18 @@ static inline __m256 lanes_below(int n_valid) {
 }
 
 // The tile's values as f32, and for F16 its keys transposed (Q8_0 keys are scored in int8 straight
-// from their blocks), with row strides ldk = n_pad + kRowPad and ldv = head_dim + kRowPad:
+// from their blocks), with row strides ldk = n_pad + kRowPad and ldv = v_dim + kRowPad:
 //   kt[head_dim][ldk]  kt[j][t] = k_t[j], positions n..n_pad-1 zero (F16 only);
-//   vf[n][ldv]         vf[t][j] = v_t[j].
+//   vf[n][ldv]         vf[t][j] = v_t[j]  (v_dim a multiple of 8).
 // F16 keys are already transposed in their blocks (attention.hpp): converted in place, no shuffles.
 template <ggml_type T>
 static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* kt, float* vf) {
     const auto* v = static_cast<const uint8_t*>(kv.v);
-    const int64_t ldk = n_pad + kRowPad, ldv = head_dim + kRowPad;
+    const int64_t v_dim = attn_value_dim(kv, head_dim);
+    const size_t v_stride = attn_value_stride(kv);
+    const int64_t ldk = n_pad + kRowPad, ldv = v_dim + kRowPad;
     for (int t = 0; t < kv.n; ++t)
-        for (int64_t j = 0; j < head_dim; j += 8) _mm256_store_ps(vf + t * ldv + j, load8<T>(v + t * kv.row_bytes, j));
+        for (int64_t j = 0; j < v_dim; j += 8) _mm256_store_ps(vf + t * ldv + j, load8<T>(v + t * v_stride, j));
     if constexpr (T != ggml_type::F16) return;
     for (int b0 = 0; b0 < n_pad; b0 += attn_key_block) {
         const int width = n_pad - b0 < attn_key_block ? n_pad - b0 : attn_key_block;

@@ -217,7 +217,7 @@ void softmax_avx2(float* x, int64_t n);
 
 // Attention: every ISA's attn_tile computes a row's tile state from empty, then folds it in with this
 // one merge (compiled once), which is what makes tile-by-tile and merged-later results bitwise equal.
-void attn_merge_row(int64_t head_dim, float* max_a, float* sum_a, float* acc_a, float max_b, float sum_b,
+void attn_merge_row(int64_t v_dim, float* max_a, float* sum_a, float* acc_a, float max_b, float sum_b,
                     const float* acc_b);
 void attn_tile_scalar(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                       float scale, const attn_state& st);
