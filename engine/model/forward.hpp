@@ -67,6 +67,8 @@ private:
     void attention(int layer, int n_tok, int pos0, kv_cache& kv);
     // deepseek2's multi-head latent attention (mla.cpp): xn_ -> att_ [n_tok][n_v].
     void mla_attention(int layer, int n_tok, int pos0, kv_cache& kv);
+    // Its attention over the latent cache: q [n_tok][n_head][n_lora_kv + n_rot] -> out [n_tok][n_head][n_lora_kv].
+    void latent_attention(const kv_cache& kv, int layer, int n_tok, int pos0, const float* q, float* out);
     // y[t][h * n_rows + r] = head h's rows of w (n_rows from row h * step + row0) . in[t][h * in_cols ..]
     void matmul_heads(const weight_matrix& w, int64_t step, int64_t row0, int64_t n_rows, int n_tok, const float* in,
                       float* y);
@@ -104,14 +106,15 @@ private:
     std::vector<float> weights_;  // [n_tok][n_expert_used]
     std::vector<uint8_t> act_;    // quantized activations of a matmul
     // Latent attention (per token): the query through its bottleneck, the latent and rotated key, the
-    // query's no-RoPE part absorbed into the latent, the latent rows read back from the cache, scores.
+    // query's no-RoPE part absorbed into the latent; per work item, a chunk's keys laid out and states.
     std::vector<float> q_a_;      // [n_tok][n_lora_q]
     std::vector<float> kv_a_;     // [n_tok][n_lora_kv + n_rot]
     std::vector<float> q_nope_;   // [n_tok][n_head][head_dim - n_rot]
     std::vector<float> q_lat_;    // [n_tok][n_head][n_lora_kv + n_rot]: absorbed query, then its rotated part
     std::vector<float> o_lat_;    // [n_tok][n_head][n_lora_kv]
-    std::vector<float> lat_;      // [n_pos][n_lora_kv + n_rot]
-    std::vector<float> scores_;   // [n_tok * n_head][n_pos]
+    std::vector<uint8_t> mla_keys_;  // [lanes][chunk_tokens][latent row bytes], blocked (attn_pack_keys)
+    std::vector<float> mla_state_;   // [lanes or chunks][rows][n_lora_kv + 2]: acc, max, sum
+    std::vector<int64_t> mla_last_;  // [n_tok][n_head]: each query row's last visible position
 };
 
 // The routed experts of every MoE layer in layer order, as the pool reads them: the pool's layer

@@ -191,7 +191,7 @@ void kv_cache::write_rows(int layer, int chunk, int t, int r0, int r1, const uin
 }
 
 kernels::cpu::kv_tile kv_cache::tile(int layer, int g, int chunk, int n_pos) const {
-    if (latent_) throw std::logic_error("kv_cache::tile on a latent cache (read_latent reads its rows)");
+    if (latent_) throw std::logic_error("kv_cache::tile on a latent cache (latent_tile lays its keys out)");
     const int64_t pos0 = int64_t{chunk} * chunk_tokens;
     return {element_type(type_),
             tile_rows(layer, chunk, g),
@@ -199,6 +199,18 @@ kernels::cpu::kv_tile kv_cache::tile(int layer, int g, int chunk, int n_pos) con
             head_row_bytes_,
             pos0,
             static_cast<int>(std::min<int64_t>(chunk_tokens, n_pos - pos0))};
+}
+
+kernels::cpu::kv_tile kv_cache::latent_tile(int layer, int chunk, int n_pos, int v_dim, void* keys) const {
+    if (!latent_) throw std::logic_error("kv_cache::latent_tile on a cache of keys and values");
+    const int64_t pos0 = int64_t{chunk} * chunk_tokens;
+    const int n = static_cast<int>(std::min<int64_t>(chunk_tokens, n_pos - pos0));
+    const uint8_t* rows = tile_rows(layer, chunk, 0);
+    kernels::cpu::attn_pack_keys(element_type(type_), head_dim_, rows, head_row_bytes_, n, keys);
+    kernels::cpu::kv_tile t{element_type(type_), keys, rows, head_row_bytes_, pos0, n};
+    t.v_dim = v_dim;
+    t.v_row_bytes = head_row_bytes_;
+    return t;
 }
 
 }  // namespace strata::engine

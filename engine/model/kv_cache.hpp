@@ -71,6 +71,10 @@ public:
 
     // Positions [chunk * chunk_tokens, min(n_pos, (chunk + 1) * chunk_tokens)) of kv head g.
     kernels::cpu::kv_tile tile(int layer, int g, int chunk, int n_pos) const;
+    // Latent cache: the same positions as a tile whose keys are the rows laid out in `keys` (scratch of
+    // chunk_tokens * head_row_bytes() bytes, written here by attn_pack_keys) and whose values are the
+    // first v_dim elements of the rows themselves, read in place.
+    kernels::cpu::kv_tile latent_tile(int layer, int chunk, int n_pos, int v_dim, void* keys) const;
 
     // Positions [r0, r1) of tile t of a chunk (t in [0, n_tiles()): the keys of kv head t, then the
     // values of kv head t - n_head_kv; a latent cache's one tile) copied out to / in from rows: [r1 - r0][head_row_bytes()],

@@ -5,8 +5,12 @@
 //   q_abs[h] = k_b[h] q_nope[h]  (the key up-projection absorbed into the query)
 //   score[h][p] = kq_scale * ([q_abs[h] | q_pe[h]] . [c_p | k_pe_p]);  o[h] = softmax(score[h]) . c
 //   out[h] = v_b[h] o[h]  (the value up-projection after attention), then attn_output.
-// Plain loops: every (token, head) item reads the cache's rows in position order on its own, so a
-// token's output is bitwise the same whatever the batch, the pool's slices or its worker count.
+// The attention itself is multi-query attention on the tiled kernels (cpu/attention.hpp): every query
+// head of every token attends to the one latent row per position, key [c | k_pe] and value c. Per KV
+// chunk a work item lays the chunk's rows out as blocked keys in its own scratch (shared by all its
+// query rows) and reads the values in place. Prompts: items are query tiles folding every chunk in
+// order; decode: items are chunks (and row groups), merged afterwards in chunk order. Like
+// attention_runner's, a token's output is bitwise the same whatever the batch, slices or workers.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -20,6 +24,10 @@ namespace cpu = kernels::cpu;
 
 namespace {
 
+constexpr int kQueryTokens = 16;  // prompt: tokens per query tile (their n_head rows share each packed chunk)
+constexpr int kDecodeTokens = 8;  // batches up to this many tokens split the cache into chunks instead
+constexpr int kMinGroupRows = 8;  // decode splits a chunk's rows into groups of at least this many
+
 uint64_t bytes_of(const weight_matrix& w) { return static_cast<uint64_t>(w.n_rows) * w.m.row_stride; }
 
 template <class T>
@@ -28,14 +36,14 @@ T* grown(std::vector<T>& v, size_t n) {
     return v.data();
 }
 
-// a . b over n floats in eight fixed lanes (vectorisable, and the same sum on every call).
-float dot(const float* a, const float* b, int n) {
-    float lane[8] = {};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; ++j) lane[j] += a[i + j] * b[i + j];
-    for (; i < n; ++i) lane[0] += a[i] * b[i];
-    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+// The state of `rows` rows laid out as [rows][v_dim] acc, then [rows] max, then [rows] sum.
+cpu::attn_state state_at(float* base, int rows, int64_t v_dim) {
+    float* max = base + static_cast<size_t>(rows) * v_dim;
+    return {max, max + rows, base};
+}
+
+cpu::attn_state rows_of(const cpu::attn_state& st, int first, int64_t v_dim) {
+    return {st.max + first, st.sum + first, st.acc + static_cast<size_t>(first) * v_dim};
 }
 
 }  // namespace
@@ -106,38 +114,76 @@ void forward_pass::mla_attention(int il, int n_tok, int pos0, kv_cache& kv) {
     for (size_t item = 0; item < items; ++item)
         std::memcpy(q_lat + item * row, o_lat + item * lora, sizeof(float) * lora);
 
-    float* lat = grown(lat_, static_cast<size_t>(n_pos) * row);
-    parallel_rows(pool_, n_pos, 64, [&](int64_t p0, int64_t p1) {
-        kv.read_latent(il, static_cast<int>(p0), static_cast<int>(p1), lat + p0 * row);
-    });
-    float* scores = grown(scores_, items * static_cast<size_t>(n_pos));
+    latent_attention(kv, il, n_tok, pos0, q_lat, o_lat);
+    matmul_heads(l.wv_b, l.v_b_step, l.v_b_row0, hp_.head_dim_v, n_tok, o_lat, att_.data());
+}
+
+// Lanes: one per pool thread, each a work item with its own key scratch, taking its share of the
+// query tiles (prompt) or of the (chunk, row group) units (decode) in a fixed order.
+void forward_pass::latent_attention(const kv_cache& kv, int il, int n_tok, int pos0, const float* q, float* out) {
+    const int n_head = hp_.n_head, lora = hp_.n_lora_kv, row = lora + hp_.n_rot;
+    const size_t key_bytes = static_cast<size_t>(kv_cache::chunk_tokens) * kv.head_row_bytes();
+    const int n_lanes = std::max(1, pool_.plan().total_threads());
     const float scale = hp_.kq_scale;
-    parallel_rows(pool_, static_cast<int64_t>(items), 1, [&](int64_t i0, int64_t i1) {
-        for (int64_t item = i0; item < i1; ++item) {
-            const int last = pos0 + static_cast<int>(item / n_head);  // causal: positions up to the token's own
-            const float* qv = q_lat + item * row;
-            float* s = scores + item * n_pos;
-            float mx = -INFINITY;
-            for (int p = 0; p <= last; ++p) {
-                s[p] = dot(qv, lat + static_cast<size_t>(p) * row, row) * scale;
-                mx = std::max(mx, s[p]);
+    int64_t* last = grown(mla_last_, static_cast<size_t>(n_tok) * n_head);
+    for (int t = 0; t < n_tok; ++t) std::fill_n(last + static_cast<size_t>(t) * n_head, n_head, int64_t{pos0} + t);
+    if (n_tok > kDecodeTokens) {
+        const int n_tiles = (n_tok + kQueryTokens - 1) / kQueryTokens, lanes = std::min(n_lanes, n_tiles);
+        const size_t state_floats = static_cast<size_t>(kQueryTokens) * n_head * (lora + 2);
+        uint8_t* keys = grown(mla_keys_, static_cast<size_t>(lanes) * key_bytes);
+        float* states = grown(mla_state_, static_cast<size_t>(lanes) * state_floats);
+        parallel_rows(pool_, lanes, 1, [&](int64_t l0, int64_t l1) {
+            for (int64_t lane = l0; lane < l1; ++lane)
+                for (int i = static_cast<int>(lane); i < n_tiles; i += lanes) {
+                    const int tile = n_tiles - 1 - i;  // the last tiles see the most positions: first
+                    const int t0 = tile * kQueryTokens, t1 = std::min(n_tok, t0 + kQueryTokens);
+                    const int rows = (t1 - t0) * n_head, n_pos = pos0 + t1;
+                    const cpu::attn_state st = state_at(states + lane * state_floats, rows, lora);
+                    cpu::attn_clear(st, lora, rows);
+                    for (int c = 0; c * kv_cache::chunk_tokens < n_pos; ++c)
+                        cpu::attn_tile(kv.latent_tile(il, c, n_pos, lora, keys + lane * key_bytes), row,
+                                       q + static_cast<size_t>(t0) * n_head * row, rows,
+                                       last + static_cast<size_t>(t0) * n_head, scale, st);
+                    cpu::attn_finish(st, lora, rows, out + static_cast<size_t>(t0) * n_head * lora, lora);
+                }
+        });
+        return;
+    }
+    // Decode: unit (c, g) is chunk c's state for row group g, at states[c] rows [g * group_rows, ...).
+    const int rows = n_tok * n_head, n_pos = pos0 + n_tok;
+    const int n_chunks = (n_pos + kv_cache::chunk_tokens - 1) / kv_cache::chunk_tokens;
+    const int n_groups = std::clamp((n_lanes + n_chunks - 1) / n_chunks, 1, std::max(1, rows / kMinGroupRows));
+    const int group_rows = (rows + n_groups - 1) / n_groups;
+    const int n_units = n_chunks * n_groups, lanes = std::min(n_lanes, n_units);
+    const size_t state_floats = static_cast<size_t>(rows) * (lora + 2);
+    uint8_t* keys = grown(mla_keys_, static_cast<size_t>(lanes) * key_bytes);
+    float* states = grown(mla_state_, static_cast<size_t>(n_chunks) * state_floats);
+    parallel_rows(pool_, lanes, 1, [&](int64_t l0, int64_t l1) {
+        for (int64_t lane = l0; lane < l1; ++lane) {
+            int packed = -1;  // the chunk whose keys the lane's scratch holds
+            cpu::kv_tile tile{};
+            const int u0 = static_cast<int>(lane * n_units / lanes), u1 = static_cast<int>((lane + 1) * n_units / lanes);
+            for (int u = u0; u < u1; ++u) {
+                const int c = u / n_groups, r0 = (u % n_groups) * group_rows, nr = std::min(group_rows, rows - r0);
+                if (nr <= 0) continue;
+                if (c != packed) {
+                    tile = kv.latent_tile(il, c, n_pos, lora, keys + lane * key_bytes);
+                    packed = c;
+                }
+                const cpu::attn_state st = rows_of(state_at(states + c * state_floats, rows, lora), r0, lora);
+                cpu::attn_clear(st, lora, nr);
+                cpu::attn_tile(tile, row, q + static_cast<size_t>(r0) * row, nr, last + r0, scale, st);
             }
-            float sum = 0;
-            for (int p = 0; p <= last; ++p) {
-                s[p] = std::exp(s[p] - mx);
-                sum += s[p];
-            }
-            float* o = o_lat + item * lora;
-            std::fill_n(o, lora, 0.0f);
-            for (int p = 0; p <= last; ++p) {
-                const float* c = lat + static_cast<size_t>(p) * row;
-                for (int i = 0; i < lora; ++i) o[i] += s[p] * c[i];
-            }
-            const float inv = 1.0f / sum;
-            for (int i = 0; i < lora; ++i) o[i] *= inv;
         }
     });
-    matmul_heads(l.wv_b, l.v_b_step, l.v_b_row0, hp_.head_dim_v, n_tok, o_lat, att_.data());
+    // Fold the chunks in order into chunk 0's state, then normalise.
+    parallel_rows(pool_, rows, kMinGroupRows, [&](int64_t r0, int64_t r1) {
+        const int first = static_cast<int>(r0), nr = static_cast<int>(r1 - r0);
+        const cpu::attn_state acc = rows_of(state_at(states, rows, lora), first, lora);
+        for (int c = 1; c < n_chunks; ++c)
+            cpu::attn_merge(lora, nr, acc, rows_of(state_at(states + c * state_floats, rows, lora), first, lora));
+        cpu::attn_finish(acc, lora, nr, out + static_cast<size_t>(first) * lora, lora);
+    });
 }
 
 }  // namespace strata::engine

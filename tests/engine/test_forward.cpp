@@ -405,28 +405,34 @@ INSTANTIATE_TEST_SUITE_P(Types, ForwardRepack,
                          });
 
 // Past several KV chunks (256 positions each): prompt batches fold the chunks per query tile, single
-// tokens split them over work items and merge afterwards; both must give the same bits.
+// tokens split them over work items and merge afterwards; both must give the same bits. deepseek2's
+// latent attention lays each chunk's keys out per work item and splits a decode batch's rows into
+// groups while there are fewer chunks than threads (the 7-token batches from position 0).
 TEST(Forward, BitwiseAtLongContextAcrossBatchesAndPools) {
-    make_model::model_spec spec = make_model::preset("tiny");
-    auto m = load(spec);
-    const auto tokens = some_tokens(m->hp.n_vocab, 2100);
-    for (kv_type kv : {kv_type::f16, kv_type::int8}) {
-        auto base_pool = make_pool("off", 1);
-        const std::vector<float> base = run(*m, *base_pool, tokens, kv, 512);
-        struct config {
-            const char* mode;
-            int workers, n_batch;
-            size_t n_head;  // tokens evaluated in batches of 512 first
-        };
-        // Single tokens from position 1900 on cross the chunk boundary at 2048.
-        for (const config c : {config{"test:2", 2, 1, 1900}, config{"test:3", 3, 7, 1500}, config{"off", 2, 300, 0}}) {
-            auto pool = make_pool(c.mode, c.workers);
-            const std::vector<float> got = run(*m, *pool, tokens, kv, c.n_batch, c.n_head);
-            ASSERT_EQ(std::memcmp(got.data(), base.data(), base.size() * sizeof(float)), 0)
-                << kv_type_name(kv) << " " << c.mode << " workers " << c.workers << " batch " << c.n_batch;
+    for (const auto& spec : {make_model::preset("tiny"), make_model::preset("tiny", arch::deepseek2)}) {
+        auto m = load(spec);
+        const auto tokens = some_tokens(m->hp.n_vocab, 2100);
+        for (kv_type kv : {kv_type::f16, kv_type::int8}) {
+            auto base_pool = make_pool("off", 1);
+            const std::vector<float> base = run(*m, *base_pool, tokens, kv, 512);
+            struct config {
+                const char* mode;
+                int workers, n_batch;
+                size_t n_head;  // tokens evaluated in batches of 512 first
+            };
+            // Single tokens from position 1900 on cross the chunk boundary at 2048.
+            std::vector<config> configs{{"test:2", 2, 1, 1900}, {"test:3", 3, 7, 1500}, {"off", 2, 300, 0}};
+            if (m->hp.mla()) configs.push_back({"test:3", 3, 7, 0});
+            for (const config& c : configs) {
+                auto pool = make_pool(c.mode, c.workers);
+                const std::vector<float> got = run(*m, *pool, tokens, kv, c.n_batch, c.n_head);
+                ASSERT_EQ(std::memcmp(got.data(), base.data(), base.size() * sizeof(float)), 0)
+                    << make_model::arch_name(spec.architecture) << " " << kv_type_name(kv) << " " << c.mode
+                    << " workers " << c.workers << " batch " << c.n_batch << " after " << c.n_head;
+            }
+            const float* last = base.data() + (tokens.size() - 1) * static_cast<size_t>(m->hp.n_vocab);
+            EXPECT_TRUE(std::all_of(last, last + m->hp.n_vocab, [](float x) { return std::isfinite(x); }));
         }
-        const float* last = base.data() + (tokens.size() - 1) * static_cast<size_t>(m->hp.n_vocab);
-        EXPECT_TRUE(std::all_of(last, last + m->hp.n_vocab, [](float x) { return std::isfinite(x); }));
     }
 }
 

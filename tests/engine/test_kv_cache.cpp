@@ -185,5 +185,54 @@ TEST(KvCache, LatentRowsReadBackAcrossChunksInBothTypes) {
     }
 }
 
+// The tile attention reads from a latent cache: keys laid out in the caller's scratch, the row's
+// elements at the blocked offsets of attention.hpp; values the first v_dim of the rows, in place.
+TEST(KvCache, LatentTileLaysKeysOutAndReadsValuesInPlace) {
+    constexpr int kRow = 96, kValue = 64;
+    for (const kv_type type : {kv_type::f16, kv_type::int8}) {
+        const formats::ggml_type element = type == kv_type::f16 ? formats::ggml_type::F16 : formats::ggml_type::Q8_0;
+        kv_cache kv(1, 600, 1, kRow, type, true);
+        kv.reserve(600);
+        std::vector<float> row(kRow);
+        for (int pos = 0; pos < 300; ++pos) {
+            for (int i = 0; i < kRow; ++i) row[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(pos + i));
+            kv.store_latent(0, pos, row.data());
+        }
+        std::vector<uint8_t> keys(static_cast<size_t>(kv_cache::chunk_tokens) * kv.head_row_bytes(), 0xFF);
+        const kernels::cpu::kv_tile t = kv.latent_tile(0, 1, 300, kValue, keys.data());  // positions 256..299
+        EXPECT_EQ(t.pos0, 256);
+        EXPECT_EQ(t.n, 44);
+        EXPECT_EQ(t.v_dim, kValue);
+        EXPECT_EQ(t.v_row_bytes, kv.head_row_bytes());
+        EXPECT_EQ(t.k, keys.data());
+        std::vector<uint8_t> want(kv.head_row_bytes());
+        for (int r : {0, 31, 32, 43}) {
+            kv.read_rows(0, 1, 0, r, r + 1, want.data());
+            EXPECT_EQ(0, std::memcmp(static_cast<const uint8_t*>(t.v) + static_cast<size_t>(r) * t.v_row_bytes, want.data(),
+                                     want.size()))
+                << kv_type_name(type) << " value row " << r;
+            for (int j = 0; j < kRow; ++j) {
+                if (element == formats::ggml_type::F16) {
+                    EXPECT_EQ(0, std::memcmp(keys.data() + kernels::cpu::attn_key_offset(element, t.row_bytes, r, j),
+                                             want.data() + 2 * j, 2))
+                        << "f16 key " << r << " element " << j;
+                    continue;
+                }
+                const auto& b = reinterpret_cast<const formats::block_q8_0*>(want.data())[j / formats::QK8_0];
+                EXPECT_EQ(static_cast<int8_t>(keys[kernels::cpu::attn_key_offset(element, t.row_bytes, r, j)]),
+                          b.qs[j % formats::QK8_0])
+                    << "int8 key " << r << " element " << j;
+                EXPECT_EQ(0, std::memcmp(keys.data() + kernels::cpu::attn_key_scale_offset(kRow, t.row_bytes, r, j), &b.d, 2))
+                    << "int8 key " << r << " scale of element " << j;
+            }
+        }
+        // The slots past position 299 in the last key block are zero (scored, then masked: finite).
+        for (int r = 44; r < 64; ++r)
+            for (int j = 0; j < kRow; ++j)
+                EXPECT_EQ(keys[kernels::cpu::attn_key_offset(element, t.row_bytes, r, j)], 0) << "slot " << r;
+        EXPECT_THROW((void)kv.tile(0, 0, 1, 300), std::logic_error);
+    }
+}
+
 }  // namespace
 }  // namespace strata::engine
