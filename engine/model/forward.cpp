@@ -23,10 +23,10 @@ float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // Group-limited routing (DeepSeek-V2/V3): each group of n_expert / n_group experts is scored by the
 // sum of its two best selection scores; every expert outside the n_used best groups drops to -inf.
-void keep_best_groups(std::vector<float>& sel, int n_group, int n_used) {
+// groups: scratch, [n_group] once filled.
+void keep_best_groups(std::vector<float>& sel, int n_group, int n_used, std::vector<std::pair<float, int>>& groups) {
     const size_t per_group = sel.size() / static_cast<size_t>(n_group);
-    std::vector<std::pair<float, int>> groups;
-    groups.reserve(static_cast<size_t>(n_group));
+    groups.clear();
     for (int g = 0; g < n_group; ++g) {
         const float* s = sel.data() + static_cast<size_t>(g) * per_group;
         float best = -INFINITY, second = -INFINITY;
@@ -53,17 +53,26 @@ uint64_t bytes_of(const weight_matrix& w) { return w.present() ? static_cast<uin
 
 void route_token(const float* logits, const float* bias, int n_expert, int k, const routing_options& o, int32_t* ids,
                  float* weights) {
+    routing_scratch scratch;
+    route_token(logits, bias, n_expert, k, o, ids, weights, scratch);
+}
+
+void route_token(const float* logits, const float* bias, int n_expert, int k, const routing_options& o, int32_t* ids,
+                 float* weights, routing_scratch& scratch) {
     constexpr float kMinSum = 6.103515625e-5f;  // 2^-14, the smallest normal f16: llama.cpp's clamp
-    std::vector<float> p(logits, logits + n_expert);
+    std::vector<float>& p = scratch.p;
+    p.assign(logits, logits + n_expert);
     if (o.gating == gating_func::softmax)
         cpu::softmax(p.data(), n_expert);
     else
         for (float& x : p) x = sigmoid(x);
-    std::vector<float> sel(p);
+    std::vector<float>& sel = scratch.sel;
+    sel.assign(p.begin(), p.end());
     if (bias)
         for (int e = 0; e < n_expert; ++e) sel[static_cast<size_t>(e)] += bias[e];
-    if (o.n_group > 1) keep_best_groups(sel, o.n_group, o.n_group_used);
-    std::vector<int32_t> order(static_cast<size_t>(n_expert));
+    if (o.n_group > 1) keep_best_groups(sel, o.n_group, o.n_group_used, scratch.groups);
+    std::vector<int32_t>& order = scratch.order;
+    order.resize(static_cast<size_t>(n_expert));
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
                       [&](int32_t a, int32_t b) { return sel[a] > sel[b] || (sel[a] == sel[b] && a < b); });
@@ -274,7 +283,7 @@ void forward_pass::moe(int il, int n_tok) {
     uint64_t* counts = routing_.counts.data() + static_cast<size_t>(il) * hp_.n_expert;
     for (int t = 0; t < n_tok; ++t) {
         route_token(router_.data() + static_cast<size_t>(t) * hp_.n_expert, l.exp_probs_b, hp_.n_expert, k, ro,
-                    ids_.data() + t * k, weights_.data() + t * k);
+                    ids_.data() + t * k, weights_.data() + t * k, route_scratch_);
         for (int j = 0; j < k; ++j) ++counts[ids_[static_cast<size_t>(t * k + j)]];
     }
     t.reset();

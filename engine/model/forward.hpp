@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "expert_pool.hpp"
@@ -19,6 +20,13 @@ namespace strata::engine {
 // Per-expert routing counts, accumulated over every token evaluated (for statistics and profiles).
 struct routing_counts {
     std::vector<uint64_t> counts;  // [n_layer][n_expert]
+};
+
+// route_token's buffers: scores, biased scores, expert order [n_expert]; group scores [n_group].
+struct routing_scratch {
+    std::vector<float> p, sel;
+    std::vector<int32_t> order;
+    std::vector<std::pair<float, int>> groups;
 };
 
 // Wall seconds and bytes read per part of the forward pass, summed while attached to a forward_pass.
@@ -91,6 +99,7 @@ private:
     arenas::moe_runner moe_;
     attention_runner attn_;
     routing_counts routing_;
+    routing_scratch route_scratch_;
 
     // Scratch, sized for the largest batch seen (shape comments per token).
     std::vector<float> x_;        // [n_tok][n_embd] residual stream
@@ -136,6 +145,9 @@ struct routing_options {
 // normalised and scaled as `o` says: ids and weights [k]. Exposed for tests.
 void route_token(const float* logits, const float* bias, int n_expert, int k, const routing_options& o, int32_t* ids,
                  float* weights);
+// The same, with buffers kept by the caller (the forward pass's token loop allocates nothing once grown).
+void route_token(const float* logits, const float* bias, int n_expert, int k, const routing_options& o, int32_t* ids,
+                 float* weights, routing_scratch& scratch);
 // Softmax, no bias, optionally renormalised.
 void route_token(const float* logits, int n_expert, int k, bool normalize, int32_t* ids, float* weights);
 

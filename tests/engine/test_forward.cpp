@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
+#include <vector>
 
 #include "expert_pool.hpp"
 #include "expert_store.hpp"
@@ -572,6 +574,32 @@ TEST(Forward, RouteTokenSigmoidBiasSelectsButDoesNotWeigh) {
 
 // Group-limited routing keeps the groups whose two best scores sum highest, even against the single
 // best expert, and leaves the rest of the routing as it was.
+// One scratch reused over tokens of different shapes (as the forward pass reuses its own) routes each
+// exactly as fresh buffers do, and keeps its capacity once grown.
+TEST(Forward, RouteTokenWithReusedScratchMatchesFreshBuffers) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> dist(0.0f, 1.5f);
+    routing_scratch scratch;
+    const float* data_before = nullptr;
+    for (int round = 0; round < 2; ++round)
+        for (const int n_expert : {16, 8, 12}) {
+            std::vector<float> logits(static_cast<size_t>(n_expert)), bias(logits.size());
+            for (auto* v : {&logits, &bias})
+                for (float& x : *v) x = dist(rng);
+            routing_options o{gating_func::sigmoid, true, 2.5f, 4, 2};
+            int32_t ids_a[3], ids_b[3];
+            float w_a[3], w_b[3];
+            route_token(logits.data(), bias.data(), n_expert, 3, o, ids_a, w_a);
+            route_token(logits.data(), bias.data(), n_expert, 3, o, ids_b, w_b, scratch);
+            EXPECT_EQ(0, std::memcmp(ids_a, ids_b, sizeof(ids_a))) << n_expert << " experts";
+            EXPECT_EQ(0, std::memcmp(w_a, w_b, sizeof(w_a))) << n_expert << " experts";
+            if (round == 1) {
+                EXPECT_EQ(scratch.p.data(), data_before) << "the scratch was reallocated";
+            }
+            data_before = scratch.p.data();
+        }
+}
+
 TEST(Forward, RouteTokenKeepsTheBestGroups) {
     // 8 experts in 4 groups of 2. Expert 0 scores best, but its group's pair sums less than groups 1 and 2.
     const float logits[8] = {3.0f, -5.0f, 2.9f, 2.8f, 2.5f, 2.4f, -5.0f, -5.0f};
