@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <emmintrin.h>  // SSE2, part of every x86-64: the 8 x 8 transposes of attn_pack_keys
+
 #include "cpu/attention/q8_query.hpp"
 #include "cpu/detail/kernel_table.hpp"
 #include "formats/blocks.hpp"
@@ -148,8 +150,33 @@ void attn_finish(const attn_state& st, int64_t v_dim, int n_rows, float* out, in
     }
 }
 
-// NOTE: F16 keys go in 8 x 8 squares (8 positions, 8 dimensions): each source row is read 16 bytes
-// at a time and each destination line written whole, which the compiler keeps in registers.
+namespace {
+
+// Eight rows of eight 16-bit elements transposed in registers: r[i] element j -> r[j] element i.
+inline void transpose8x8_epi16(__m128i r[8]) {
+    __m128i a[8], b[8];
+    for (int i = 0; i < 4; ++i) {
+        a[i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);      // pairs of rows, elements 0..3
+        a[i + 4] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);  // elements 4..7
+    }
+    for (int h = 0; h < 2; ++h)  // h: elements 0..3 or 4..7
+        for (int i = 0; i < 2; ++i) {  // i: rows 0..3 or 4..7
+            b[4 * h + 2 * i] = _mm_unpacklo_epi32(a[4 * h + 2 * i], a[4 * h + 2 * i + 1]);
+            b[4 * h + 2 * i + 1] = _mm_unpackhi_epi32(a[4 * h + 2 * i], a[4 * h + 2 * i + 1]);
+        }
+    // b[4 h + 2 i + k] holds elements 4 h + 2 k, 4 h + 2 k + 1 of rows 4 i .. 4 i + 3.
+    for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 2; ++k) {
+            r[4 * h + 2 * k] = _mm_unpacklo_epi64(b[4 * h + k], b[4 * h + 2 + k]);
+            r[4 * h + 2 * k + 1] = _mm_unpackhi_epi64(b[4 * h + k], b[4 * h + 2 + k]);
+        }
+}
+
+}  // namespace
+
+// NOTE: F16 keys go in 8 x 8 squares (8 positions, 8 dimensions): eight 16-byte row loads, a register
+// transpose, eight 16-byte stores (dimension j of 8 consecutive positions is 16 contiguous bytes of the
+// blocked layout). Squares cut by n or head_dim go element by element.
 void attn_pack_keys(ggml_type type, int64_t head_dim, const void* rows, size_t row_stride, int n, void* k) {
     if (n < 1 || n > attn_tile_max || (type != ggml_type::F16 && type != ggml_type::Q8_0) ||
         (type == ggml_type::Q8_0 && head_dim % formats::QK8_0 != 0))
@@ -167,18 +194,19 @@ void attn_pack_keys(ggml_type type, int64_t head_dim, const void* rows, size_t r
     if (type == ggml_type::F16) {
         for (int t0 = 0; t0 < n; t0 += 8) {
             const int nt = std::min(8, n - t0);
-            for (int64_t j0 = 0; j0 < head_dim; j0 += 8) {
-                const int nj = static_cast<int>(std::min<int64_t>(8, head_dim - j0));
-                uint16_t sq[8][8];  // [position][dimension]
-                if (nt < 8) std::memset(sq, 0, sizeof(sq));
-                for (int t = 0; t < nt; ++t)
-                    std::memcpy(sq[t], src + static_cast<size_t>(t0 + t) * row_stride + 2 * j0, 2 * static_cast<size_t>(nj));
-                for (int j = 0; j < nj; ++j) {
-                    uint16_t line[8];
-                    for (int t = 0; t < 8; ++t) line[t] = sq[t][j];
-                    std::memcpy(dst + attn_key_offset(type, row_bytes, t0, j0 + j), line, 2 * static_cast<size_t>(nt));
+            int64_t j0 = 0;
+            if (nt == 8)
+                for (; j0 + 8 <= head_dim; j0 += 8) {
+                    __m128i r[8];
+                    for (int t = 0; t < 8; ++t)
+                        r[t] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + static_cast<size_t>(t0 + t) * row_stride + 2 * j0));
+                    transpose8x8_epi16(r);
+                    for (int j = 0; j < 8; ++j)
+                        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + attn_key_offset(type, row_bytes, t0, j0 + j)), r[j]);
                 }
-            }
+            for (int t = t0; t < t0 + nt; ++t)
+                for (int64_t j = j0; j < head_dim; ++j)
+                    std::memcpy(dst + attn_key_offset(type, row_bytes, t, j), src + static_cast<size_t>(t) * row_stride + 2 * j, 2);
         }
         return;
     }
