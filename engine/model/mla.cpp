@@ -12,7 +12,6 @@
 // order; decode: items are chunks (and row groups), merged afterwards in chunk order. Like
 // attention_runner's, a token's output is bitwise the same whatever the batch, slices or workers.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "model/forward.hpp"
@@ -27,6 +26,7 @@ namespace {
 constexpr int kQueryTokens = 16;  // prompt: tokens per query tile (their n_head rows share each packed chunk)
 constexpr int kDecodeTokens = 8;  // batches up to this many tokens split the cache into chunks instead
 constexpr int kMinGroupRows = 8;  // decode splits a chunk's rows into groups of at least this many
+constexpr int kDecodeWindow = 32;  // decode computes at most this many chunks' states before folding them
 
 uint64_t bytes_of(const weight_matrix& w) { return static_cast<uint64_t>(w.n_rows) * w.m.row_stride; }
 
@@ -149,41 +149,48 @@ void forward_pass::latent_attention(const kv_cache& kv, int il, int n_tok, int p
         });
         return;
     }
-    // Decode: unit (c, g) is chunk c's state for row group g, at states[c] rows [g * group_rows, ...).
+    // Decode, a window of chunks at a time (so the states stay bounded at long contexts): unit (c, g) is
+    // chunk c's state for row group g; the window's states are then folded in chunk order into acc.
     const int rows = n_tok * n_head, n_pos = pos0 + n_tok;
     const int n_chunks = (n_pos + kv_cache::chunk_tokens - 1) / kv_cache::chunk_tokens;
-    const int n_groups = std::clamp((n_lanes + n_chunks - 1) / n_chunks, 1, std::max(1, rows / kMinGroupRows));
+    const int window = std::min(n_chunks, kDecodeWindow);
+    const int n_groups = std::clamp((n_lanes + window - 1) / window, 1, std::max(1, rows / kMinGroupRows));
     const int group_rows = (rows + n_groups - 1) / n_groups;
-    const int n_units = n_chunks * n_groups, lanes = std::min(n_lanes, n_units);
     const size_t state_floats = static_cast<size_t>(rows) * (lora + 2);
-    uint8_t* keys = grown(mla_keys_, static_cast<size_t>(lanes) * key_bytes);
-    float* states = grown(mla_state_, static_cast<size_t>(n_chunks) * state_floats);
-    parallel_rows(pool_, lanes, 1, [&](int64_t l0, int64_t l1) {
-        for (int64_t lane = l0; lane < l1; ++lane) {
-            int packed = -1;  // the chunk whose keys the lane's scratch holds
-            cpu::kv_tile tile{};
-            const int u0 = static_cast<int>(lane * n_units / lanes), u1 = static_cast<int>((lane + 1) * n_units / lanes);
-            for (int u = u0; u < u1; ++u) {
-                const int c = u / n_groups, r0 = (u % n_groups) * group_rows, nr = std::min(group_rows, rows - r0);
-                if (nr <= 0) continue;
-                if (c != packed) {
-                    tile = kv.latent_tile(il, c, n_pos, lora, keys + lane * key_bytes);
-                    packed = c;
+    uint8_t* keys = grown(mla_keys_, static_cast<size_t>(std::min(n_lanes, window * n_groups)) * key_bytes);
+    float* states = grown(mla_state_, static_cast<size_t>(window + 1) * state_floats);  // the window's, then acc
+    const cpu::attn_state acc = state_at(states + window * state_floats, rows, lora);
+    cpu::attn_clear(acc, lora, rows);
+    for (int w0 = 0; w0 < n_chunks; w0 += window) {
+        const int w1 = std::min(n_chunks, w0 + window);
+        const int n_units = (w1 - w0) * n_groups, lanes = std::min(n_lanes, n_units);
+        parallel_rows(pool_, lanes, 1, [&](int64_t l0, int64_t l1) {
+            for (int64_t lane = l0; lane < l1; ++lane) {
+                int packed = -1;  // the chunk whose keys the lane's scratch holds
+                cpu::kv_tile tile{};
+                const int u0 = static_cast<int>(lane * n_units / lanes), u1 = static_cast<int>((lane + 1) * n_units / lanes);
+                for (int u = u0; u < u1; ++u) {
+                    const int c = w0 + u / n_groups, r0 = (u % n_groups) * group_rows, nr = std::min(group_rows, rows - r0);
+                    if (nr <= 0) continue;
+                    if (c != packed) {
+                        tile = kv.latent_tile(il, c, n_pos, lora, keys + lane * key_bytes);
+                        packed = c;
+                    }
+                    const cpu::attn_state st = rows_of(state_at(states + (c - w0) * state_floats, rows, lora), r0, lora);
+                    cpu::attn_clear(st, lora, nr);
+                    cpu::attn_tile(tile, row, q + static_cast<size_t>(r0) * row, nr, last + r0, scale, st);
                 }
-                const cpu::attn_state st = rows_of(state_at(states + c * state_floats, rows, lora), r0, lora);
-                cpu::attn_clear(st, lora, nr);
-                cpu::attn_tile(tile, row, q + static_cast<size_t>(r0) * row, nr, last + r0, scale, st);
             }
-        }
-    });
-    // Fold the chunks in order into chunk 0's state, then normalise.
-    parallel_rows(pool_, rows, kMinGroupRows, [&](int64_t r0, int64_t r1) {
-        const int first = static_cast<int>(r0), nr = static_cast<int>(r1 - r0);
-        const cpu::attn_state acc = rows_of(state_at(states, rows, lora), first, lora);
-        for (int c = 1; c < n_chunks; ++c)
-            cpu::attn_merge(lora, nr, acc, rows_of(state_at(states + c * state_floats, rows, lora), first, lora));
-        cpu::attn_finish(acc, lora, nr, out + static_cast<size_t>(first) * lora, lora);
-    });
+        });
+        const bool finish = w1 == n_chunks;
+        parallel_rows(pool_, rows, kMinGroupRows, [&](int64_t r0, int64_t r1) {
+            const int first = static_cast<int>(r0), nr = static_cast<int>(r1 - r0);
+            const cpu::attn_state a = rows_of(acc, first, lora);
+            for (int c = w0; c < w1; ++c)
+                cpu::attn_merge(lora, nr, a, rows_of(state_at(states + (c - w0) * state_floats, rows, lora), first, lora));
+            if (finish) cpu::attn_finish(a, lora, nr, out + static_cast<size_t>(first) * lora, lora);
+        });
+    }
 }
 
 }  // namespace strata::engine

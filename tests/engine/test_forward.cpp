@@ -438,6 +438,19 @@ TEST(Forward, BitwiseAtLongContextAcrossBatchesAndPools) {
     }
 }
 
+// deepseek2's decode computes 32 chunks' states at a time (8192 positions) and folds them before the
+// next window: single tokens across that boundary give the prompt's bits.
+TEST(Forward, Deepseek2DecodeAcrossChunkWindowsIsBitwiseThePrompt) {
+    auto m = load(make_model::preset("tiny", arch::deepseek2));
+    const auto tokens = some_tokens(m->hp.n_vocab, 8200);
+    auto base_pool = make_pool("off", 1);
+    const std::vector<float> base = run(*m, *base_pool, tokens, kv_type::f16, 512);
+    auto pool = make_pool("test:2", 2);
+    const std::vector<float> got = run(*m, *pool, tokens, kv_type::f16, 1, 8188);
+    const size_t from = 8188 * static_cast<size_t>(m->hp.n_vocab);
+    EXPECT_EQ(std::memcmp(got.data() + from, base.data() + from, (base.size() - from) * sizeof(float)), 0);
+}
+
 TEST(Forward, PositionsPastTheContextAreRefusedBeforeAnyWrite) {
     auto m = load(make_model::preset("tiny"));
     auto pool = make_pool("off", 1);
