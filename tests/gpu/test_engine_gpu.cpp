@@ -1,7 +1,8 @@
 // The GPU hybrid through the public engine API on a generated model: per-generation routed lookups and
 // VRAM hits that add up to the engine statistics, the CPU-only fallback for a device that is not
 // there, --profile-save / --expert-profile round trip, the adaptive tier's determinism, and the
-// pinned host pools' home (the hot node, or anonymous memory without one NUMA system call).
+// pinned host pools' home (the hot node, or anonymous memory without one NUMA system call), glm4moe on
+// the hybrid, and deepseek2 CPU-only with its reason.
 // Label gpu: skips without a device (and runs on the CPU emulator under STRATA_CUDA=EMU).
 #include <gtest/gtest.h>
 
