@@ -165,6 +165,7 @@ struct expert_pool::impl {
     // The current phase, written by the host before it hands the phase out.
     const phase_fn* fn = nullptr;
     std::size_t grain = 1;
+    std::vector<std::size_t> same_items;  // run_phase(n_items_per_slice)'s counts, one per slice
 
     // Join: slices still running; the host sleeps on `done_cv` once its spin runs out.
     std::atomic<int> remaining{0};
@@ -370,7 +371,8 @@ const pool_plan& expert_pool::plan() const { return impl_->plan; }
 int expert_pool::n_slices() const { return static_cast<int>(impl_->slices.size()); }
 
 void expert_pool::run_phase(std::size_t n_items_per_slice, const phase_fn& fn, std::size_t grain) {
-    std::vector<std::size_t> n(impl_->slices.size(), n_items_per_slice);
+    auto& n = impl_->same_items;  // grows once; phases never nest
+    n.assign(impl_->slices.size(), n_items_per_slice);
     run_phase(n, fn, grain);
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "function_ref.hpp"
 #include "pool_plan.hpp"
 
 namespace strata::arenas {
@@ -52,8 +53,9 @@ pool_options read_pool_options(const env_lookup& env);
 
 class expert_pool {
 public:
-    // fn(slice, item_begin, item_end): process items [item_begin, item_end) of `slice`'s work.
-    using phase_fn = std::function<void(int slice, std::size_t item_begin, std::size_t item_end)>;
+    // fn(slice, item_begin, item_end): process items [item_begin, item_end) of `slice`'s work. A
+    // reference to the caller's callable: running a phase allocates nothing.
+    using phase_fn = function_ref<void(int slice, std::size_t item_begin, std::size_t item_end)>;
 
     explicit expert_pool(pool_plan plan, pool_options options = {});
     ~expert_pool();

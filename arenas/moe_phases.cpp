@@ -35,6 +35,12 @@ struct act_buffer {
 
 std::vector<row_range> split_rows(const pool_plan& plan, int64_t n_rows, int64_t align) {
     std::vector<row_range> out;
+    split_rows(plan, n_rows, align, out);
+    return out;
+}
+
+void split_rows(const pool_plan& plan, int64_t n_rows, int64_t align, std::vector<row_range>& out) {
+    out.clear();
     const int64_t total = std::max(1, plan.total_threads());
     const int64_t n_align = (n_rows + align - 1) / align;
     int64_t threads_before = 0;
@@ -45,7 +51,6 @@ std::vector<row_range> split_rows(const pool_plan& plan, int64_t n_rows, int64_t
         out.push_back({begin, end});
     }
     out.back().end = n_rows;
-    return out;
 }
 
 kernels::cpu::matrix mapped_expert_rows::rows(int layer, expert_part part, int expert, int, int64_t begin) const {
@@ -153,7 +158,8 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
 
     // Phase 0: every slice quantizes each token's x once and copies it to the token's positions.
     double* const clock = phase_seconds_;
-    std::vector<size_t> n_items(n_slices, static_cast<size_t>(n_tok));
+    std::vector<size_t>& n_items = n_items_;
+    n_items.assign(n_slices, static_cast<size_t>(n_tok));
     std::optional<scoped_seconds> timer;
     timer.emplace(clock);
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
@@ -179,7 +185,8 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
     timer.emplace(clock ? clock + 1 : nullptr);
     // Phase 1: items are (active expert, block of the slice's n_ff rows). Gate goes straight into h,
     // up into a block-sized scratch, then h = silu(h) * up in place.
-    std::vector<size_t> ff_blocks(n_slices);
+    std::vector<size_t>& ff_blocks = ff_blocks_;
+    ff_blocks.resize(n_slices);
     for (size_t s = 0; s < n_slices; ++s) {
         ff_blocks[s] = static_cast<size_t>((ff_ranges_[s].end - ff_ranges_[s].begin + row_block - 1) / row_block);
         n_items[s] = ff_blocks[s] * active_.size();

@@ -74,6 +74,8 @@ struct row_range {
 // Cuts [0, n_rows) into one contiguous range per slice of the plan, proportional to each slice's
 // threads, every boundary but the last a multiple of `align`.
 std::vector<row_range> split_rows(const pool_plan& plan, int64_t n_rows, int64_t align = 1);
+// The same into `out` (its capacity reused: no allocation once it has held as many slices).
+void split_rows(const pool_plan& plan, int64_t n_rows, int64_t align, std::vector<row_range>& out);
 
 // Where a slice finds its rows of an expert matrix. The default reads the model's tensors in place;
 // the expert store substitutes copies placed in each slice's NUMA node.
@@ -141,6 +143,8 @@ private:
     std::vector<int32_t> first_of_;     // [n_expert] first position of each expert
     std::vector<int32_t> active_;       // experts with at least one slot, ascending
     std::vector<int32_t> pos_of_slot_;  // [n_tok * n_expert_used] position, -1 for a skipped slot
+    std::vector<size_t> n_items_;       // [n_slices] a phase's items per slice (scratch)
+    std::vector<size_t> ff_blocks_;     // [n_slices] row blocks of each slice's gate/up rows (scratch)
     int32_t n_pos_ = 0;
     std::vector<float> h_;              // [n_pos][n_ff] silu(gate x) * up x
     std::vector<float> y_;              // [n_pos][n_embd] down h, before the routing weights

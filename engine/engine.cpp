@@ -235,22 +235,10 @@ model_options checked(model_options o, int n_ctx_train) {
     return o;
 }
 
-// What the GPU hybrid does not run yet (it routes by softmax and expects experts in every layer),
-// or empty.
+// What the GPU hybrid does not run yet (deepseek2's latent attention), or empty.
 std::string hybrid_unsupported(const engine::hparams& hp) {
     if (hp.mla())
         return fmt::format("the GPU hybrid does not run {}'s multi-head latent attention yet", hp.arch.name);
-    if (hp.n_expert_groups > 1)
-        return fmt::format("the GPU hybrid does not run group-limited routing ({} expert groups) yet",
-                           hp.n_expert_groups);
-    if (hp.n_layer_dense_lead > 0)
-        return fmt::format("the GPU hybrid does not run the {} leading dense layers of {} models yet",
-                           hp.n_layer_dense_lead, hp.arch.name);
-    if (hp.gating != engine::gating_func::softmax || hp.arch.exp_probs_b != engine::presence::absent || hp.expert_weights_norm != hp.arch.norm_topk ||
-        (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f))
-        return fmt::format("the GPU hybrid does not run {}'s routing (sigmoid gating, score-correction bias, "
-                           "weight scale) yet",
-                           hp.arch.name);
     return {};
 }
 

@@ -52,6 +52,7 @@ dev_model upload_dense(const hparams& hp, const model_weights& w) {
         d.q_norm = upload_floats(l.q_norm, hp.head_dim, m.bytes);
         d.k_norm = upload_floats(l.k_norm, hp.head_dim, m.bytes);
         d.shexp_gate_inp = upload_floats(l.shexp_gate_inp, hp.n_embd, m.bytes);
+        d.exp_probs_b = upload_floats(l.exp_probs_b, hp.n_expert, m.bytes);
         d.wq = upload_matrix(l.wq, m.bytes);
         d.wk = upload_matrix(l.wk, m.bytes);
         d.wv = upload_matrix(l.wv, m.bytes);
@@ -60,6 +61,9 @@ dev_model upload_dense(const hparams& hp, const model_weights& w) {
         d.shexp_gate = upload_matrix(l.shexp_gate, m.bytes);
         d.shexp_up = upload_matrix(l.shexp_up, m.bytes);
         d.shexp_down = upload_matrix(l.shexp_down, m.bytes);
+        d.ffn_gate = upload_matrix(l.ffn_gate, m.bytes);
+        d.ffn_up = upload_matrix(l.ffn_up, m.bytes);
+        d.ffn_down = upload_matrix(l.ffn_down, m.bytes);
         m.layers.push_back(std::move(d));
     }
     m.output_norm = upload_floats(w.output_norm, hp.n_embd, m.bytes);

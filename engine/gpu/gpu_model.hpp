@@ -33,10 +33,12 @@ struct dev_matrix {
 
 struct dev_layer {
     device_buffer<float> attn_norm, ffn_norm;       // [n_embd]
-    device_buffer<float> bq, bk, bv;                // [n_q], [n_kv], [n_kv] (qwen2moe)
-    device_buffer<float> q_norm, k_norm;            // [head_dim] (qwen3moe)
+    device_buffer<float> bq, bk, bv;                // [n_q], [n_kv], [n_kv] (qwen2moe, glm4moe)
+    device_buffer<float> q_norm, k_norm;            // [head_dim] (qwen3moe, glm4moe)
     device_buffer<float> shexp_gate_inp;            // [n_embd] (qwen2moe)
+    device_buffer<float> exp_probs_b;               // [n_expert] selection bias (glm4moe)
     dev_matrix wq, wk, wv, wo, router, shexp_gate, shexp_up, shexp_down;
+    dev_matrix ffn_gate, ffn_up, ffn_down;          // a leading dense layer's FFN: [n_ff x n_embd] x2, [n_embd x n_ff]
 };
 
 struct dev_model {

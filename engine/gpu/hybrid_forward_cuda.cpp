@@ -62,6 +62,7 @@ private:
     void eval_batch(const int32_t* tokens, int n_tok, int pos0, session_kv& s, float* logits, bool all_logits,
                     bool timed);
     void attention(int il, int n_tok, int pos0, session_kv& s);
+    void dense_ffn(int il, int n_tok);
     session_kv& session_for(const kv_cache& kv, int pos0);
     cudaStream_t cs() const { return sm_->compute(); }
 
@@ -78,6 +79,7 @@ private:
     // Scratch, [max_tok][...] per token.
     device_buffer<float> x_, xn_, q_, k_, v_, att_, tmp_;  // n_embd, n_embd, n_q, n_kv, n_kv, n_q, n_embd
     device_buffer<float> att_scores_;                       // [kAttnChunk][n_head][n_ctx]
+    device_buffer<float> ff_gate_, ff_up_;                  // [max_tok][n_ff] (leading dense layers only)
     device_buffer<float> logits_;                           // [max_tok][n_vocab]
     std::unique_ptr<dense_matmul> mm_;
     std::span<float> h_x_;                                  // [max_tok][n_embd] embedded tokens
@@ -90,6 +92,16 @@ private:
     std::unique_ptr<expert_cache> cache_;
     std::unique_ptr<stream_manager> sm_;
 };
+
+// The profile's rows of the MoE layers: it counts every layer of the model (the dense ones hold zeros),
+// the expert cache only the MoE layers.
+expert_profile moe_layers_of(const expert_profile& p, int n_dense_lead) {
+    expert_profile m;
+    m.n_layer = p.n_layer - n_dense_lead;
+    m.n_expert = p.n_expert;
+    m.counts.assign(p.counts.begin() + static_cast<std::ptrdiff_t>(n_dense_lead) * p.n_expert, p.counts.end());
+    return m;
+}
 
 uint64_t session_kv_bytes(const hparams& hp, int n_ctx, kv_type type) {
     return 2ull * static_cast<uint64_t>(hp.n_layer) * static_cast<uint64_t>(n_ctx) *
@@ -119,13 +131,17 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
     tmp_ = device_buffer<float>(t * n_embd);
     att_scores_ = device_buffer<float>(static_cast<size_t>(kAttnChunk) * hp.n_head * static_cast<size_t>(o.n_ctx));
     logits_ = device_buffer<float>(t * static_cast<size_t>(hp.n_vocab));
+    if (hp.n_layer_dense_lead > 0) {
+        ff_gate_ = device_buffer<float>(t * static_cast<size_t>(hp.n_ff));
+        ff_up_ = device_buffer<float>(t * static_cast<size_t>(hp.n_ff));
+    }
     int64_t max_w = 0, max_cols = 0;
     auto consider = [&](const dev_matrix& m) {
         max_w = std::max(max_w, m.n_rows * m.n_cols);
         max_cols = std::max(max_cols, m.n_cols);
     };
     for (const dev_layer& l : dense_.layers)
-        for (const dev_matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo}) consider(*m);
+        for (const dev_matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) consider(*m);
     consider(dense_.output);
     mm_ = std::make_unique<dense_matmul>(max_tok_ >= dense_matmul::kGemmTokens ? max_w : 0,
                                          max_tok_ >= dense_matmul::kGemmTokens ? max_tok_ * max_cols : 0);
@@ -134,7 +150,8 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
                        .add(h_logits_, t * static_cast<size_t>(hp.n_vocab))
                        .allocate(o.hot, "GPU host copies (pinned)");
     const uint64_t scratch = (x_.bytes() + xn_.bytes() + q_.bytes() + k_.bytes() + v_.bytes() + att_.bytes() +
-                              tmp_.bytes() + att_scores_.bytes() + logits_.bytes() + mm_->bytes());
+                              tmp_.bytes() + att_scores_.bytes() + ff_gate_.bytes() + ff_up_.bytes() + logits_.bytes() +
+                              mm_->bytes());
     // The stream manager's buffers: about 3 [max_tok * k][max(n_ff, n_embd)] arrays plus per-token rows.
     const uint64_t moe_scratch = t * static_cast<uint64_t>(hp.n_expert_used) *
                                      (2ull * hp.n_ff_exp + hp.n_embd) * sizeof(float) +
@@ -145,7 +162,7 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
     const uint64_t kv_bytes = budget.kv_bytes();
     cache_size size;
     try {
-        size = size_expert_cache(budget, o.expert_cache_gib, layout_.slot_bytes, hp.n_layer * hp.n_expert);
+        size = size_expert_cache(budget, o.expert_cache_gib, layout_.slot_bytes, hp.n_moe_layer() * hp.n_expert);
     } catch (const std::runtime_error& e) {
         if (o.expert_cache_gib && budget.reserve_bytes + budget.dense_bytes + budget.kv_bytes() <= budget.free_bytes)
             throw config_error(e.what());
@@ -157,13 +174,15 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
                                             arenas::moe_shape{hp.n_embd, hp.n_ff_exp, hp.n_expert, hp.n_expert_used},
                                             layout_, slots_.data(), std::max(o.adapt.swaps, 1) + 1,
                                             o.adapt.async, o.hot);
-    cache_ = std::make_unique<expert_cache>(hp.n_layer, hp.n_expert, size.n_slots, o.adapt, *copier_);
+    cache_ = std::make_unique<expert_cache>(hp.n_moe_layer(), hp.n_expert, size.n_slots, o.adapt, *copier_);
     sm_ = std::make_unique<stream_manager>(hp, dense_, layers, cpu_moe_, *cache_, layout_, slots_.data(), max_tok_,
                                            routing_, o.hot);
     copier_->set_after(sm_->compute());
-    cache_->fill(fill_order(hp.n_layer, hp.n_expert, profile));
+    std::optional<expert_profile> moe_profile;
+    if (profile) moe_profile = moe_layers_of(*profile, hp.n_layer_dense_lead);
+    cache_->fill(fill_order(hp.n_moe_layer(), hp.n_expert, profile ? &*moe_profile : nullptr));
 
-    const int total = hp.n_layer * hp.n_expert;
+    const int total = hp.n_moe_layer() * hp.n_expert;
     logger("gpu")->info(
         "GPU {} ({}, compute {}.{}, {:.0f} of {:.0f} MiB free, NUMA node {}): dense weights {:.0f} MiB, scratch "
         "{:.0f} MiB, KV cache ({}) {:.0f} MiB for {} session(s); expert cache {} slots of {:.2f} MiB ({:.0f} MiB) "
@@ -257,7 +276,10 @@ void cuda_hybrid::eval_batch(const int32_t* tokens, int n_tok, int pos0, session
         mm_->run(l.wo, att_.data(), n_tok, tmp_.data(), n_embd, cs());
         cu::add(x_.data(), tmp_.data(), n_tok * n_embd, cs());
         cu::rms_norm(x_.data(), l.ffn_norm.data(), hp_.rms_eps, n_embd, n_tok, xn_.data(), cs());
-        sm_->moe_layer(il, n_tok, xn_.data(), x_.data(), timed);
+        if (hp_.is_moe_layer(il))
+            sm_->moe_layer(il, n_tok, xn_.data(), x_.data(), timed);
+        else
+            dense_ffn(il, n_tok);
     }
     if (logits) {
         const int first = all_logits ? 0 : n_tok - 1, n_out = n_tok - first;
@@ -302,6 +324,17 @@ void cuda_hybrid::attention(int il, int n_tok, int pos0, session_kv& s) {
         cu::attention(kvf, q_.data() + off, kc, vc, nc, pos0 + c, hp_.n_head, hp_.n_head_kv, hd, scale,
                           att_scores_.data(), att_.data() + off, cs());
     }
+}
+
+// A leading dense layer's FFN on the compute stream: x += down(silu(gate xn) * up xn).
+void cuda_hybrid::dense_ffn(int il, int n_tok) {
+    const dev_layer& l = dense_.layers[static_cast<size_t>(il)];
+    const int64_t n_ff = hp_.n_ff;
+    mm_->run(l.ffn_gate, xn_.data(), n_tok, ff_gate_.data(), n_ff, cs());
+    mm_->run(l.ffn_up, xn_.data(), n_tok, ff_up_.data(), n_ff, cs());
+    cu::silu_mul(ff_gate_.data(), ff_up_.data(), n_tok * n_ff, ff_gate_.data(), cs());
+    mm_->run(l.ffn_down, ff_gate_.data(), n_tok, tmp_.data(), hp_.n_embd, cs());
+    cu::add(x_.data(), tmp_.data(), n_tok * int64_t{hp_.n_embd}, cs());
 }
 
 }  // namespace

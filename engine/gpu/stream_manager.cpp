@@ -58,6 +58,9 @@ stream_manager::stream_manager(const hparams& hp, const dev_model& dense, const 
 
 void stream_manager::moe_layer(int il, int n_tok, const float* xn, float* x, bool timed) {
     const size_t li = static_cast<size_t>(il);
+    // The experts' own index (the cache's, the slots', the CPU pool's): the MoE layers after the dense ones.
+    const int ml = il - hp_.n_layer_dense_lead;
+    const size_t mi = static_cast<size_t>(ml);
     const int k = hp_.n_expert_used, n_expert = hp_.n_expert;
     const int64_t n_embd = hp_.n_embd, n_ff = hp_.n_ff_exp;
     const size_t nt = static_cast<size_t>(n_tok), nk = nt * static_cast<size_t>(k);
@@ -67,7 +70,14 @@ void stream_manager::moe_layer(int il, int n_tok, const float* xn, float* x, boo
 
     // 1. Router on the GPU.
     cu::matvec(dl.router.view(), xn, n_embd, n_tok, logits_.data(), n_expert, compute_.raw());
-    cu::route_topk(logits_.data(), n_tok, n_expert, k, hp_.arch.norm_topk, ids_.data(), weights_.data(), compute_.raw());
+    cu::route_params rp;
+    rp.sigmoid = hp_.gating == gating_func::sigmoid;
+    rp.bias = dl.exp_probs_b.size() ? dl.exp_probs_b.data() : nullptr;
+    rp.normalize = hp_.expert_weights_norm;
+    rp.scale = hp_.expert_weights_scale;
+    rp.n_group = hp_.n_expert_groups;
+    rp.n_group_used = hp_.n_group_used;
+    cu::route_topk(logits_.data(), n_tok, n_expert, k, rp, ids_.data(), weights_.data(), compute_.raw());
     ev.routed.record(compute_);
 
     // 2. Normed activation and routing to pinned host memory.
@@ -83,7 +93,7 @@ void stream_manager::moe_layer(int il, int n_tok, const float* xn, float* x, boo
     uint64_t* counts = routing_.counts.data() + li * static_cast<size_t>(n_expert);
     for (size_t i = 0; i < nk; ++i) ++counts[h_ids_.data()[i]];
     if (jobs_in_flight_) jobs_copied_.synchronize();  // the previous layer's job arrays have been read
-    cache_.split(il, n_tok, k, h_ids_.data(), h_weights_.data(), h_complement_.data(), resident_);
+    cache_.split(ml, n_tok, k, h_ids_.data(), h_weights_.data(), h_complement_.data(), resident_);
     const int n_jobs = static_cast<int>(resident_.size());
     if (timed) {  // the decode token's own lookups (a prompt batch before it is not timed)
         hits_ += n_jobs;
@@ -96,9 +106,9 @@ void stream_manager::moe_layer(int il, int n_tok, const float* xn, float* x, boo
         const uint8_t* slot = slots_ + static_cast<size_t>(r.slot) * slot_bytes;
         const float* xt = xn + static_cast<size_t>(r.token) * static_cast<size_t>(n_embd);
         float* g = gate_.data() + j * static_cast<size_t>(n_ff);
-        h_jobs_.data()[j] = {slot + layout_.gate[li], xt, g};
-        h_jobs_.data()[nj + j] = {slot + layout_.up[li], xt, up_.data() + j * static_cast<size_t>(n_ff)};
-        h_jobs_.data()[2 * nj + j] = {slot + layout_.down[li], g, y_.data() + j * static_cast<size_t>(n_embd)};
+        h_jobs_.data()[j] = {slot + layout_.gate[mi], xt, g};
+        h_jobs_.data()[nj + j] = {slot + layout_.up[mi], xt, up_.data() + j * static_cast<size_t>(n_ff)};
+        h_jobs_.data()[2 * nj + j] = {slot + layout_.down[mi], g, y_.data() + j * static_cast<size_t>(n_embd)};
         h_job_weight_.data()[j] = r.weight;
         ++h_job_begin_.data()[r.token + 1];
     }
@@ -108,16 +118,16 @@ void stream_manager::moe_layer(int il, int n_tok, const float* xn, float* x, boo
     check(cudaStreamWaitEvent(experts_, ev.routed, 0), "cudaStreamWaitEvent");
     ev.gpu_start.record(experts_);
     if (n_jobs > 0) {
-        const arenas::moe_layer& ml = layers_[li];
+        const arenas::moe_layer& el = layers_[mi];
         copy_to_device(jobs_.data(), h_jobs_.data(), 3 * nj, experts_);
         copy_to_device(job_weight_.data(), h_job_weight_.data(), nj, experts_);
         copy_to_device(job_begin_.data(), h_job_begin_.data(), nt + 1, experts_);
         jobs_copied_.record(experts_);
         jobs_in_flight_ = true;
-        cu::matvec_batched(ml.gate.type, n_ff, n_embd, layout_.gate_stride[li], jobs_.data(), n_jobs, experts_.raw());
-        cu::matvec_batched(ml.up.type, n_ff, n_embd, layout_.up_stride[li], jobs_.data() + nj, n_jobs, experts_.raw());
+        cu::matvec_batched(el.gate.type, n_ff, n_embd, layout_.gate_stride[mi], jobs_.data(), n_jobs, experts_.raw());
+        cu::matvec_batched(el.up.type, n_ff, n_embd, layout_.up_stride[mi], jobs_.data() + nj, n_jobs, experts_.raw());
         cu::silu_mul(gate_.data(), up_.data(), static_cast<int64_t>(nj) * n_ff, gate_.data(), experts_.raw());
-        cu::matvec_batched(ml.down.type, n_embd, n_ff, layout_.down_stride[li], jobs_.data() + 2 * nj, n_jobs,
+        cu::matvec_batched(el.down.type, n_embd, n_ff, layout_.down_stride[mi], jobs_.data() + 2 * nj, n_jobs,
                            experts_.raw());
         cu::weighted_sum(y_.data(), job_weight_.data(), job_begin_.data(), n_tok, n_embd, gpu_out_.data(),
                          experts_.raw());
@@ -131,7 +141,7 @@ void stream_manager::moe_layer(int il, int n_tok, const float* xn, float* x, boo
     // 5. The complement on the CPU pool meanwhile, then its partial sum to VRAM.
     const auto t0 = clock_type::now();
     const bool any_cpu = std::any_of(h_complement_.data(), h_complement_.data() + nk, [](int32_t e) { return e >= 0; });
-    if (any_cpu) cpu_.run(il, n_tok, h_xn_.data(), h_complement_.data(), h_weights_.data(), h_cpu_out_.data());
+    if (any_cpu) cpu_.run(ml, n_tok, h_xn_.data(), h_complement_.data(), h_weights_.data(), h_cpu_out_.data());
     ev.cpu_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
     ev.h2d_start.record(copy_);
     if (any_cpu) copy_to_device(cpu_out_.data(), h_cpu_out_.data(), nt * static_cast<size_t>(n_embd), copy_);
@@ -145,7 +155,8 @@ void stream_manager::moe_layer(int il, int n_tok, const float* xn, float* x, boo
     if (any_cpu) cu::add(x, cpu_out_.data(), n, compute_.raw());
 }
 
-// gate = sigmoid(gate_inp . xn); out = gate * down(silu(shexp_gate xn) * shexp_up xn), added to gpu_out.
+// out = down(silu(shexp_gate xn) * shexp_up xn), times sigmoid(gate_inp . xn) where the layer has that
+// gate (qwen2moe; glm4moe's shared expert is ungated), added to gpu_out.
 void stream_manager::shared_expert(int il, int n_tok, const float* xn) {
     const dev_layer& dl = dense_.layers[static_cast<size_t>(il)];
     const int64_t n_embd = hp_.n_embd, n_sh = hp_.n_ff_shexp, n = int64_t{n_tok} * n_embd;

@@ -41,7 +41,7 @@ public:
 
     cudaStream_t compute() const { return compute_; }
 
-    // MoE block of one layer for xn: [n_tok][n_embd] on the device (compute stream). Routes, overlaps
+    // MoE block of model layer `layer` (one past the leading dense layers) for xn: [n_tok][n_embd] on the device (compute stream). Routes, overlaps
     // the resident experts and shared expert with the CPU complement, and adds the result into
     // x: [n_tok][n_embd] on the compute stream. Returns once the CPU's share is enqueued.
     void moe_layer(int layer, int n_tok, const float* xn, float* x, bool timed);

@@ -166,9 +166,12 @@ static dot_fn dot_for(const isa_table& t, const matrix& w) {
 // independent of it (and of n_tok).
 static constexpr int64_t token_tile = 64;
 static constexpr size_t row_tile_bytes = size_t{128} << 10;
+static constexpr int64_t min_tile_groups = 4;
 
 // The rows16 layout: the same token tiles, row tiles of whole groups, the GEMM kernel over the row
-// tile's groups for each group of gemm16_tokens[type] tokens.
+// tile's groups for each group of gemm16_tokens[type] tokens. A tile has at least min_tile_groups groups:
+// a kernel call prepares its tokens' activation terms once (Q8_0's and the legacy formats' block sums),
+// which a call over a single group of wide rows would spend much of its time on.
 static void run_groups(const isa_table& t, const matrix& w, int64_t row_begin, int64_t row_end, const void* act,
                        size_t act_stride, int64_t n_tok, float* y, int64_t y_stride) {
     const auto id = static_cast<size_t>(w.type);
@@ -185,7 +188,7 @@ static void run_groups(const isa_table& t, const matrix& w, int64_t row_begin, i
     const size_t group_bytes = repack_group_rows * w.row_stride;
     const auto* base = static_cast<const uint8_t*>(w.data);
     const auto* act_base = static_cast<const uint8_t*>(act);
-    const int64_t groups_per_tile = std::max<int64_t>(1, static_cast<int64_t>(row_tile_bytes / group_bytes));
+    const int64_t groups_per_tile = std::max<int64_t>(min_tile_groups, static_cast<int64_t>(row_tile_bytes / group_bytes));
     const void* act_rows[token_tile];
     for (int64_t t0 = 0; t0 < n_tok; t0 += token_tile) {
         const int64_t n_tile = std::min(token_tile, n_tok - t0);

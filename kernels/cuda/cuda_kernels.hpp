@@ -82,8 +82,24 @@ void kv_store(kv_format format, const float* k, const float* v, int n_tok, int n
 void attention(kv_format format, const float* q, const void* k_cache, const void* v_cache, int n_tok, int pos0,
                int n_head, int n_head_kv, int head_dim, float scale, float* scratch, float* out, stream_t stream);
 
-// Router: per token, softmax over logits [n_tok][n_expert], top-k by probability (ties: the lower
-// id), optionally renormalised to sum 1: ids, weights [n_tok][k]. n_expert <= 1024, k <= 64.
+// How the router turns logits into expert ids and weights (engine::routing_options and the layer's
+// score-correction bias).
+struct route_params {
+    bool sigmoid = false;         // scores: sigmoid of each logit; false: softmax over the logits
+    const float* bias = nullptr;  // [n_expert]: added to the scores for the selection only (nullptr: none)
+    bool normalize = false;       // weights divided by their sum (at least 2^-14)
+    float scale = 0.0f;           // weights multiplied by this unless 0 or 1
+    int n_group = 0;              // group-limited selection over this many equal groups (0, 1: off)
+    int n_group_used = 0;         // the groups kept: those whose two best selection scores sum highest
+};
+// Router: per token of logits [n_tok][n_expert], top-k by selection score (ties: the lower id; with
+// groups, only inside the kept groups, ties: the lower group), weighted by the unbiased scores, then
+// normalised and scaled as p says: ids, weights [n_tok][k], as engine::route_token. n_expert <= 1024,
+// k <= 64; throws std::invalid_argument naming the numbers otherwise or for groups that do not divide
+// n_expert.
+void route_topk(const float* logits, int n_tok, int n_expert, int k, const route_params& p, int32_t* ids,
+                float* weights, stream_t stream);
+// Softmax scores, no bias, optionally renormalised.
 void route_topk(const float* logits, int n_tok, int n_expert, int k, bool normalize, int32_t* ids, float* weights,
                 stream_t stream);
 

@@ -260,26 +260,37 @@ TEST(EngineApi, PhaseTimingCoversTheDecodePassesByPart) {
     EXPECT_TRUE(session(load()).generate(prompt, greedy(3)).time.decode_phases.empty());  // off by default
 }
 
-// glm4moe runs on the CPU: the GPU hybrid refuses its dense leading layer and sigmoid routing with a
-// reason, before asking for a device; decode timing has a dense FFN part.
-TEST(EngineApi, Glm4moeRunsCpuOnlyWithTheReasonAndTimesItsDenseLayer) {
+// glm4moe on the CPU: decode timing has a dense FFN part for its leading dense layer.
+TEST(EngineApi, Glm4moeTimesItsDenseLayer) {
     model_options o;
     o.path = model_path(make_model::arch::glm4moe);
     o.numa_pool = "off";
     o.n_ctx = 128;
-    o.gpu = 0;
     o.phase_timing = true;
     const auto m = model::load(o);
-    EXPECT_FALSE(m->info().gpu_hybrid);
-    EXPECT_NE(m->info().gpu_cpu_only_reason.find("does not run the 1 leading dense layers of glm4moe"),
-              std::string::npos)
-        << m->info().gpu_cpu_only_reason;
     const generation_result r = session(m).generate(m->tokenize("Hello there"), greedy(4));
     EXPECT_EQ(r.tokens.size(), 4u);
     uint64_t dense = 0;
     for (const auto& p : r.time.decode_phases)
         if (p.name == "dense FFN") dense = p.bytes;
     EXPECT_EQ(dense, 3u * 256 * 512 * 34 / 32 * 3);  // 3 passes x gate, up, down of 256 x 512 in Q8_0
+}
+
+// The GPU hybrid runs glm4moe's dense layers, sigmoid routing with the correction bias and ungated
+// shared expert (tests/gpu check it against the CPU): under --gpu it runs, or it runs CPU-only only
+// for want of a device (a build without CUDA, no GPU), never for the architecture.
+TEST(EngineApi, Glm4moeIsNotRefusedByTheGpuHybrid) {
+    model_options o;
+    o.path = model_path(make_model::arch::glm4moe);
+    o.numa_pool = "off";
+    o.n_ctx = 128;
+    o.gpu = 0;
+    const auto m = model::load(o);
+    const std::string& why = m->info().gpu_cpu_only_reason;
+    EXPECT_TRUE(m->info().gpu_hybrid || !why.empty());
+    EXPECT_EQ(why.find("glm4moe"), std::string::npos) << why;
+    EXPECT_EQ(why.find("does not run"), std::string::npos) << why;
+    EXPECT_EQ(session(m).generate(m->tokenize("Hello there"), greedy(2)).tokens.size(), 2u);
 }
 
 // deepseek2 runs on the CPU (the hybrid refuses latent attention, before asking for a device), its KV
@@ -322,8 +333,9 @@ TEST(EngineApi, Deepseek2RunsCpuOnlyOverALatentCache) {
     for (size_t i = 0; i < fresh.tokens.size(); ++i) EXPECT_EQ(restored.tokens[i].id, fresh.tokens[i].id);
 }
 
-// Group-limited routing is read for every architecture, as llama.cpp does; the hybrid does not run it.
-TEST(EngineApi, GroupLimitedRoutingRunsCpuOnlyWithTheReason) {
+// Group-limited routing is read for every architecture, as llama.cpp does, and the GPU hybrid runs it:
+// under --gpu it runs CPU-only only for want of a device, never for the routing.
+TEST(EngineApi, GroupLimitedRoutingIsNotRefusedByTheGpuHybrid) {
     const auto path = std::filesystem::temp_directory_path() / "strata_api_qwen3moe_groups.gguf";
     gguf::writer w = make_model::build_model(make_model::preset("tiny"));
     w.set("qwen3moe.expert_group_count", gguf::value::u32(4));
@@ -335,9 +347,10 @@ TEST(EngineApi, GroupLimitedRoutingRunsCpuOnlyWithTheReason) {
     o.n_ctx = 64;
     o.gpu = 0;
     const auto m = model::load(o);
-    EXPECT_FALSE(m->info().gpu_hybrid);
-    EXPECT_NE(m->info().gpu_cpu_only_reason.find("group-limited routing (4 expert groups)"), std::string::npos)
-        << m->info().gpu_cpu_only_reason;
+    const std::string& why = m->info().gpu_cpu_only_reason;
+    EXPECT_TRUE(m->info().gpu_hybrid || !why.empty());
+    EXPECT_EQ(why.find("group"), std::string::npos) << why;
+    EXPECT_EQ(why.find("does not run"), std::string::npos) << why;
     EXPECT_EQ(session(m).generate(m->tokenize("Hello"), greedy(2)).tokens.size(), 2u);
     std::filesystem::remove(path);
 }
@@ -364,11 +377,13 @@ TEST(EngineApi, CancelStopsALongPromptBetweenBatches) {
     model_options o;
     o.path = model_path();
     o.numa_pool = "off";
-    o.n_ctx = 512;
+    o.n_ctx = 4096;
     o.n_batch = 8;
     const auto m = model::load(o);
     session s(m);
-    std::vector<int32_t> prompt(400, 7);
+    // 500 batches: the canceller thread gets its turn long before the last even when the pool's
+    // threads hold both cores of a small machine.
+    std::vector<int32_t> prompt(4000, 7);
     std::thread canceller([&] {
         while (s.cached_tokens() < 16) std::this_thread::yield();
         s.cancel();
@@ -377,7 +392,7 @@ TEST(EngineApi, CancelStopsALongPromptBetweenBatches) {
     canceller.join();
     EXPECT_EQ(r.reason, stop_reason::cancelled);
     EXPECT_TRUE(r.tokens.empty());
-    EXPECT_LT(r.time.prompt_n, 400);
+    EXPECT_LT(r.time.prompt_n, 4000);
     EXPECT_EQ(r.time.prompt_n % 8, 0);
 }
 

@@ -268,6 +268,67 @@ TEST(CudaKernels, RoutingMatchesRouteToken) {
     }
 }
 
+// glm4moe's and DeepSeek-V3's routing: sigmoid or softmax scores, a selection bias as large as the
+// gaps between scores (so it changes the choice), groups, renormalisation and scale. The same experts
+// as the CPU in the same order, and the same weights.
+TEST(CudaKernels, RoutingWithBiasGroupsAndScaleMatchesRouteToken) {
+    STRATA_REQUIRE_GPU();
+    const int n_tok = 7, n_expert = 64, k = 6;
+    const std::vector<float> logits = random_floats(static_cast<size_t>(n_tok * n_expert), 2.0f, 13);
+    const std::vector<float> bias = random_floats(static_cast<size_t>(n_expert), 0.1f, 14);
+    const auto dl = upload(logits), db = upload(bias);
+    struct routing_case {
+        const char* name;
+        engine::routing_options o;
+        bool with_bias;
+    };
+    using engine::gating_func;
+    const routing_case cases[] = {
+        {"sigmoid, bias, norm, scale 2.5", {gating_func::sigmoid, true, 2.5f, 0, 0}, true},
+        {"sigmoid, bias, unnormalised", {gating_func::sigmoid, false, 0.0f, 0, 0}, true},
+        {"sigmoid, no bias, scale 1", {gating_func::sigmoid, true, 1.0f, 0, 0}, false},
+        {"softmax, bias, scale 16", {gating_func::softmax, false, 16.0f, 0, 0}, true},
+        {"sigmoid, bias, 8 groups of which 3", {gating_func::sigmoid, true, 2.5f, 8, 3}, true},
+        {"softmax, 4 groups of which 2", {gating_func::softmax, true, 0.0f, 4, 2}, false},
+    };
+    for (const routing_case& c : cases) {
+        route_params p;
+        p.sigmoid = c.o.gating == gating_func::sigmoid;
+        p.bias = c.with_bias ? db.data() : nullptr;
+        p.normalize = c.o.normalize;
+        p.scale = c.o.scale;
+        p.n_group = c.o.n_group;
+        p.n_group_used = c.o.n_group_used;
+        device_buffer<int32_t> ids(static_cast<size_t>(n_tok * k));
+        device_buffer<float> w(static_cast<size_t>(n_tok * k));
+        route_topk(dl.data(), n_tok, n_expert, k, p, ids.data(), w.data(), nullptr);
+        const std::vector<int32_t> gi = download(ids);
+        const std::vector<float> gw = download(w);
+        int changed_by_bias = 0;
+        for (int t = 0; t < n_tok; ++t) {
+            int32_t ri[k], unbiased[k];
+            float rw[k], uw[k];
+            const float* lt = logits.data() + t * n_expert;
+            engine::route_token(lt, c.with_bias ? bias.data() : nullptr, n_expert, k, c.o, ri, rw);
+            engine::route_token(lt, nullptr, n_expert, k, c.o, unbiased, uw);
+            changed_by_bias += !std::equal(ri, ri + k, unbiased);
+            for (int j = 0; j < k; ++j) {
+                EXPECT_EQ(gi[t * k + j], ri[j]) << c.name << ": token " << t << " slot " << j;
+                EXPECT_NEAR(gw[t * k + j], rw[j], 1e-5f * std::max(1.0f, std::abs(rw[j]))) << c.name;
+            }
+        }
+        if (c.with_bias) {
+            EXPECT_GT(changed_by_bias, 0) << c.name << ": the bias never changed a choice, so it is not tested";
+        }
+    }
+    route_params bad;
+    bad.n_group = 5;  // 64 experts are not 5 equal groups
+    bad.n_group_used = 2;
+    device_buffer<int32_t> ids(static_cast<size_t>(k));
+    device_buffer<float> w(static_cast<size_t>(k));
+    EXPECT_THROW(route_topk(dl.data(), 1, n_expert, k, bad, ids.data(), w.data(), nullptr), std::invalid_argument);
+}
+
 TEST(CudaKernels, ElementwiseAndWeightedSum) {
     STRATA_REQUIRE_GPU();
     const int n = 300;

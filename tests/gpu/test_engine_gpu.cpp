@@ -1,7 +1,8 @@
 // The GPU hybrid through the public engine API on a generated model: per-generation routed lookups and
 // VRAM hits that add up to the engine statistics, the CPU-only fallback for a device that is not
 // there, --profile-save / --expert-profile round trip, the adaptive tier's determinism, and the
-// pinned host pools' home (the hot node, or anonymous memory without one NUMA system call).
+// pinned host pools' home (the hot node, or anonymous memory without one NUMA system call), glm4moe on
+// the hybrid, and deepseek2 CPU-only with its reason.
 // Label gpu: skips without a device (and runs on the CPU emulator under STRATA_CUDA=EMU).
 #include <gtest/gtest.h>
 
@@ -32,27 +33,36 @@ std::filesystem::path temp_file(const std::string& name) { return std::filesyste
 
 // Written once per process and renamed into place, so that tests ctest runs in parallel never see a
 // half-written file (a process that has it mapped keeps the old one).
+std::string write_tiny(make_model::arch a) {
+    const std::string name = "strata_engine_gpu_tiny_" + make_model::arch_name(a);
+    const auto p = temp_file(name + ".gguf");
+    const auto tmp = temp_file(fmt::format("{}.{}.tmp", name, ::getpid()));
+    make_model::build_model(make_model::preset("tiny", a)).write_file(tmp.string());
+    std::filesystem::rename(tmp, p);
+    return p.string();
+}
+
 const std::string& model_path() {
-    static const std::string path = [] {
-        const auto p = temp_file("strata_engine_gpu_tiny.gguf");
-        const auto tmp = temp_file(fmt::format("strata_engine_gpu_tiny.{}.tmp", ::getpid()));
-        make_model::build_model(make_model::preset("tiny")).write_file(tmp.string());
-        std::filesystem::rename(tmp, p);
-        return p.string();
-    }();
+    static const std::string path = write_tiny(make_model::arch::qwen3moe);
+    return path;
+}
+
+const std::string& glm_model_path() {
+    static const std::string path = write_tiny(make_model::arch::glm4moe);
     return path;
 }
 
 // --expert-cache for about half the routed experts: the slot size as the backend computes it (gate,
 // up and down of one expert, 256-byte aligned), times half the experts plus half a slot, so that
-// rounding the GiB figure never loses a slot.
-std::string half_cache_gib() {
-    const make_model::model_spec s = make_model::preset("tiny");
+// rounding the GiB figure never loses a slot. glm4moe's leading dense layer has no experts.
+std::string half_cache_gib(make_model::arch a = make_model::arch::qwen3moe) {
+    const make_model::model_spec s = make_model::preset("tiny", a);
+    const int n_moe_layer = s.n_layer - (a == make_model::arch::glm4moe ? s.n_layer_dense_lead : 0);
     const uint64_t ff = static_cast<uint64_t>(s.n_ff_exp), embd = static_cast<uint64_t>(s.n_embd);
     const uint64_t bytes = 2 * ff * formats::row_size(s.type_experts, s.n_embd) +
                            embd * formats::row_size(s.type_experts, s.n_ff_exp);
     const uint64_t slot = (bytes + 255) / 256 * 256;
-    const double half_slots = s.n_layer * s.n_expert / 2 + 0.5;
+    const double half_slots = n_moe_layer * s.n_expert / 2 + 0.5;
     return fmt::format("{:.12f}", half_slots * double(slot) / double(1 << 30));
 }
 
@@ -225,6 +235,64 @@ TEST(EngineGpu, SavedProfileFillsTheCacheOnTheNextLoad) {
     EXPECT_GE(again.time.vram_hits, first.time.vram_hits)
         << "the cache filled from this very request's counts served fewer lookups than the default order";
     std::filesystem::remove(profile);
+}
+
+// glm4moe, which the hybrid once refused (leading dense layer, sigmoid routing with the correction
+// bias, ungated shared expert): it runs on the GPU with about half its routed experts in VRAM, only
+// its MoE layers look experts up, and the profile saved at unload (every layer's counts, the dense
+// layer's zeros included) fills the cache on the next load, which then serves at least as many hits.
+TEST(EngineGpu, Glm4moeRunsOnTheHybridAndItsProfileFillsTheCache) {
+    STRATA_REQUIRE_GPU();
+    const auto profile = temp_file("strata_engine_gpu_glm4moe_profile.txt");
+    std::filesystem::remove(profile);
+    model_options o = gpu_options();
+    o.path = glm_model_path();
+    o.expert_cache = half_cache_gib(make_model::arch::glm4moe);
+    const std::string text = "The river ran quietly past the old mill";
+    generation_result first;
+    {
+        o.profile_save = profile.string();
+        const auto m = model::load(o);
+        const model_info& info = m->info();
+        ASSERT_TRUE(info.gpu_hybrid) << info.gpu_cpu_only_reason;
+        ASSERT_EQ(info.architecture, "glm4moe");
+        session s(m);
+        first = s.generate(m->tokenize(text), greedy(kGenerate));
+        ASSERT_EQ(first.tokens.size(), size_t{kGenerate});
+        const uint64_t n_moe_layer = static_cast<uint64_t>(info.n_layer) - 1;  // the tiny preset's one dense layer
+        EXPECT_EQ(first.time.expert_lookups,
+                  tokens_evaluated(first) * n_moe_layer * static_cast<uint64_t>(info.n_expert_used));
+        EXPECT_GT(first.time.vram_hits, 0u) << "half the experts are resident, yet none served a lookup";
+        EXPECT_LT(first.time.vram_hits, first.time.expert_lookups) << "half the experts are resident, yet all hit";
+        const expert_stats st = m->statistics();
+        for (int e = 0; e < info.n_expert; ++e) EXPECT_EQ(st.counts[static_cast<size_t>(e)], 0u) << "dense layer 0";
+    }
+    ASSERT_TRUE(std::filesystem::exists(profile));
+    o.profile_save.clear();
+    o.expert_profile = profile.string();
+    const auto m = model::load(o);
+    ASSERT_TRUE(m->info().gpu_hybrid) << m->info().gpu_cpu_only_reason;
+    session s(m);
+    const generation_result again = s.generate(m->tokenize(text), greedy(kGenerate));
+    EXPECT_EQ(again.time.expert_lookups, first.time.expert_lookups);
+    EXPECT_GE(again.time.vram_hits, first.time.vram_hits);
+    std::filesystem::remove(profile);
+}
+
+// deepseek2 stays CPU-only with a device present: the hybrid does not run latent attention, and says so.
+TEST(EngineGpu, Deepseek2RunsCpuOnlyWithItsReason) {
+    STRATA_REQUIRE_GPU();
+    model_options o = gpu_options();
+    o.path = write_tiny(make_model::arch::deepseek2);
+    const auto m = model::load(o);
+    EXPECT_FALSE(m->info().gpu_hybrid);
+    EXPECT_NE(m->info().gpu_cpu_only_reason.find("does not run deepseek2's multi-head latent attention"),
+              std::string::npos)
+        << m->info().gpu_cpu_only_reason;
+    session s(m);
+    const generation_result r = s.generate(m->tokenize("Hello there"), greedy(3));
+    EXPECT_EQ(r.tokens.size(), 3u);
+    EXPECT_EQ(r.time.expert_lookups, 0u);
 }
 
 struct adaptive_run {

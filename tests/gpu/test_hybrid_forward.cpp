@@ -1,11 +1,20 @@
-// The hybrid forward pass against the CPU engine on generated models of each architecture: logits
-// within a stated tolerance and the same greedy tokens (where routing agrees: see expect_same), with
+// The hybrid forward pass against the CPU engine on generated models of each architecture (glm4moe
+// with and without QK norm, with one or two leading dense layers, with and without its ungated shared
+// expert; qwen3moe with group-limited routing): logits within a stated tolerance, the same experts
+// chosen and the same greedy tokens (where routing agrees: see expect_same), with
 // all, about half and none of the routed experts resident, with prompt batches large enough for the
 // cuBLAS path, and with adaptive swaps running every decode step (they must never change results).
 // Label gpu: skips without a device (and runs on the CPU emulator under STRATA_CUDA=EMU).
 //
 // Tolerance: the CPU engine multiplies 8-bit-quantised activations, the GPU f32 ones; on these models
-// that moves logits by about 1 % of the largest logit. The tests allow 4 %.
+// that moves logits by about 1 % of the largest logit. The tests allow 4 %. Models with F32 weights
+// (the CPU multiplies f32 activations too) must match to 0.2 % (1 % through cuBLAS's f16 GEMM) and
+// route every token to exactly the CPU's experts.
+//
+// glm4moe runs on F32 weights here: its sigmoid scores with the correction bias sit close together and
+// its weights are scaled by 2.5, so on the quantised tiny models 8-bit activations move a few routing
+// decisions in a prompt, and attention carries such a move to every later position, past what the
+// 4 % rule below allows for.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,6 +38,7 @@ namespace {
 using make_model::arch;
 
 constexpr double kTolerance = 0.04;  // of the largest CPU logit
+constexpr double kExactTolerance = 0.002, kExactGemmTolerance = 0.01;  // F32 weights
 constexpr int kCtx = 128;
 
 struct loaded {
@@ -40,11 +50,26 @@ struct loaded {
     std::unique_ptr<arenas::expert_pool> pool;
 };
 
-std::unique_ptr<loaded> load(arch a) {
-    make_model::model_spec spec = make_model::preset("tiny");
-    spec.architecture = a;
-    auto m = std::make_unique<loaded>(loaded{gguf::reader::from_bytes(make_model::build_model(spec).write_to_memory()),
-                                             {}, {}, {}, {}, {}});
+// The tiny preset of `a`, changed by `edit` (glm4moe's layout), with every weight in F32 or as the
+// preset quantises it, with `groups` expert groups of which half are used (0: no group-limited routing).
+struct model_variant {
+    std::function<void(make_model::model_spec&)> edit;
+    bool f32 = false;
+    int groups = 0;
+};
+
+std::unique_ptr<loaded> load(arch a, const model_variant& v = {}) {
+    make_model::model_spec spec = make_model::preset("tiny", a);
+    if (v.edit) v.edit(spec);
+    if (v.f32)
+        spec.type_experts = spec.type_shexp = spec.type_attn = spec.type_embd = spec.type_out = formats::ggml_type::F32;
+    gguf::writer w = make_model::build_model(spec);
+    if (v.groups > 0) {
+        const std::string p = make_model::gguf_architecture(a);
+        w.set(p + ".expert_group_count", gguf::value::u32(static_cast<uint32_t>(v.groups)));
+        w.set(p + ".expert_group_used_count", gguf::value::u32(static_cast<uint32_t>(v.groups / 2)));
+    }
+    auto m = std::make_unique<loaded>(loaded{gguf::reader::from_bytes(w.write_to_memory()), {}, {}, {}, {}, {}});
     m->hp = read_hparams(m->file);
     m->w = bind_weights(m->file, m->hp);
     m->layers = moe_layers(m->w);
@@ -139,7 +164,8 @@ double greedy_margin(const std::vector<float>& v) {
 // - a decode step whose routing differs is counted, and at most one step in four may be one;
 // - prompt positions must all be within the tolerance when the prompt's routing is the same, else at
 //   most one position per moved routing decision may exceed it.
-void expect_same(const run_result& gpu, const run_result& cpu, size_t n_vocab, const std::string& what) {
+void expect_same(const run_result& gpu, const run_result& cpu, size_t n_vocab, const std::string& what,
+                 double tolerance = kTolerance) {
     ASSERT_EQ(gpu.prompt_logits.size(), cpu.prompt_logits.size());
     const size_t n_prompt = cpu.prompt_logits.size() / n_vocab;
     const uint64_t prompt_moved = routing_differences(gpu.prompt_routing, cpu.prompt_routing);
@@ -148,7 +174,7 @@ void expect_same(const run_result& gpu, const run_result& cpu, size_t n_vocab, c
     for (size_t t = 0; t < n_prompt; ++t) {
         const double e = rel_err(&gpu.prompt_logits[t * n_vocab], &cpu.prompt_logits[t * n_vocab], n_vocab);
         worst = std::max(worst, e);
-        if (e >= kTolerance) {
+        if (e >= tolerance) {
             ++over;
             EXPECT_GT(prompt_moved, 0u) << what << ": prompt position " << t << " is off by " << e
                                         << " of the largest logit with the same routing as the CPU";
@@ -162,9 +188,9 @@ void expect_same(const run_result& gpu, const run_result& cpu, size_t n_vocab, c
             ++tie_steps;
             continue;
         }
-        EXPECT_LT(rel_err(gpu.step_logits[i].data(), cpu.step_logits[i].data(), n_vocab), kTolerance)
+        EXPECT_LT(rel_err(gpu.step_logits[i].data(), cpu.step_logits[i].data(), n_vocab), tolerance)
             << what << ": decode step " << i << " (same routing as the CPU)";
-        if (greedy_margin(cpu.step_logits[i]) > 2 * kTolerance) {
+        if (greedy_margin(cpu.step_logits[i]) > 2 * tolerance) {
             EXPECT_EQ(argmax(gpu.step_logits[i]), argmax(cpu.step_logits[i])) << what << ": greedy token at step " << i;
         }
     }
@@ -178,14 +204,23 @@ void expect_same(const run_result& gpu, const run_result& cpu, size_t n_vocab, c
 struct hybrid_case {
     arch a;
     int n_prompt;   // >= 16 reaches the cuBLAS path
+    const char* variant = "";  // name suffix of the test
+    model_variant model = {};
 };
+
+// The routing decisions (token, layer, expert) that differ from the CPU's, over every step.
+uint64_t routing_moved(const run_result& gpu, const run_result& cpu) {
+    uint64_t d = routing_differences(gpu.prompt_routing, cpu.prompt_routing);
+    for (size_t i = 0; i < cpu.step_routing.size(); ++i) d += routing_differences(gpu.step_routing[i], cpu.step_routing[i]);
+    return d;
+}
 
 class HybridForward : public ::testing::TestWithParam<hybrid_case> {};
 
 TEST_P(HybridForward, MatchesCpuAtEveryResidency) {
     STRATA_REQUIRE_GPU();
     const hybrid_case c = GetParam();
-    auto m = load(c.a);
+    auto m = load(c.a, c.model);
     const hparams& hp = m->hp;
     const std::vector<int32_t> p = prompt(hp.n_vocab, c.n_prompt);
     const int n_gen = 8, n_batch = 32;
@@ -204,7 +239,7 @@ TEST_P(HybridForward, MatchesCpuAtEveryResidency) {
     const uint64_t slot = (formats::row_size(l0.gate.type, l0.gate.n_cols) * l0.gate.n_rows +
                            formats::row_size(l0.up.type, l0.up.n_cols) * l0.up.n_rows +
                            formats::row_size(l0.down.type, l0.down.n_cols) * l0.down.n_rows + 255) / 256 * 256;
-    const int total = hp.n_layer * hp.n_expert;
+    const int total = hp.n_moe_layer() * hp.n_expert;  // leading dense layers have no experts
     struct variant {
         const char* name;
         std::optional<double> gib;
@@ -238,10 +273,19 @@ TEST_P(HybridForward, MatchesCpuAtEveryResidency) {
         const run_result got = generate(
             hp, p, n_gen, n_batch, v.kv, tokens[ki], [&](auto&&... a) { h->eval(a...); },
             [&] { return h->routing().counts; });
-        expect_same(got, want[ki], static_cast<size_t>(hp.n_vocab), v.name);
+        if (c.model.f32) {
+            expect_same(got, want[ki], static_cast<size_t>(hp.n_vocab), v.name,
+                        c.n_prompt >= 16 ? kExactGemmTolerance : kExactTolerance);
+            EXPECT_EQ(routing_moved(got, want[ki]), 0u) << v.name << ": routed to other experts than the CPU";
+        } else {
+            expect_same(got, want[ki], static_cast<size_t>(hp.n_vocab), v.name);
+        }
+        for (int il = 0; il < hp.n_layer_dense_lead; ++il)
+            for (int e = 0; e < hp.n_expert; ++e)
+                EXPECT_EQ(got.prompt_routing[static_cast<size_t>(il * hp.n_expert + e)], 0u) << "dense layer " << il;
         const cache_stats s = h->expert_cache_stats();
         EXPECT_EQ(s.n_slots, v.expect_slots) << v.name;
-        const uint64_t lookups = uint64_t(p.size() + n_gen) * hp.n_layer * hp.n_expert_used;
+        const uint64_t lookups = uint64_t(p.size() + n_gen) * hp.n_moe_layer() * hp.n_expert_used;
         EXPECT_EQ(s.lookups, lookups) << v.name;
         if (v.expect_slots == total) {
             EXPECT_EQ(s.hits, lookups) << v.name;
@@ -256,12 +300,30 @@ TEST_P(HybridForward, MatchesCpuAtEveryResidency) {
     }
 }
 
+// glm4moe's tiny preset: q/k/v biases, QK norm, one leading dense layer, one shared expert, sigmoid
+// routing with the correction bias, renormalised and scaled by 2.5, partial RoPE (half the head).
+const model_variant glm{{}, true};
+const model_variant glm_air{[](make_model::model_spec& s) { s.qk_norm = false; }, true};
+const model_variant glm_two_dense_unshared{[](make_model::model_spec& s) {
+                                               s.n_layer = 4;
+                                               s.n_layer_dense_lead = 2;
+                                               s.n_expert_shared = 0;
+                                           },
+                                           true};
+
 INSTANTIATE_TEST_SUITE_P(Archs, HybridForward,
                          ::testing::Values(hybrid_case{arch::qwen3moe, 12}, hybrid_case{arch::qwen2moe, 12},
                                            hybrid_case{arch::mixtral, 12}, hybrid_case{arch::qwen3moe, 40},
-                                           hybrid_case{arch::qwen2moe, 40}),
+                                           hybrid_case{arch::qwen2moe, 40},
+                                           hybrid_case{arch::glm4moe, 12, "_f32", glm},
+                                           hybrid_case{arch::glm4moe, 40, "_f32", glm},
+                                           hybrid_case{arch::glm4moe, 12, "_f32_no_qk_norm", glm_air},
+                                           hybrid_case{arch::glm4moe, 12, "_f32_two_dense_no_shared", glm_two_dense_unshared},
+                                           hybrid_case{arch::qwen3moe, 12, "_groups", {{}, false, 4}},
+                                           hybrid_case{arch::qwen3moe, 12, "_f32_groups", {{}, true, 4}}),
                          [](const auto& info) {
-                             return make_model::arch_name(info.param.a) + "_prompt" + std::to_string(info.param.n_prompt);
+                             return make_model::arch_name(info.param.a) + "_prompt" + std::to_string(info.param.n_prompt) +
+                                    info.param.variant;
                          });
 
 // The VRAM slots are filled and swapped from the CPU pool's copy of the experts (the expert store),

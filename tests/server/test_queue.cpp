@@ -145,21 +145,22 @@ double completion_seconds(const test_server& s, const std::string& prompt, int m
 
 TEST(ServerQueue, RequestTimeoutStopsTheGeneration) {
     // The timeout is set from this build's own speed (a sanitizer build is ~10x slower): the prompt
-    // and first token, plus a quarter of the generation at the measured per-token time. It fires
-    // far from both ends: long after the first token, long before the last.
+    // and first token, plus an eighth of a hold_tokens generation at the measured per-token time. It
+    // fires far from both ends (thousands of tokens after the first, thousands before the last), so a
+    // busy machine slowing the first token or a probe slower than the run cannot move it past either.
     const std::string prompt = "Take your time";
-    const int n_tokens = test_ctx - 32, probe_tokens = 33;
+    const int n_tokens = hold_tokens, probe_tokens = 65;
     double first_s = 0, per_token_s = 0;
     {
-        test_server probe;
+        test_server probe({}, hold_model());
         first_s = completion_seconds(probe, prompt, 1);
         per_token_s = std::max(0.0, completion_seconds(probe, prompt, probe_tokens) - first_s) / (probe_tokens - 1);
     }
     server_options o;
-    o.request_timeout_s = first_s + per_token_s * n_tokens / 4;
+    o.request_timeout_s = first_s + per_token_s * n_tokens / 8;
     std::printf("  first token %.4f s, then %.5f s per token: timeout %.3f s\n", first_s, per_token_s,
                 o.request_timeout_s);
-    test_server s(o);
+    test_server s(o, hold_model());
     const reply r = s.post("/v1/completions", text_body(prompt, n_tokens));
     ASSERT_EQ(r.status, 200) << r.body;
     const json j = r.parsed();
