@@ -14,6 +14,7 @@
 #include "model/forward.hpp"
 #include "model/hparams.hpp"
 #include "model/weights.hpp"
+#include "loaded_model.hpp"
 #include "reference_forward.hpp"
 #include "topology.hpp"
 
@@ -23,37 +24,19 @@ namespace {
 using make_model::arch;
 using formats::ggml_type;
 
-struct loaded {
-    gguf::reader file;
-    hparams hp;
-    model_weights w;
-    std::vector<arenas::moe_layer> layers;
-    std::unique_ptr<arenas::mapped_expert_rows> rows;
-};
+using test::loaded;
+using test::make_pool;
 
 // n_rot: rope.dimension_count written over the generator's (0: none written, the head width).
 std::unique_ptr<loaded> load(const make_model::model_spec& spec, int n_rot = 0) {
     gguf::writer w = make_model::build_model(spec);
     if (n_rot > 0) w.set(make_model::gguf_architecture(spec.architecture) + ".rope.dimension_count", gguf::value::u32(n_rot));
-    auto m = std::make_unique<loaded>(loaded{gguf::reader::from_bytes(w.write_to_memory()), {}, {}, {}, {}});
-    m->hp = read_hparams(m->file);
-    m->w = bind_weights(m->file, m->hp);
-    m->layers = moe_layers(m->w);
-    m->rows = std::make_unique<arenas::mapped_expert_rows>(m->layers);
-    return m;
+    return test::load(w);
 }
 
 // The cache the model's attention keeps: kv heads, or one latent row per position (deepseek2).
 kv_cache make_cache(const hparams& hp, int n_ctx, kv_type kv) {
     return kv_cache(hp.n_layer, n_ctx, hp.kv_heads(), hp.kv_head_dim(), kv, hp.mla());
-}
-
-std::unique_ptr<arenas::expert_pool> make_pool(const std::string& mode, int workers) {
-    arenas::pool_flags flags;
-    flags.numa_pool = mode;
-    flags.pool_workers = workers;
-    const auto env = [](std::string_view) -> std::optional<std::string> { return std::nullopt; };
-    return arenas::expert_pool::create(arenas::load_machine_topology(), arenas::read_pool_requests(env, flags));
 }
 
 // Logits of every position: the first n_head tokens in batches of 512, the rest in batches of n_batch.

@@ -14,6 +14,7 @@
 #include "formats/quant.hpp"
 #include "generate.hpp"
 #include "gguf/gguf_writer.hpp"
+#include "loaded_model.hpp"
 #include "model/forward.hpp"
 #include "model/hparams.hpp"
 #include "model/weights.hpp"
@@ -24,22 +25,8 @@ namespace {
 
 using formats::ggml_type;
 
-struct loaded {
-    gguf::reader file;
-    hparams hp;
-    model_weights w;
-    std::vector<arenas::moe_layer> layers;
-    std::unique_ptr<arenas::mapped_expert_rows> rows;
-};
-
-std::unique_ptr<loaded> load(gguf::reader file) {
-    auto m = std::make_unique<loaded>(loaded{std::move(file), {}, {}, {}, {}});
-    m->hp = read_hparams(m->file);
-    m->w = bind_weights(m->file, m->hp);
-    m->layers = moe_layers(m->w);
-    m->rows = std::make_unique<arenas::mapped_expert_rows>(m->layers);
-    return m;
-}
+using test::load;
+using test::loaded;
 
 // The same metadata and tensors, every tensor dequantized to F32.
 gguf::writer dequantized_copy(const gguf::reader& src) {
@@ -58,13 +45,7 @@ gguf::writer dequantized_copy(const gguf::reader& src) {
     return out;
 }
 
-std::unique_ptr<arenas::expert_pool> make_pool() {
-    arenas::pool_flags flags;
-    flags.numa_pool = "off";
-    flags.pool_workers = 2;
-    const auto env = [](std::string_view) -> std::optional<std::string> { return std::nullopt; };
-    return arenas::expert_pool::create(arenas::load_machine_topology(), arenas::read_pool_requests(env, flags));
-}
+std::unique_ptr<arenas::expert_pool> make_pool() { return test::make_pool("off", 2); }
 
 double log_prob(const std::vector<float>& logits, int32_t token) {
     const float mx = *std::max_element(logits.begin(), logits.end());

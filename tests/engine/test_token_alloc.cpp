@@ -8,12 +8,8 @@
 #include <cstdlib>
 #include <new>
 
-#include "expert_pool.hpp"
 #include "generate.hpp"
-#include "model/forward.hpp"
-#include "model/hparams.hpp"
-#include "model/weights.hpp"
-#include "topology.hpp"
+#include "loaded_model.hpp"
 
 namespace {
 std::atomic<long> g_news{0};
@@ -38,31 +34,9 @@ namespace {
 
 using make_model::arch;
 
-struct loaded {
-    gguf::reader file;
-    hparams hp;
-    model_weights w;
-    std::vector<arenas::moe_layer> layers;
-    std::unique_ptr<arenas::mapped_expert_rows> rows;
-};
+using test::make_pool;
 
-std::unique_ptr<loaded> load(const make_model::model_spec& spec) {
-    gguf::writer w = make_model::build_model(spec);
-    auto m = std::make_unique<loaded>(loaded{gguf::reader::from_bytes(w.write_to_memory()), {}, {}, {}, {}});
-    m->hp = read_hparams(m->file);
-    m->w = bind_weights(m->file, m->hp);
-    m->layers = moe_layers(m->w);
-    m->rows = std::make_unique<arenas::mapped_expert_rows>(m->layers);
-    return m;
-}
-
-std::unique_ptr<arenas::expert_pool> make_pool(const std::string& mode, int workers) {
-    arenas::pool_flags flags;
-    flags.numa_pool = mode;
-    flags.pool_workers = workers;
-    const auto env = [](std::string_view) -> std::optional<std::string> { return std::nullopt; };
-    return arenas::expert_pool::create(arenas::load_machine_topology(), arenas::read_pool_requests(env, flags));
-}
+std::unique_ptr<test::loaded> load(const make_model::model_spec& spec) { return test::load(make_model::build_model(spec)); }
 
 struct alloc_case {
     arch a;
