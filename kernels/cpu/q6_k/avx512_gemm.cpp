@@ -43,6 +43,47 @@ struct q6_k_gemm16 {
         return _mm512_or_si512(lo, _mm512_and_si512(hi, top2));
     }
 
+    // superblock() for one or two tokens: each (ql, ql, qh) load triple gives the codes of all four
+    // quarters (shared shifts), so four dot-product chains per token run side by side; each sub-block's
+    // sum starts at -32 * its bsum, so the code offset needs no second pass. Same int32 total, exactly.
+    static inline void superblock_few(const block_q6_Kx16& x, const block_q8_K* const y[NT], int64_t i, __m512 acc[NT]) {
+        const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30);
+        alignas(64) int32_t offset[NT][16];  // -32 * bsums[j] of token t
+        for (int t = 0; t < NT; ++t) {
+            const __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums)));
+            _mm512_store_si512(offset[t], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bs, 5)));
+        }
+        __m512i total[NT];
+        for (int t = 0; t < NT; ++t) total[t] = _mm512_setzero_si512();
+        for (int c = 0; c < 2; ++c)
+            for (int s = 0; s < 2; ++s) {
+                __m512i isum[4][NT];  // sub-block 8c + 2k + s
+                for (int k = 0; k < 4; ++k)
+                    for (int t = 0; t < NT; ++t) isum[k][t] = _mm512_set1_epi32(offset[t][8 * c + 2 * k + s]);
+                for (int v = 4 * s; v < 4 * s + 4; ++v) {
+                    const __m512i a = _mm512_loadu_si512(x.ql[16 * c + v]), b = _mm512_loadu_si512(x.ql[16 * c + 8 + v]);
+                    const __m512i h = _mm512_loadu_si512(x.qh[8 * c + v]);
+                    // low nibble (bits 0-3) from a, b or their high nibbles, bits 4-5 from h: (lo & 0x0F) | hi.
+                    const __m512i w[4] = {
+                        _mm512_ternarylogic_epi32(low4, a, _mm512_and_si512(_mm512_slli_epi16(h, 4), top2), 0xEA),
+                        _mm512_ternarylogic_epi32(low4, b, _mm512_and_si512(_mm512_slli_epi16(h, 2), top2), 0xEA),
+                        _mm512_ternarylogic_epi32(low4, _mm512_srli_epi16(a, 4), _mm512_and_si512(h, top2), 0xEA),
+                        _mm512_ternarylogic_epi32(low4, _mm512_srli_epi16(b, 4), _mm512_and_si512(_mm512_srli_epi16(h, 2), top2), 0xEA),
+                    };
+                    for (int k = 0; k < 4; ++k)
+                        for (int t = 0; t < NT; ++t)
+                            isum[k][t] = _mm512_dpbusd_epi32(isum[k][t], w[k], broadcast_dword(y[t][i].qs + 128 * c + 32 * k + 4 * v));
+                }
+                for (int k = 0; k < 4; ++k) {
+                    const __m512i sc = scales_epi32(x.sc[8 * c + 2 * k + s]);
+                    for (int t = 0; t < NT; ++t) total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(isum[k][t], sc));
+                }
+            }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
+        for (int t = 0; t < NT; ++t)
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(y[t][i].d)), _mm512_cvtepi32_ps(total[t]), acc[t]);
+    }
+
     // acc[t] (lane r: row r) += superblock i of the group times token t's activations.
     static inline void superblock(const block_q6_Kx16& x, const block_q8_K* const y[NT], int64_t i, __m512 acc[NT]) {
         __m512i total[NT];  // sum over sub-blocks of sc * (q . a), lane r: row r
@@ -87,7 +128,10 @@ struct q6_k_gemm16 {
             for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
             for (int64_t i = 0; i < n / QK_K; ++i) {
                 prefetch_weights<sizeof(block_q6_Kx16)>(x + i);
-                superblock(x[i], act, i, acc);
+                if constexpr (NT <= 2)
+                    superblock_few(x[i], act, i, acc);
+                else
+                    superblock(x[i], act, i, acc);
             }
             for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride + g * 16, acc[t]);
         }
