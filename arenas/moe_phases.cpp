@@ -185,17 +185,17 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
     timer.emplace(clock ? clock + 1 : nullptr);
     // Phase 1: items are (active expert, block of the slice's n_ff rows). Gate goes straight into h,
     // up into a block-sized scratch, then h = silu(h) * up in place.
-    std::vector<size_t>& ff_blocks = ff_blocks_;
-    ff_blocks.resize(n_slices);
+    std::vector<size_t>& row_blocks = row_blocks_;  // row blocks per slice: of n_ff rows, then of n_embd rows
+    row_blocks.resize(n_slices);
     for (size_t s = 0; s < n_slices; ++s) {
-        ff_blocks[s] = static_cast<size_t>((ff_ranges_[s].end - ff_ranges_[s].begin + row_block - 1) / row_block);
-        n_items[s] = ff_blocks[s] * active_.size();
+        row_blocks[s] = static_cast<size_t>((ff_ranges_[s].end - ff_ranges_[s].begin + row_block - 1) / row_block);
+        n_items[s] = row_blocks[s] * active_.size();
     }
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
         slice_buffers& b = *slices_[static_cast<size_t>(s)];
         act_buffer& x_up = separate_up ? b.x_up : b.x_gate;
         const row_range range = ff_ranges_[static_cast<size_t>(s)];
-        const size_t blocks = ff_blocks[static_cast<size_t>(s)];
+        const size_t blocks = row_blocks[static_cast<size_t>(s)];
         float up[max_tok * row_block];  // [n_tok of the chunk][n] up x
         for (size_t item = begin; item < end; ++item) {
             const int e = active_[item / blocks];
@@ -224,23 +224,37 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
     });
 
     timer.emplace(clock ? clock + 2 : nullptr);
-    // Phase 2: items are blocks of the slice's n_embd rows; each computes those rows of every active
-    // expert, then sums the experts per token in routing order (a fixed order: bitwise reproducible).
-    for (size_t s = 0; s < n_slices; ++s)
-        n_items[s] = static_cast<size_t>((embd_ranges_[s].end - embd_ranges_[s].begin + row_block - 1) / row_block);
+    // Phase 2: items are (active expert, block of the slice's n_embd rows), as in phase 1, so a thread's
+    // consecutive items read one expert's down rows as one stream (cycling through every active expert
+    // per row block reads them as many short streams, which memory serves slower).
+    for (size_t s = 0; s < n_slices; ++s) {
+        row_blocks[s] = static_cast<size_t>((embd_ranges_[s].end - embd_ranges_[s].begin + row_block - 1) / row_block);
+        n_items[s] = row_blocks[s] * active_.size();
+    }
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
         slice_buffers& b = *slices_[static_cast<size_t>(s)];
+        const row_range range = embd_ranges_[static_cast<size_t>(s)];
+        const size_t blocks = row_blocks[static_cast<size_t>(s)];
+        for (size_t item = begin; item < end; ++item) {
+            const int e = active_[item / blocks];
+            const int64_t r0 = range.begin + static_cast<int64_t>(item % blocks) * row_block;
+            const int64_t n = std::min(row_block, range.end - r0);
+            const cpu::matrix down = rows_.rows(layer, expert_part::down, e, s, r0);
+            const int32_t first = first_of_[static_cast<size_t>(e)], count = count_of_[static_cast<size_t>(e)];
+            for (int32_t c = 0; c < count; c += max_tok)
+                cpu::matvec_multi(down, 0, n, b.h.row(first + c), b.h.row_bytes, std::min(max_tok, count - c),
+                                  y_.data() + static_cast<size_t>(first + c) * n_embd + r0, n_embd);
+        }
+    });
+
+    // Phase 3: items are blocks of the slice's n_embd rows; each sums the experts per token in routing
+    // order (a fixed order: bitwise reproducible).
+    for (size_t s = 0; s < n_slices; ++s) n_items[s] = row_blocks[s];
+    pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
         const row_range range = embd_ranges_[static_cast<size_t>(s)];
         for (size_t item = begin; item < end; ++item) {
             const int64_t r0 = range.begin + static_cast<int64_t>(item) * row_block;
             const int64_t n = std::min(row_block, range.end - r0);
-            for (int e : active_) {
-                const cpu::matrix down = rows_.rows(layer, expert_part::down, e, s, r0);
-                const int32_t first = first_of_[static_cast<size_t>(e)], count = count_of_[static_cast<size_t>(e)];
-                for (int32_t c = 0; c < count; c += max_tok)
-                    cpu::matvec_multi(down, 0, n, b.h.row(first + c), b.h.row_bytes, std::min(max_tok, count - c),
-                                      y_.data() + static_cast<size_t>(first + c) * n_embd + r0, n_embd);
-            }
             for (int t = 0; t < n_tok; ++t) {
                 float* o = out + static_cast<size_t>(t) * n_embd + r0;
                 std::fill(o, o + n, 0.0f);

@@ -144,7 +144,7 @@ private:
     std::vector<int32_t> active_;       // experts with at least one slot, ascending
     std::vector<int32_t> pos_of_slot_;  // [n_tok * n_expert_used] position, -1 for a skipped slot
     std::vector<size_t> n_items_;       // [n_slices] a phase's items per slice (scratch)
-    std::vector<size_t> ff_blocks_;     // [n_slices] row blocks of each slice's gate/up rows (scratch)
+    std::vector<size_t> row_blocks_;     // [n_slices] row blocks of each slice's gate/up, then down rows (scratch)
     int32_t n_pos_ = 0;
     std::vector<float> h_;              // [n_pos][n_ff] silu(gate x) * up x
     std::vector<float> y_;              // [n_pos][n_embd] down h, before the routing weights
