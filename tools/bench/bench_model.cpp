@@ -5,6 +5,7 @@
 // hybrid at each --residency (percent of the routed experts resident in VRAM), against the CPU-only run
 // of the same arm, with the VRAM hit rate.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -313,8 +314,17 @@ int run(int argc, char** argv) {
         const std::string kv_line = fmt::format("{:.2f} KiB ({})", double(m->info().kv_bytes_per_token) / 1024, arm.kv);
         if (kv_per_position.find(kv_line) == std::string::npos)
             kv_per_position += (kv_per_position.empty() ? "" : ", ") + kv_line;
-        const double bw = arm.residency ? 0 : read_bandwidth_gbs(std::max(pool_threads(m->info()), 1));
-        for (const measured& r : measure(m, n_prompt, n_gen, reps, depths, what)) {
+        // Probed before and after the arm's runs: the mean is the ratio's base, and a drift shows.
+        const int probe_threads = std::max(pool_threads(m->info()), 1);
+        const double bw_before = arm.residency ? 0 : read_bandwidth_gbs(probe_threads);
+        const std::vector<measured> runs = measure(m, n_prompt, n_gen, reps, depths, what);
+        const double bw_after = arm.residency ? 0 : read_bandwidth_gbs(probe_threads);
+        const double bw = (bw_before + bw_after) / 2;
+        if (!arm.residency && std::abs(bw_after - bw_before) > 0.1 * bw)
+            notes.push_back(fmt::format("{}: the read bandwidth moved from {:.1f} GB/s before its runs to {:.1f} GB/s "
+                                        "after them; the ratios use the mean, {:.1f}.",
+                                        arm.label(), bw_before, bw_after, bw));
+        for (const measured& r : runs) {
             const figure &p = r.prompt, &g = r.decode;
             nlohmann::ordered_json row = {{"arm", arm.label()}, {"depth", r.depth}, {"threads", r.threads},
                                           {"prompt_tokens", n_prompt}, {"decode_tokens", n_gen},
@@ -333,7 +343,8 @@ int run(int argc, char** argv) {
                 bandwidth = fmt::format("{:.1f} + {:.1f} | {:.2f} | {:.2f} | {:.0f} %", bpt / (1 << 20),
                                         kv_bpt / (1 << 20), implied, bw, 100.0 * implied / bw);
                 row.update({{"bytes_per_token", bpt}, {"kv_bytes_per_token", kv_bpt}, {"decode_gbs", implied},
-                            {"read_bandwidth_gbs", bw}, {"bandwidth_ratio", implied / bw}});
+                            {"read_bandwidth_gbs", bw}, {"read_bandwidth_before_gbs", bw_before},
+                            {"read_bandwidth_after_gbs", bw_after}, {"bandwidth_ratio", implied / bw}});
                 // Attention's f32 arithmetic per query head and position of context, on every layer:
                 // 4 head_dim flops (2 with an int8 cache, whose scores are int8 dot products); latent
                 // attention scores the latent and the RoPE key and sums latents, 2 (2 lora + n_rot). At
