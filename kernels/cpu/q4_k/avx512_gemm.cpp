@@ -2,8 +2,8 @@
 // load holds 4 columns of 16 rows in both nibble halves (sub-blocks 2k and 2k + 1); vpdpbusd multiplies
 // one half by the token's 4 activation bytes broadcast to every row, so one instruction does 64 products
 // and the unpacking is shared by all NT tokens. Q5_K adds 16 where bit j of the matching qh bytes is set
-// (sub-block j). Per sub-block the int sums are scaled by d * sc (per row); the mins go through the
-// activation's bsums with vpdpwssd.
+// (sub-block j). Sub-block sums are scaled by their int scales and added in int32; the mins go through
+// the activation's sub-block sums with vpdpwssd; one float step per superblock.
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
 #include "formats/blocks.hpp"
@@ -20,51 +20,102 @@ static inline __m512i broadcast_dword(const void* p) {
     return _mm512_set1_epi32(v);
 }
 
-// 16 bytes -> 16 floats.
-static inline __m512 bytes_to_ps(const uint8_t* p) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-
 // Packed: block_q4_Kx16 or block_q5_Kx16 (the same fields plus qh).
 template <class Packed, int NT>
 struct k4_gemm16 {
     static constexpr bool fifth_bit = requires(const Packed& x) { x.qh; };
 
-    // acc[t] (lane r: row r) += superblock i of the group times token t's activations.
-    static inline void superblock(const Packed& x, const block_q8_K* const y[NT], int64_t i, __m512 acc[NT]) {
-        const __m512i low4 = _mm512_set1_epi8(0x0F);
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
-        __m512 sumf[NT];  // sum over sub-blocks of d * sc * (q . a), lane r: row r
-        for (int j = 0; j < 8; ++j) {
-            const int k = j / 2, half = j % 2;
-            __m512i isum[NT];
-            for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
-            for (int v = 0; v < 8; ++v) {
-                const __m512i q = _mm512_loadu_si512(x.qs[8 * k + v]);
-                __m512i w = half ? _mm512_and_si512(_mm512_srli_epi16(q, 4), low4) : _mm512_and_si512(q, low4);
-                if constexpr (fifth_bit) {
-                    const __mmask64 bit = _mm512_test_epi8_mask(_mm512_loadu_si512(x.qh[v]), _mm512_set1_epi8(static_cast<char>(1 << j)));
-                    w = _mm512_mask_add_epi8(w, bit, w, _mm512_set1_epi8(16));
-                }
-                for (int t = 0; t < NT; ++t)
-                    isum[t] = _mm512_dpbusd_epi32(isum[t], w, broadcast_dword(y[t][i].qs + 32 * j + 4 * v));
+    // vpermw index: words r and 16 + r to dword r (the mins of sub-blocks 2p and 2p + 1 of row r, after
+    // both 16-byte rows of mins were widened to int16).
+    struct pair_index {
+        alignas(64) int16_t idx[32];
+        constexpr pair_index() : idx{} {
+            for (int r = 0; r < 16; ++r) {
+                idx[2 * r] = static_cast<int16_t>(r);
+                idx[2 * r + 1] = static_cast<int16_t>(16 + r);
             }
-            const __m512 scale = _mm512_mul_ps(d, bytes_to_ps(x.sc[j]));
-            for (int t = 0; t < NT; ++t)
-                sumf[t] = j == 0 ? _mm512_mul_ps(scale, _mm512_cvtepi32_ps(isum[t]))
-                                 : _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum[t]), sumf[t]);
         }
-        // mins: dword lane r holds m[j][r] twice (int16), times bsums 2j and 2j + 1 of the token.
-        __m512i mins[8];
-        for (int j = 0; j < 8; ++j) {
-            const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.m[j])));
-            mins[j] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+    };
+    static constexpr pair_index kPairIndex{};
+
+    // The 16 rows' codes of column set v of sub-block 2k + half (Q4_K's high half: 16 times the code).
+    static inline __m512i codes(const Packed& x, int k, int half, int v) {
+        const __m512i q = _mm512_loadu_si512(x.qs[8 * k + v]);
+        if constexpr (fifth_bit) {
+            const __m512i low4 = _mm512_set1_epi8(0x0F);
+            const __m512i w = half ? _mm512_and_si512(_mm512_srli_epi16(q, 4), low4) : _mm512_and_si512(q, low4);
+            const __mmask64 bit = _mm512_test_epi8_mask(_mm512_loadu_si512(x.qh[v]), _mm512_set1_epi8(static_cast<char>(1 << (2 * k + half))));
+            return _mm512_mask_add_epi8(w, bit, w, _mm512_set1_epi8(16));
+        } else {
+            return _mm512_and_si512(q, _mm512_set1_epi8(static_cast<char>(half ? 0xF0 : 0x0F)));
         }
+    }
+
+    // acc[t] (lane r: row r) += superblock i of the group times token t's activations. Everything stays
+    // in int32 until one float step per superblock: d * sum_j(sc_j * q_j . a_j) - dmin * sum_j(m_j * S_j)
+    // (S_j: the token's sum over sub-block j). Q4_K keeps high nibbles in place (16 times the code) and
+    // its low sub-blocks' scales times 16, so its int sum is 16 times the true one and d / 16 scales it.
+    // With few tokens one 64-byte load feeds both sub-blocks of its column set; with more, the halves
+    // go one after the other (registers). Integer sums are exact in any order, so every NT gives the
+    // same bits.
+    static inline void superblock(const Packed& x, const block_q8_K* const y[NT], int64_t i, __m512 acc[NT]) {
+        constexpr bool both_halves = NT <= 4;
+        __m512i total[NT];
+        for (auto& t : total) t = _mm512_setzero_si512();
+        const auto fold = [&](const __m512i* isum, int j) {
+            __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.sc[j])));
+            if (!fifth_bit && j % 2 == 0) sc = _mm512_slli_epi32(sc, 4);
+            for (int t = 0; t < NT; ++t) total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(isum[t], sc));
+        };
+        for (int k = 0; k < 4; ++k) {
+            if constexpr (both_halves) {
+                __m512i isum[2][NT];
+                for (auto& h : isum)
+                    for (auto& t : h) t = _mm512_setzero_si512();
+                for (int v = 0; v < 8; ++v) {
+                    const __m512i w[2] = {codes(x, k, 0, v), codes(x, k, 1, v)};
+                    for (int half = 0; half < 2; ++half)
+                        for (int t = 0; t < NT; ++t)
+                            isum[half][t] = _mm512_dpbusd_epi32(isum[half][t], w[half],
+                                                                broadcast_dword(y[t][i].qs + 32 * (2 * k + half) + 4 * v));
+                }
+                fold(isum[0], 2 * k);
+                fold(isum[1], 2 * k + 1);
+            } else {
+                for (int half = 0; half < 2; ++half) {
+                    __m512i isum[NT];
+                    for (auto& t : isum) t = _mm512_setzero_si512();
+                    for (int v = 0; v < 8; ++v) {
+                        const __m512i w = codes(x, k, half, v);
+                        for (int t = 0; t < NT; ++t)
+                            isum[t] = _mm512_dpbusd_epi32(isum[t], w, broadcast_dword(y[t][i].qs + 32 * (2 * k + half) + 4 * v));
+                    }
+                    fold(isum, 2 * k + half);
+                }
+            }
+        }
+        // mins: dword lane r of pair p holds m[2p][r], m[2p + 1][r] (int16), times the token's sums of
+        // sub-blocks 2p and 2p + 1.
+        const __m512i pair = _mm512_load_si512(kPairIndex.idx);
+        __m512i mins[4];
+        for (int p = 0; p < 4; ++p)
+            mins[p] = _mm512_permutexvar_epi16(
+                pair, _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.m[2 * p]))));
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
+        if constexpr (!fifth_bit) d = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 16));
         const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.dmin)));
         for (int t = 0; t < NT; ++t) {
-            __m512i msum = _mm512_setzero_si512();
-            for (int j = 0; j < 8; ++j) msum = _mm512_dpwssd_epi32(msum, mins[j], broadcast_dword(y[t][i].bsums + 2 * j));
-            const __m512 z = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(msum), sumf[t]);
+            // Sub-block sums S_j = bsums[2j] + bsums[2j + 1] as int16 pairs: dwords 0, 1, 4, 5 hold
+            // (S0, S1), (S2, S3), (S4, S5), (S6, S7).
+            const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums)),
+                                                  _mm256_set1_epi16(1));
+            alignas(32) int32_t sums[8];
+            _mm256_store_si256(reinterpret_cast<__m256i*>(sums), _mm256_packs_epi32(s32, s32));
+            __m512i msum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mins[0], _mm512_set1_epi32(sums[0]));
+            msum = _mm512_dpwssd_epi32(msum, mins[1], _mm512_set1_epi32(sums[1]));
+            msum = _mm512_dpwssd_epi32(msum, mins[2], _mm512_set1_epi32(sums[4]));
+            msum = _mm512_dpwssd_epi32(msum, mins[3], _mm512_set1_epi32(sums[5]));
+            const __m512 z = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(msum), _mm512_mul_ps(d, _mm512_cvtepi32_ps(total[t])));
             acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y[t][i].d), z, acc[t]);
         }
     }
