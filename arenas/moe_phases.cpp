@@ -184,11 +184,19 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
 
     timer.emplace(clock ? clock + 1 : nullptr);
     // Phase 1: items are (active expert, block of the slice's n_ff rows). Gate goes straight into h,
-    // up into a block-sized scratch, then h = silu(h) * up in place.
+    // up into a block-sized scratch, then h = silu(h) * up in place. An item reads gate and up as two
+    // alternating streams, which memory serves slower the shorter each run is: blocks take up to
+    // kMaxFfBlocks row blocks while each thread of the slice still gets 8 items or more.
     std::vector<size_t>& row_blocks = row_blocks_;  // row blocks per slice: of n_ff rows, then of n_embd rows
+    std::vector<int64_t>& ff_block = ff_block_rows_;
     row_blocks.resize(n_slices);
+    ff_block.resize(n_slices);
     for (size_t s = 0; s < n_slices; ++s) {
-        row_blocks[s] = static_cast<size_t>((ff_ranges_[s].end - ff_ranges_[s].begin + row_block - 1) / row_block);
+        const int64_t rows = ff_ranges_[s].end - ff_ranges_[s].begin;
+        const int64_t per_thread = 8 * std::max(pool_.plan().slices[s].threads(), 1);
+        const int64_t unit = std::clamp<int64_t>(int64_t((rows / row_block) * active_.size()) / per_thread, 1, kMaxFfBlocks);
+        ff_block[s] = unit * row_block;
+        row_blocks[s] = static_cast<size_t>((rows + ff_block[s] - 1) / ff_block[s]);
         n_items[s] = row_blocks[s] * active_.size();
     }
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
@@ -196,11 +204,12 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
         act_buffer& x_up = separate_up ? b.x_up : b.x_gate;
         const row_range range = ff_ranges_[static_cast<size_t>(s)];
         const size_t blocks = row_blocks[static_cast<size_t>(s)];
-        float up[max_tok * row_block];  // [n_tok of the chunk][n] up x
+        const int64_t block = ff_block[static_cast<size_t>(s)];
+        float up[max_tok * kMaxFfBlocks * row_block];  // [n_tok of the chunk][n] up x
         for (size_t item = begin; item < end; ++item) {
             const int e = active_[item / blocks];
-            const int64_t r0 = range.begin + static_cast<int64_t>(item % blocks) * row_block;
-            const int64_t n = std::min(row_block, range.end - r0);
+            const int64_t r0 = range.begin + static_cast<int64_t>(item % blocks) * block;
+            const int64_t n = std::min(block, range.end - r0);
             const cpu::matrix gate = rows_.rows(layer, expert_part::gate, e, s, r0);
             const cpu::matrix upm = rows_.rows(layer, expert_part::up, e, s, r0);
             const int32_t first = first_of_[static_cast<size_t>(e)], count = count_of_[static_cast<size_t>(e)];
