@@ -134,6 +134,40 @@ void forward_pass::matmul(const weight_matrix& w, int n_tok, const float* in, fl
     });
 }
 
+void forward_pass::matmul_same_input(std::span<const weight_matrix* const> w, int n_tok, const float* in,
+                                     std::span<float* const> y) {
+    const auto act_type = cpu::activation_type(w[0]->cpu().type);
+    int64_t total = 0;
+    bool fuse = true;
+    for (const weight_matrix* m : w) {
+        fuse = fuse && cpu::activation_type(m->cpu().type) == act_type && m->cpu().n_cols == w[0]->cpu().n_cols &&
+               m->n_rows % kDenseGrain == 0;
+        total += m->n_rows;
+    }
+    if (!fuse) {
+        for (size_t i = 0; i < w.size(); ++i) matmul(*w[i], n_tok, in, y[i]);
+        return;
+    }
+    const cpu::matrix& m0 = w[0]->cpu();
+    const size_t act_bytes = cpu::activation_row_size(m0.type, m0.n_cols);
+    if (act_.size() < act_bytes * static_cast<size_t>(n_tok)) act_.resize(act_bytes * static_cast<size_t>(n_tok));
+    for (int t = 0; t < n_tok; ++t)
+        cpu::quantize_activation(m0.type, in + static_cast<size_t>(t) * m0.n_cols, act_.data() + t * act_bytes, m0.n_cols);
+    // Rows of the matrices one after the other; a range is cut where one matrix ends.
+    parallel_rows(pool_, total, kDenseGrain, [&](int64_t r0, int64_t r1) {
+        int64_t first = 0;
+        for (size_t i = 0; i < w.size() && r0 < r1; ++i) {
+            const int64_t n = w[i]->n_rows;
+            if (r0 < first + n) {
+                const int64_t end = std::min(r1, first + n);
+                cpu::matmul(w[i]->cpu(), r0 - first, end - first, act_.data(), act_bytes, n_tok, y[i] + (r0 - first), n);
+                r0 = end;
+            }
+            first += n;
+        }
+    });
+}
+
 void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv, float* logits, bool all_logits,
                         int n_batch) {
     const int n = static_cast<int>(tokens.size());
@@ -242,9 +276,9 @@ void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
     const int hd = hp_.head_dim, n_q = hp_.n_q(), n_kv = hp_.n_kv();
     {
         arenas::scoped_seconds t(seconds(phase_clock::attn_proj));
-        matmul(l.wq, n_tok, xn_.data(), q_.data());
-        matmul(l.wk, n_tok, xn_.data(), k_.data());
-        matmul(l.wv, n_tok, xn_.data(), v_.data());
+        const weight_matrix* const w[] = {&l.wq, &l.wk, &l.wv};
+        float* const y[] = {q_.data(), k_.data(), v_.data()};
+        matmul_same_input(w, n_tok, xn_.data(), y);
     }
     arenas::scoped_seconds t(seconds(phase_clock::attention));
     add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, hp_.n_head_kv, hd, kv.type()) *
@@ -301,8 +335,9 @@ void forward_pass::ffn(const weight_matrix& gate, const weight_matrix& up, const
                        int n_tok) {
     const size_t nf = static_cast<size_t>(n_ff);
     shexp_up_.resize(static_cast<size_t>(n_tok) * nf);
-    matmul(gate, n_tok, xn_.data(), tmp2_.data());
-    matmul(up, n_tok, xn_.data(), shexp_up_.data());
+    const weight_matrix* const w[] = {&gate, &up};
+    float* const y[] = {tmp2_.data(), shexp_up_.data()};
+    matmul_same_input(w, n_tok, xn_.data(), y);
     for (int t = 0; t < n_tok; ++t)
         cpu::silu_mul(tmp2_.data() + t * nf, shexp_up_.data() + t * nf, static_cast<int64_t>(nf), tmp2_.data() + t * nf);
     matmul(down, n_tok, tmp2_.data(), tmp_.data());
