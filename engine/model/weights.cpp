@@ -224,22 +224,32 @@ model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
 }
 
 repack_summary repack_dense(model_weights& w) {
-    repack_summary out;
-    auto repack = [&](weight_matrix& wm) {
-        if (!wm.present() || !kernels::cpu::can_repack(wm.m.type, wm.n_rows)) return;
-        const size_t stride = kernels::cpu::repacked_row_stride(wm.m.type, wm.m.n_cols);
-        auto& bytes = w.packed_storage.emplace_back(stride * static_cast<size_t>(wm.n_rows));
-        kernels::cpu::repack_rows(wm.m.type, wm.m.data, wm.m.row_stride, wm.n_rows, wm.m.n_cols, bytes.data());
-        wm.packed = {wm.m.type, bytes.data(), wm.m.n_cols, stride, kernels::cpu::weight_layout::rows16};
-        out.names.push_back(wm.name);
-        out.bytes += bytes.size();
-        out.gguf_bytes += formats::row_size(wm.m.type, wm.m.n_cols) * static_cast<size_t>(wm.n_rows);
-    };
+    std::vector<weight_matrix*> todo;
     for (auto& l : w.layers)
         for (weight_matrix* wm : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router, &l.shexp_gate, &l.shexp_up, &l.shexp_down,
                                   &l.wq_a, &l.wq_b, &l.wkv_a})
-            repack(*wm);
-    repack(w.output);
+            if (wm->present() && kernels::cpu::can_repack(wm->m.type, wm->n_rows)) todo.push_back(wm);
+    if (w.output.present() && kernels::cpu::can_repack(w.output.m.type, w.output.n_rows)) todo.push_back(&w.output);
+    constexpr size_t kAlign = 64;
+    const auto bytes_of = [](const weight_matrix& wm) {
+        return kernels::cpu::repacked_row_stride(wm.m.type, wm.m.n_cols) * static_cast<size_t>(wm.n_rows);
+    };
+    size_t total = 0;
+    for (const weight_matrix* wm : todo) total += (bytes_of(*wm) + kAlign - 1) / kAlign * kAlign;
+    repack_summary out;
+    if (todo.empty()) return out;
+    w.packed_dense = arenas::node_buffer(total, -1, {}, arenas::first_touch::none);
+    size_t offset = 0;
+    for (weight_matrix* wm : todo) {
+        const size_t stride = kernels::cpu::repacked_row_stride(wm->m.type, wm->m.n_cols);
+        std::byte* dst = w.packed_dense.data() + offset;
+        kernels::cpu::repack_rows(wm->m.type, wm->m.data, wm->m.row_stride, wm->n_rows, wm->m.n_cols, dst);
+        wm->packed = {wm->m.type, dst, wm->m.n_cols, stride, kernels::cpu::weight_layout::rows16};
+        out.names.push_back(wm->name);
+        out.bytes += bytes_of(*wm);
+        out.gguf_bytes += formats::row_size(wm->m.type, wm->m.n_cols) * static_cast<size_t>(wm->n_rows);
+        offset += (bytes_of(*wm) + kAlign - 1) / kAlign * kAlign;
+    }
     return out;
 }
 
