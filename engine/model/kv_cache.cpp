@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <utility>
+
+#include <sys/mman.h>
 
 #include <spdlog/fmt/fmt.h>
 
@@ -37,8 +40,7 @@ kv_cache::kv_cache(int n_layer, int n_ctx, int n_head_kv, int head_dim, kv_type 
       head_dim_(head_dim),
       type_(type),
       latent_(latent),
-      head_row_bytes_(formats::row_size(element_type(type), head_dim)),
-      chunks_(static_cast<size_t>(n_layer)) {
+      head_row_bytes_(formats::row_size(element_type(type), head_dim)) {
     if (type == kv_type::int8 && head_dim % formats::QK8_0 != 0)
         throw std::invalid_argument("an int8 KV cache needs a head size that is a multiple of 32, this model's is " +
                                     std::to_string(head_dim));
@@ -61,14 +63,32 @@ size_t kv_cache::bytes_per_token(int n_layer, int n_head_kv, int head_dim, kv_ty
            formats::row_size(element_type(type), head_dim);
 }
 
-void kv_cache::chunk_free::operator()(uint8_t* p) const { std::free(p); }
+kv_cache::slab::slab(size_t n) {
+    // Over-map by one huge page and trim, so the slab starts on a 2 MiB boundary: every whole 2 MiB of
+    // it can then be a transparent huge page. Zeros: unwritten slots of a partial key block are scored,
+    // then masked, so they must stay finite.
+    constexpr size_t huge = size_t{2} << 20;
+    bytes = (n + page_bytes - 1) / page_bytes * page_bytes;
+    const size_t span = bytes + huge;
+    void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) throw std::bad_alloc();
+    const auto start = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t aligned = (start + huge - 1) & ~(huge - 1);
+    if (aligned > start) munmap(raw, aligned - start);
+    if (start + span > aligned + bytes) munmap(reinterpret_cast<void*>(aligned + bytes), start + span - (aligned + bytes));
+    data = reinterpret_cast<uint8_t*>(aligned);
+    madvise(data, bytes, MADV_HUGEPAGE);  // advisory; fails harmlessly where THP is off
+    std::memset(data, 0, bytes);          // commit the pages now, while growing, not in the first store
+}
 
-kv_cache::chunk_ptr kv_cache::allocate_chunk() const {
-    const size_t bytes = (chunk_bytes() + chunk_align - 1) / chunk_align * chunk_align;
-    auto* p = static_cast<uint8_t*>(std::aligned_alloc(chunk_align, bytes));
-    if (p == nullptr) throw std::bad_alloc();
-    std::memset(p, 0, bytes);  // the unwritten slots of a partial key block are scored (then masked): keep them finite
-    return chunk_ptr(p);
+kv_cache::slab& kv_cache::slab::operator=(slab&& o) noexcept {
+    std::swap(data, o.data);
+    std::swap(bytes, o.bytes);
+    return *this;
+}
+
+kv_cache::slab::~slab() {
+    if (data) munmap(data, bytes);
 }
 
 void kv_cache::reserve(int n_pos) {
@@ -78,12 +98,10 @@ void kv_cache::reserve(int n_pos) {
     const int want = chunks_for(n_pos);
     if (want <= n_chunks_) return;
     try {
-        for (auto& layer : chunks_) {
-            layer.reserve(static_cast<size_t>(chunks_for(n_ctx_)));
-            while (static_cast<int>(layer.size()) < want) layer.push_back(allocate_chunk());
-        }
+        slabs_.reserve(static_cast<size_t>(chunks_for(n_ctx_)));
+        while (static_cast<int>(slabs_.size()) < want) slabs_.emplace_back(static_cast<size_t>(n_layer_) * layer_stride());
     } catch (const std::bad_alloc&) {
-        for (auto& layer : chunks_) layer.resize(static_cast<size_t>(n_chunks_));
+        slabs_.resize(static_cast<size_t>(n_chunks_));
         throw kv_cache_full(fmt::format("out of memory growing the KV cache to {} positions ({:.1f} MiB more on top "
                                         "of {:.1f} MiB; the context holds {})",
                                         n_pos, double(size_t(want - n_chunks_) * n_layer_ * chunk_bytes()) / (1 << 20),
@@ -95,7 +113,7 @@ void kv_cache::reserve(int n_pos) {
 void kv_cache::shrink(int n_pos) {
     const int keep = chunks_for(std::max(n_pos, 0));
     if (keep >= n_chunks_) return;
-    for (auto& layer : chunks_) layer.resize(static_cast<size_t>(keep));
+    slabs_.resize(static_cast<size_t>(keep));
     n_chunks_ = keep;
 }
 

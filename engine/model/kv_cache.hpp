@@ -1,7 +1,9 @@
 // Per-layer key/value cache for one sequence, in f16 or int8 (Q8_0 blocks along the head dimension),
 // grown in chunks of kv_cache::chunk_tokens positions as the sequence fills, up to n_ctx.
 //
-// One chunk of one layer (positions [c * chunk_tokens, (c + 1) * chunk_tokens)) is one allocation:
+// Chunk c (positions [c * chunk_tokens, (c + 1) * chunk_tokens)) of every layer is one mapping, 2 MiB
+// aligned and advised for transparent huge pages (decode reads the whole cache every token; with 4 KiB
+// pages that is a TLB miss every page), each layer's part starting on a page:
 //   K: [n_head_kv][chunk_tokens][head_row]    head_row: head_dim halves, or head_dim / 32 Q8_0 blocks
 //   V: [n_head_kv][chunk_tokens][head_row]
 // so the keys (and the values) of one kv head in one chunk are one attention tile. Keys are stored in
@@ -85,10 +87,12 @@ public:
 private:
     // The first byte of tile t of a chunk (read_rows's numbering).
     uint8_t* tile_rows(int layer, int chunk, int t) {
-        return chunks_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)].get() + static_cast<size_t>(t) * tile_bytes();
+        return slabs_[static_cast<size_t>(chunk)].data + static_cast<size_t>(layer) * layer_stride() +
+               static_cast<size_t>(t) * tile_bytes();
     }
     const uint8_t* tile_rows(int layer, int chunk, int t) const {
-        return chunks_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)].get() + static_cast<size_t>(t) * tile_bytes();
+        return slabs_[static_cast<size_t>(chunk)].data + static_cast<size_t>(layer) * layer_stride() +
+               static_cast<size_t>(t) * tile_bytes();
     }
     // Writes key row x (head_dim floats) at row r of a key tile, in the blocked layout of
     // kernels/cpu/attention.hpp; put_key_block one Q8_0 block of it (elements j0 .. j0 + 31).
@@ -97,14 +101,20 @@ private:
 
     size_t tile_bytes() const { return static_cast<size_t>(chunk_tokens) * head_row_bytes_; }
 
-    // Chunks start on a page: an f16 tile row (a cache-line multiple) never straddles two lines, and
-    // every page of a tile holds whole rows. (A plain new[] of this size returns a page plus 16 bytes.)
-    static constexpr size_t chunk_align = 4096;
-    struct chunk_free {
-        void operator()(uint8_t* p) const;
+    // Each layer's part of a chunk starts on a page: an f16 tile row (a cache-line multiple) never
+    // straddles two lines, and every page of a tile holds whole rows.
+    static constexpr size_t page_bytes = 4096;
+    size_t layer_stride() const { return (chunk_bytes() + page_bytes - 1) / page_bytes * page_bytes; }
+    // One chunk of every layer: an anonymous mapping of n_layer * layer_stride() bytes, zeroed.
+    struct slab {
+        uint8_t* data = nullptr;
+        size_t bytes = 0;
+        slab() = default;
+        explicit slab(size_t n);  // throws std::bad_alloc
+        slab(slab&& o) noexcept : data(o.data), bytes(o.bytes) { o.data = nullptr; }
+        slab& operator=(slab&& o) noexcept;
+        ~slab();
     };
-    using chunk_ptr = std::unique_ptr<uint8_t[], chunk_free>;
-    chunk_ptr allocate_chunk() const;
 
     int n_layer_, n_ctx_, n_head_kv_, head_dim_;
     kv_type type_;
@@ -112,7 +122,7 @@ private:
     bool row_tile(int t) const { return latent_ || t >= n_head_kv_; }  // plain rows, not the blocked key layout
     size_t head_row_bytes_;   // one position of one kv head
     int n_chunks_ = 0;
-    std::vector<std::vector<chunk_ptr>> chunks_;  // [n_layer][n_chunks]
+    std::vector<slab> slabs_;  // [n_chunks]
 };
 
 }  // namespace strata::engine

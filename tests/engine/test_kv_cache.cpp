@@ -41,6 +41,9 @@ TEST(KvCache, GrowsInChunksUpToTheContext) {
 TEST(KvCache, TilesStartOnAPage) {
     kv_cache kv(kLayers, 1000, kHeads, 128, kv_type::f16);
     kv.reserve(1000);
+    // A chunk of every layer is one mapping on a 2 MiB boundary, so its whole 2 MiB can be huge pages.
+    for (int c = 0; c < kv.n_chunks(); ++c)
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(kv.tile(0, 0, c, 1000).k) % (uintptr_t{2} << 20), 0u) << "chunk " << c;
     for (int l = 0; l < kLayers; ++l)
         for (int c = 0; c < kv.n_chunks(); ++c)
             for (int g = 0; g < kHeads; ++g) {
