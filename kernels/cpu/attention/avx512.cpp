@@ -33,6 +33,8 @@ constexpr int kPosStep = 32;    // positions per score register block (2 vectors
 constexpr int kFewRows = 16;    // calls with at most this many rows (decode) take attn_tile_few
 constexpr int kValueRows = 8;   // query rows per register block of attn_tile_few's weighted values
 constexpr int kValueVectors = 2;  // 16-float vectors per value row and pass: 8 x 2 accumulators
+constexpr int kLdp = attn_tile_max;  // floats between rows of scores / probabilities: a constant, so the
+                                     // value pass's broadcasts address rows by displacement, not registers
 constexpr int kPrefetchPos = 2 * kPosStep;  // how far ahead of its key block attn_tile_few prefetches
 
 // exp(x): the Cephes polynomial of vecops/avx2.cpp on 16 lanes, 2^n applied with scalef.
@@ -230,27 +232,62 @@ static void scores_blocked(const float* q, int64_t head_dim, const kv_tile& kv, 
         scale, score, lds);
 }
 
-// Elements j..j+15 (j a multiple of 16) of one tile row, as f32: the values load8 gives, 16 at a time.
-template <ggml_type T>
-static inline __m512 load16(const uint8_t* row, int64_t j) {
-    if constexpr (T == ggml_type::F16) {
-        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
-    } else {
-        const auto* b = reinterpret_cast<const formats::block_q8_0*>(row) + j / formats::QK8_0;
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + j % formats::QK8_0));
-        uint16_t d;
-        std::memcpy(&d, &b->d, sizeof(d));
-        const __m512 scale = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(d)));
-        return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+// Elements j..j+15 (j a multiple of 16) of one F16 tile row, as f32.
+static inline __m512 load16_f16(const uint8_t* row, int64_t j) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
+}
+
+// The f16 scales of block b (elements 32 b .. 32 b + 31) of value rows t < n_t (v_stride bytes apart),
+// as f32: ds[t], zero up to the next multiple of 16.
+static void value_scales_q8(const uint8_t* v, size_t v_stride, int n_t, int64_t b, float* ds) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(static_cast<int>(v_stride)));
+    const uint8_t* d = v + b * sizeof(formats::block_q8_0);  // the block's d, then its first quants
+    for (int t = 0; t < n_t; t += 16) {
+        const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), first_lanes(n_t - t), idx,
+                                                      d + t * v_stride, 1);
+        _mm512_storeu_ps(ds + t, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w)));
     }
 }
 
-// acc[i][:] = sum_{t < n_t} p[i][t] v_t[:] for the block's R rows (p: [R][ldp], acc: [R][v_dim]);
-// value(t, j) gives v_t[j..j+15] as f32.
-template <int R, int D = 2, class Value>
-static void weighted_values(const float* p, int ldp, int n_t, int64_t v_dim, float* acc, Value value) {
+// pd[i][t] = p[i][t] * ds[t] for the R rows and t < n_t rounded up to 16 (p, pd: [R][kLdp]).
+template <int R>
+static void scale_probs(const float* p, const float* ds, int n_t, float* pd) {
+    constexpr int ldp = kLdp;
+    for (int t = 0; t < n_t; t += 16) {
+        const __m512 d = _mm512_loadu_ps(ds + t);
+        for (int i = 0; i < R; ++i) _mm512_storeu_ps(pd + i * ldp + t, _mm512_mul_ps(_mm512_loadu_ps(p + i * ldp + t), d));
+    }
+}
+
+// Elements j..j+15 of a Q8_0 row's quants, as f32 (weighted_values' Q8_0 values; the scale is in p).
+static inline __m512 load16_quants(const uint8_t* row, int64_t j) {
+    const auto* b = reinterpret_cast<const formats::block_q8_0*>(row) + j / formats::QK8_0;
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + j % formats::QK8_0));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+}
+
+// A Q8_0 tile's values for row_block: vf[t][j] = q_t[j] as f32 (rows v_dim + kRowPad apart, v_dim a
+// multiple of 16), and ds[b * attn_tile_max + t] = d_t,b.
+static void convert_values_q8(const kv_tile& kv, int64_t v_dim, float* vf, float* ds) {
+    const auto* v = static_cast<const uint8_t*>(kv.v);
+    const size_t v_stride = attn_value_stride(kv);
+    const int64_t ldv = v_dim + kRowPad;
+    for (int t = 0; t < kv.n; ++t)
+        for (int64_t j = 0; j < v_dim; j += 16) _mm512_store_ps(vf + t * ldv + j, load16_quants(v + t * v_stride, j));
+    for (int64_t b = 0; b * formats::QK8_0 < v_dim; ++b) value_scales_q8(v, v_stride, kv.n, b, ds + b * attn_tile_max);
+}
+
+// acc[i][:] = sum_{t < n_t} p[i][t] v_t[:] for the block's R rows (acc: [R][v_dim]); probs(j) gives
+// the p ([R][kLdp]) for elements j..j+16 D-1 (j a multiple of 16 D, or of 16 in the tail), value(t, j)
+// v_t[j..j+15] as f32. Q8_0 values come as their integer quants, with each block's scale folded into
+// probs(j) (p_t d_t,b): one multiply per position and row block instead of one per value vector.
+template <int R, int D = 2, class Probs, class Value>
+static void weighted_values(Probs&& probs, int n_t, int64_t v_dim, float* acc, Value value) {
+    constexpr int ldp = kLdp;
     int64_t j = 0;
     for (; j + 16 * D <= v_dim; j += 16 * D) {
+        const float* p = probs(j);
         __m512 a[R][D];
         for (auto& x : a)
             for (auto& y : x) y = _mm512_setzero_ps();
@@ -266,6 +303,7 @@ static void weighted_values(const float* p, int ldp, int n_t, int64_t v_dim, flo
             for (int c = 0; c < D; ++c) _mm512_storeu_ps(acc + i * v_dim + j + 16 * c, a[i][c]);
     }
     for (; j < v_dim; j += 16) {  // v_dim not a multiple of 16 D
+        const float* p = probs(j);
         __m512 a[R];
         for (auto& x : a) x = _mm512_setzero_ps();
         for (int t = 0; t < n_t; ++t) {
@@ -285,8 +323,8 @@ struct q8_buf : q8_query_rows<kFewRows, kStreamMaxHeadDim> {
 // Rows [r0, r0 + R) of the call: their tile states, folded into st.
 template <ggml_type T, int R>
 static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
-                      const attn_state& st, int r0, const float* kt, const float* vf, int n_pad) {
-    alignas(64) float p[R * attn_tile_max];     // [R][n_pad] scores, then probabilities
+                      const attn_state& st, int r0, const float* kt, const float* vf, const float* ds, int n_pad) {
+    alignas(64) float p[R * kLdp];              // [R][kLdp] scores, then probabilities
     alignas(64) float acc[R * kSimdMaxHeadDim];  // [R][v_dim]
     const int64_t v_dim = attn_value_dim(kv, head_dim);
     int n_vis[R], max_vis = 0;
@@ -294,18 +332,28 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
     if (max_vis == 0) return;
     const int n_score = (max_vis + kPosStep - 1) / kPosStep * kPosStep;
     if constexpr (T == ggml_type::F16) {
-        scores<R>(q + r0 * head_dim, head_dim, kt, n_pad + kRowPad, n_score, scale, p, n_pad);
+        scores<R>(q + r0 * head_dim, head_dim, kt, n_pad + kRowPad, n_score, scale, p, kLdp);
     } else {
         const q8_buf qq(q + r0 * head_dim, head_dim, R);
         const auto* k = static_cast<const uint8_t*>(kv.k);
         for (int t = 0; t < n_score; t += kPosStep)
-            score_block_q8<R>(qq.rows(0), k + t * kv.row_bytes, scale, p + t, n_pad, [](int64_t) {});
+            score_block_q8<R>(qq.rows(0), k + t * kv.row_bytes, scale, p + t, kLdp, [](int64_t) {});
     }
     float max[R], sum[R];
-    for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * n_pad, n_vis[i], n_score, max + i);
+    for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * kLdp, n_vis[i], n_score, max + i);
     const int64_t ldv = v_dim + kRowPad;
-    weighted_values<R>(p, n_pad, max_vis, v_dim, acc,
-                       [=](int t, int64_t j) { return _mm512_loadu_ps(vf + t * ldv + j); });
+    const auto value = [=](int t, int64_t j) { return _mm512_loadu_ps(vf + t * ldv + j); };
+    if constexpr (T == ggml_type::F16) {
+        weighted_values<R>([&](int64_t) { return static_cast<const float*>(p); }, max_vis, v_dim, acc, value);
+    } else {
+        alignas(64) float pd[R * kLdp];  // p scaled by a value block's scales
+        weighted_values<R>(
+            [&](int64_t j) {
+                scale_probs<R>(p, ds + j / formats::QK8_0 * attn_tile_max, max_vis, pd);
+                return static_cast<const float*>(pd);
+            },
+            max_vis, v_dim, acc, value);
+    }
     for (int i = 0; i < R; ++i)
         if (n_vis[i] > 0)
             attn_merge_row(v_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * v_dim, max[i], sum[i],
@@ -315,10 +363,11 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
 // The last n_left < kRows rows, as one block of that many (R counts down to n_left).
 template <ggml_type T, int R>
 static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
-                     const attn_state& st, int r0, int n_left, const float* kt, const float* vf, int n_pad) {
+                     const attn_state& st, int r0, int n_left, const float* kt, const float* vf, const float* ds,
+                     int n_pad) {
     if constexpr (R > 0) {
-        if (n_left == R) return row_block<T, R>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
-        row_tail<T, R - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_left, kt, vf, n_pad);
+        if (n_left == R) return row_block<T, R>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, ds, n_pad);
+        row_tail<T, R - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_left, kt, vf, ds, n_pad);
     }
 }
 
@@ -333,8 +382,10 @@ static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const 
 template <ggml_type T>
 static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                           float scale, const attn_state& st) {
-    alignas(64) float p[kFewRows * attn_tile_max];        // [n_rows][n_pad] scores, then probabilities
+    alignas(64) float p[kFewRows * kLdp];                 // [n_rows][kLdp] scores, then probabilities
     alignas(64) float acc[kValueRows * kStreamMaxHeadDim];  // [kValueRows][v_dim]
+    alignas(64) float ds[T == ggml_type::F16 ? 1 : attn_tile_max];                 // Q8_0: one value block's scales
+    alignas(64) float pd[T == ggml_type::F16 ? 1 : kValueRows * kLdp];             // Q8_0: p scaled by them
     const int64_t v_dim = attn_value_dim(kv, head_dim);
     const size_t v_stride = attn_value_stride(kv);
     int n_vis[kFewRows], max_vis = 0;
@@ -353,7 +404,7 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
             const char* pf_v = vb + t0 / kPosStep * v_block_bytes;
             for (int r0 = 0; r0 < n_rows; r0 += kRows)
                 with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
-                    scores_blocked<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * n_pad + t0, n_pad, pf_k,
+                    scores_blocked<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * kLdp + t0, kLdp, pf_k,
                                            pf_v, block_lines, v_block_lines);
                 });
         }
@@ -375,7 +426,7 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
                 with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
                     score_block_q8<rows()>(qq.rows(r0),
                                            static_cast<const uint8_t*>(kv.k) + t0 / kPosStep * block_bytes, scale,
-                                           p + r0 * n_pad + t0, n_pad, prefetch);
+                                           p + r0 * kLdp + t0, kLdp, prefetch);
                 });
         }
     }
@@ -390,10 +441,21 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         for (int i = 0; i < nr; ++i) block_vis = std::max(block_vis, n_vis[r0 + i]);
         if (block_vis == 0) continue;
         float max[kValueRows], sum[kValueRows];
-        for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * n_pad, n_vis[r0 + i], n_pad, max + i);
+        for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * kLdp, n_vis[r0 + i], n_pad, max + i);
+        const float* pr = p + r0 * kLdp;
         with_rows<kValueRows>(nr, [&](auto rows) {
-            weighted_values<rows(), kValueVectors>(p + r0 * n_pad, n_pad, block_vis, v_dim, acc,
-                                                   [=](int t, int64_t j) { return load16<T>(v + t * v_stride, j); });
+            if constexpr (T == ggml_type::F16) {
+                weighted_values<rows(), kValueVectors>([&](int64_t) { return pr; }, block_vis, v_dim, acc,
+                                                       [=](int t, int64_t j) { return load16_f16(v + t * v_stride, j); });
+            } else {
+                weighted_values<rows(), kValueVectors>(
+                    [&](int64_t j) {
+                        value_scales_q8(v, v_stride, block_vis, j / formats::QK8_0, ds);
+                        scale_probs<rows()>(pr, ds, block_vis, pd);
+                        return static_cast<const float*>(pd);
+                    },
+                    block_vis, v_dim, acc, [=](int t, int64_t j) { return load16_quants(v + t * v_stride, j); });
+            }
         });
         for (int i = 0; i < nr; ++i)
             if (n_vis[r0 + i] > 0)
@@ -417,12 +479,16 @@ static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int
     }
     alignas(64) float kt[T == ggml_type::F16 ? kTileFloats : 1];  // [head_dim][n_pad + kRowPad]
     alignas(64) float vf[kTileFloats];                             // [n][head_dim + kRowPad]
+    alignas(64) float ds[T == ggml_type::F16 ? 1 : kSimdMaxHeadDim / formats::QK8_0 * attn_tile_max];  // Q8_0 value scales
     const int n_pad = (kv.n + kPosStep - 1) / kPosStep * kPosStep;
-    convert_tile<T>(kv, head_dim, n_pad, kt, vf);
+    if constexpr (T == ggml_type::F16)
+        convert_tile<T>(kv, head_dim, n_pad, kt, vf);
+    else
+        convert_values_q8(kv, attn_value_dim(kv, head_dim), vf, ds);
     int r0 = 0;
     for (; r0 + kRows <= n_rows; r0 += kRows)
-        row_block<T, kRows>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
-    row_tail<T, kRows - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_rows - r0, kt, vf, n_pad);
+        row_block<T, kRows>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, ds, n_pad);
+    row_tail<T, kRows - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_rows - r0, kt, vf, ds, n_pad);
 }
 
 }  // namespace
