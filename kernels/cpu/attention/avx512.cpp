@@ -59,6 +59,17 @@ static inline __mmask16 first_lanes(int n_valid) {
     return n_valid >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n_valid) - 1);
 }
 
+// Asks for the cache lines of [at, at + lines * 64) at an even rate over `steps` calls of step(), so a
+// pass that has no reads of its own from memory keeps the memory busy with the next pass's bytes without
+// bursts (a burst fills the miss buffers and stalls the loads the FMAs wait on).
+struct prefetch_stream {
+    const char* at = nullptr;
+    int64_t lines = 0, steps = 1, credit = 0;
+    void step() {
+        for (credit += lines; credit >= steps && lines > 0; credit -= steps, at += 64) _mm_prefetch(at, _MM_HINT_T1);
+    }
+};
+
 // One block of kPosStep scores for the block's R rows (q: [R][head_dim]): score[i][0..31] =
 // scale * sum_j q_i[j] k_{0..31}[j], each one FMA chain over the dimensions in order; keys(j, k0, k1)
 // gives dimension j of the 32 keys.
@@ -280,10 +291,10 @@ static void convert_values_q8(const kv_tile& kv, int64_t v_dim, float* vf, float
 
 // acc[i][:] = sum_{t < n_t} p[i][t] v_t[:] for the block's R rows (acc: [R][v_dim]); probs(j) gives
 // the p ([R][kLdp]) for elements j..j+16 D-1 (j a multiple of 16 D, or of 16 in the tail), value(t, j)
-// v_t[j..j+15] as f32. Q8_0 values come as their integer quants, with each block's scale folded into
+// v_t[j..j+15] as f32, step() is called once per position and pass. Q8_0 values come as their integer quants, with each block's scale folded into
 // probs(j) (p_t d_t,b): one multiply per position and row block instead of one per value vector.
-template <int R, int D = 2, class Probs, class Value>
-static void weighted_values(Probs&& probs, int n_t, int64_t v_dim, float* acc, Value value) {
+template <int R, int D = 2, class Probs, class Value, class Step>
+static void weighted_values(Probs&& probs, int n_t, int64_t v_dim, float* acc, Value value, Step&& step) {
     constexpr int ldp = kLdp;
     int64_t j = 0;
     for (; j + 16 * D <= v_dim; j += 16 * D) {
@@ -292,6 +303,7 @@ static void weighted_values(Probs&& probs, int n_t, int64_t v_dim, float* acc, V
         for (auto& x : a)
             for (auto& y : x) y = _mm512_setzero_ps();
         for (int t = 0; t < n_t; ++t) {
+            step();
             __m512 vt[D];
             for (int c = 0; c < D; ++c) vt[c] = value(t, j + 16 * c);
             for (int i = 0; i < R; ++i) {
@@ -307,6 +319,7 @@ static void weighted_values(Probs&& probs, int n_t, int64_t v_dim, float* acc, V
         __m512 a[R];
         for (auto& x : a) x = _mm512_setzero_ps();
         for (int t = 0; t < n_t; ++t) {
+            step();
             const __m512 v0 = value(t, j);
             for (int i = 0; i < R; ++i) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * ldp + t]), v0, a[i]);
         }
@@ -344,7 +357,7 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
     const int64_t ldv = v_dim + kRowPad;
     const auto value = [=](int t, int64_t j) { return _mm512_loadu_ps(vf + t * ldv + j); };
     if constexpr (T == ggml_type::F16) {
-        weighted_values<R>([&](int64_t) { return static_cast<const float*>(p); }, max_vis, v_dim, acc, value);
+        weighted_values<R>([&](int64_t) { return static_cast<const float*>(p); }, max_vis, v_dim, acc, value, [] {});
     } else {
         alignas(64) float pd[R * kLdp];  // p scaled by a value block's scales
         weighted_values<R>(
@@ -352,7 +365,7 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
                 scale_probs<R>(p, ds + j / formats::QK8_0 * attn_tile_max, max_vis, pd);
                 return static_cast<const float*>(pd);
             },
-            max_vis, v_dim, acc, value);
+            max_vis, v_dim, acc, value, [] {});
     }
     for (int i = 0; i < R; ++i)
         if (n_vis[i] > 0)
@@ -431,10 +444,14 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         }
     }
     const auto* v = static_cast<const uint8_t*>(kv.v);
+    // The next tile's keys (assumed as long as this one) stream in while the values are weighted.
+    prefetch_stream next;
     if (kv.next_k) {
-        const auto* next = static_cast<const char*>(kv.next_k);
-        for (size_t off = 0; off < kPrefetchPos * kv.row_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+        next.at = static_cast<const char*>(kv.next_k);
+        next.lines = static_cast<int64_t>((static_cast<size_t>(kv.n + kPosStep - 1) / kPosStep * block_bytes + 63) / 64);
+        next.steps = std::max<int64_t>(1, static_cast<int64_t>(max_vis) * ((v_dim + 31) / 32) * ((n_rows + kValueRows - 1) / kValueRows));
     }
+    const auto step = [&] { next.step(); };
     for (int r0 = 0; r0 < n_rows; r0 += kValueRows) {
         const int nr = std::min(kValueRows, n_rows - r0);
         int block_vis = 0;
@@ -446,7 +463,7 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         with_rows<kValueRows>(nr, [&](auto rows) {
             if constexpr (T == ggml_type::F16) {
                 weighted_values<rows(), kValueVectors>([&](int64_t) { return pr; }, block_vis, v_dim, acc,
-                                                       [=](int t, int64_t j) { return load16_f16(v + t * v_stride, j); });
+                                                       [=](int t, int64_t j) { return load16_f16(v + t * v_stride, j); }, step);
             } else {
                 weighted_values<rows(), kValueVectors>(
                     [&](int64_t j) {
@@ -454,7 +471,7 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
                         scale_probs<rows()>(pr, ds, block_vis, pd);
                         return static_cast<const float*>(pd);
                     },
-                    block_vis, v_dim, acc, [=](int t, int64_t j) { return load16_quants(v + t * v_stride, j); });
+                    block_vis, v_dim, acc, [=](int t, int64_t j) { return load16_quants(v + t * v_stride, j); }, step);
             }
         });
         for (int i = 0; i < nr; ++i)
