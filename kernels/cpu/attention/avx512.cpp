@@ -35,7 +35,8 @@ constexpr int kValueRows = 8;   // query rows per register block of attn_tile_fe
 constexpr int kValueVectors = 2;  // 16-float vectors per value row and pass: 8 x 2 accumulators
 constexpr int kLdp = attn_tile_max;  // floats between rows of scores / probabilities: a constant, so the
                                      // value pass's broadcasts address rows by displacement, not registers
-constexpr int kPrefetchPos = 2 * kPosStep;  // how far ahead of its key block attn_tile_few prefetches
+constexpr int kPrefetchItems = 2;  // how many key blocks or value chunks ahead attn_tile_few prefetches
+constexpr int kPrefetchPos = kPrefetchItems * kPosStep;
 
 // exp(x): the Cephes polynomial of vecops/avx2.cpp on 16 lanes, 2^n applied with scalef.
 static inline __m512 exp_ps(__m512 x) {
@@ -59,14 +60,13 @@ static inline __mmask16 first_lanes(int n_valid) {
     return n_valid >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n_valid) - 1);
 }
 
-// Asks for the cache lines of [at, at + lines * 64) at an even rate over `steps` calls of step(), so a
-// pass that has no reads of its own from memory keeps the memory busy with the next pass's bytes without
-// bursts (a burst fills the miss buffers and stalls the loads the FMAs wait on).
+// Asks for the cache lines of [at, at + lines * 64) at an even rate over `steps` calls of step(): the
+// memory stays busy without bursts (a burst fills the miss buffers and stalls the loads the FMAs wait on).
 struct prefetch_stream {
     const char* at = nullptr;
     int64_t lines = 0, steps = 1, credit = 0;
     void step() {
-        for (credit += lines; credit >= steps && lines > 0; credit -= steps, at += 64) _mm_prefetch(at, _MM_HINT_T1);
+        for (credit += lines; credit >= steps; credit -= steps, at += 64) _mm_prefetch(at, _MM_HINT_T0);
     }
 };
 
@@ -224,23 +224,31 @@ static inline void score_block_q8(const q8_rows& q, const uint8_t* kb, float sca
 }
 
 // scores() for the kPosStep positions [t0, t0 + kPosStep) of an F16 tile read straight from their key
-// block: the same key values and FMA chains, so the same scores as from convert_tile. Each step over the
-// dimensions also asks for one cache line of a later key block (pf_k, into L1) and one of the values
-// (pf_v, into L2), up to pf_k_lines and pf_v_lines, so the memory streams while the FMAs run.
-template <int R>
+// block: the same key values and FMA chains, so the same scores as from convert_tile. step() is called
+// once per dimension (decode's prefetches, so the memory streams while the FMAs run).
+template <int R, class Step>
 static void scores_blocked(const float* q, int64_t head_dim, const kv_tile& kv, int t0, float scale, float* score,
-                           int lds, const char* pf_k, const char* pf_v, int64_t pf_k_lines, int64_t pf_v_lines) {
+                           int lds, Step&& step) {
     static_assert(kPosStep == attn_key_block);
     const auto* k = static_cast<const uint8_t*>(kv.k);
     score_block<R>(
         q, head_dim,
         [&](int64_t j, __m512& k0, __m512& k1) {
-            if (pf_k && j < pf_k_lines) _mm_prefetch(pf_k + 64 * j, _MM_HINT_T0);
-            if (pf_v && j < pf_v_lines) _mm_prefetch(pf_v + 64 * j, _MM_HINT_T1);
+            step();
             k0 = load_keys16(k, kv.row_bytes, t0, j);
             k1 = load_keys16(k, kv.row_bytes, t0 + 16, j);
         },
         scale, score, lds);
+}
+
+// Elements j..j+15 (j a multiple of 16) of one Q8_0 tile row, as f32: d * q, as load8 gives them.
+static inline __m512 load16_q8(const uint8_t* row, int64_t j) {
+    const auto* b = reinterpret_cast<const formats::block_q8_0*>(row) + j / formats::QK8_0;
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + j % formats::QK8_0));
+    uint16_t d;
+    std::memcpy(&d, &b->d, sizeof(d));
+    const __m512 scale = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(d)));
+    return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
 }
 
 // Elements j..j+15 (j a multiple of 16) of one F16 tile row, as f32.
@@ -248,82 +256,47 @@ static inline __m512 load16_f16(const uint8_t* row, int64_t j) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
 }
 
-// The f16 scales of block b (elements 32 b .. 32 b + 31) of value rows t < n_t (v_stride bytes apart),
-// as f32: ds[t], zero up to the next multiple of 16.
-static void value_scales_q8(const uint8_t* v, size_t v_stride, int n_t, int64_t b, float* ds) {
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(static_cast<int>(v_stride)));
-    const uint8_t* d = v + b * sizeof(formats::block_q8_0);  // the block's d, then its first quants
-    for (int t = 0; t < n_t; t += 16) {
-        const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), first_lanes(n_t - t), idx,
-                                                      d + t * v_stride, 1);
-        _mm512_storeu_ps(ds + t, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w)));
-    }
-}
-
-// pd[i][t] = p[i][t] * ds[t] for the R rows and t < n_t rounded up to 16 (p, pd: [R][kLdp]).
-template <int R>
-static void scale_probs(const float* p, const float* ds, int n_t, float* pd) {
+// acc[i][:] = sum_{t < n_t} p[i][t] v_t[:] for the block's R rows (acc: [R][v_dim]), the positions in
+// chunks of C: every pass over the elements (16 D at a time) of one chunk, then the next chunk, the
+// accumulators stored and reloaded in between (exact, so each acc element is still one FMA chain over the
+// positions in order, whatever C). Decode takes chunks of kPosStep rows (8 KiB of f16 values), which stay
+// in L1 over the passes. p: [R][kLdp]; value(t, j) gives v_t[j..j+15] (j a multiple of 16) as f32;
+// chunk(t0) is called before each chunk and step() once per position and pass.
+template <int R, int D, int C, class Value, class Chunk, class Step>
+static void weighted_values(const float* p, int n_t, int64_t v_dim, float* acc, Value value, Chunk&& chunk,
+                            Step&& step) {
     constexpr int ldp = kLdp;
-    for (int t = 0; t < n_t; t += 16) {
-        const __m512 d = _mm512_loadu_ps(ds + t);
-        for (int i = 0; i < R; ++i) _mm512_storeu_ps(pd + i * ldp + t, _mm512_mul_ps(_mm512_loadu_ps(p + i * ldp + t), d));
-    }
-}
-
-// Elements j..j+15 of a Q8_0 row's quants, as f32 (weighted_values' Q8_0 values; the scale is in p).
-static inline __m512 load16_quants(const uint8_t* row, int64_t j) {
-    const auto* b = reinterpret_cast<const formats::block_q8_0*>(row) + j / formats::QK8_0;
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + j % formats::QK8_0));
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-}
-
-// A Q8_0 tile's values for row_block: vf[t][j] = q_t[j] as f32 (rows v_dim + kRowPad apart, v_dim a
-// multiple of 16), and ds[b * attn_tile_max + t] = d_t,b.
-static void convert_values_q8(const kv_tile& kv, int64_t v_dim, float* vf, float* ds) {
-    const auto* v = static_cast<const uint8_t*>(kv.v);
-    const size_t v_stride = attn_value_stride(kv);
-    const int64_t ldv = v_dim + kRowPad;
-    for (int t = 0; t < kv.n; ++t)
-        for (int64_t j = 0; j < v_dim; j += 16) _mm512_store_ps(vf + t * ldv + j, load16_quants(v + t * v_stride, j));
-    for (int64_t b = 0; b * formats::QK8_0 < v_dim; ++b) value_scales_q8(v, v_stride, kv.n, b, ds + b * attn_tile_max);
-}
-
-// acc[i][:] = sum_{t < n_t} p[i][t] v_t[:] for the block's R rows (acc: [R][v_dim]); probs(j) gives
-// the p ([R][kLdp]) for elements j..j+16 D-1 (j a multiple of 16 D, or of 16 in the tail), value(t, j)
-// v_t[j..j+15] as f32, step() is called once per position and pass. Q8_0 values come as their integer quants, with each block's scale folded into
-// probs(j) (p_t d_t,b): one multiply per position and row block instead of one per value vector.
-template <int R, int D = 2, class Probs, class Value, class Step>
-static void weighted_values(Probs&& probs, int n_t, int64_t v_dim, float* acc, Value value, Step&& step) {
-    constexpr int ldp = kLdp;
-    int64_t j = 0;
-    for (; j + 16 * D <= v_dim; j += 16 * D) {
-        const float* p = probs(j);
-        __m512 a[R][D];
-        for (auto& x : a)
-            for (auto& y : x) y = _mm512_setzero_ps();
-        for (int t = 0; t < n_t; ++t) {
-            step();
-            __m512 vt[D];
-            for (int c = 0; c < D; ++c) vt[c] = value(t, j + 16 * c);
-            for (int i = 0; i < R; ++i) {
-                const __m512 pt = _mm512_set1_ps(p[i * ldp + t]);
-                for (int c = 0; c < D; ++c) a[i][c] = _mm512_fmadd_ps(pt, vt[c], a[i][c]);
+    for (int t0 = 0; t0 < n_t; t0 += C) {
+        const int t1 = std::min(n_t, t0 + C);
+        chunk(t0);
+        int64_t j = 0;
+        for (; j + 16 * D <= v_dim; j += 16 * D) {
+            __m512 a[R][D];
+            for (int i = 0; i < R; ++i)
+                for (int c = 0; c < D; ++c)
+                    a[i][c] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + i * v_dim + j + 16 * c);
+            for (int t = t0; t < t1; ++t) {
+                step();
+                __m512 vt[D];
+                for (int c = 0; c < D; ++c) vt[c] = value(t, j + 16 * c);
+                for (int i = 0; i < R; ++i) {
+                    const __m512 pt = _mm512_set1_ps(p[i * ldp + t]);
+                    for (int c = 0; c < D; ++c) a[i][c] = _mm512_fmadd_ps(pt, vt[c], a[i][c]);
+                }
             }
+            for (int i = 0; i < R; ++i)
+                for (int c = 0; c < D; ++c) _mm512_storeu_ps(acc + i * v_dim + j + 16 * c, a[i][c]);
         }
-        for (int i = 0; i < R; ++i)
-            for (int c = 0; c < D; ++c) _mm512_storeu_ps(acc + i * v_dim + j + 16 * c, a[i][c]);
-    }
-    for (; j < v_dim; j += 16) {  // v_dim not a multiple of 16 D
-        const float* p = probs(j);
-        __m512 a[R];
-        for (auto& x : a) x = _mm512_setzero_ps();
-        for (int t = 0; t < n_t; ++t) {
-            step();
-            const __m512 v0 = value(t, j);
-            for (int i = 0; i < R; ++i) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * ldp + t]), v0, a[i]);
+        for (; j < v_dim; j += 16) {  // v_dim not a multiple of 16 D
+            __m512 a[R];
+            for (int i = 0; i < R; ++i) a[i] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + i * v_dim + j);
+            for (int t = t0; t < t1; ++t) {
+                step();
+                const __m512 v0 = value(t, j);
+                for (int i = 0; i < R; ++i) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * ldp + t]), v0, a[i]);
+            }
+            for (int i = 0; i < R; ++i) _mm512_storeu_ps(acc + i * v_dim + j, a[i]);
         }
-        for (int i = 0; i < R; ++i) _mm512_storeu_ps(acc + i * v_dim + j, a[i]);
     }
 }
 
@@ -336,7 +309,7 @@ struct q8_buf : q8_query_rows<kFewRows, kStreamMaxHeadDim> {
 // Rows [r0, r0 + R) of the call: their tile states, folded into st.
 template <ggml_type T, int R>
 static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
-                      const attn_state& st, int r0, const float* kt, const float* vf, const float* ds, int n_pad) {
+                      const attn_state& st, int r0, const float* kt, const float* vf, int n_pad) {
     alignas(64) float p[R * kLdp];              // [R][kLdp] scores, then probabilities
     alignas(64) float acc[R * kSimdMaxHeadDim];  // [R][v_dim]
     const int64_t v_dim = attn_value_dim(kv, head_dim);
@@ -356,17 +329,7 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
     for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * kLdp, n_vis[i], n_score, max + i);
     const int64_t ldv = v_dim + kRowPad;
     const auto value = [=](int t, int64_t j) { return _mm512_loadu_ps(vf + t * ldv + j); };
-    if constexpr (T == ggml_type::F16) {
-        weighted_values<R>([&](int64_t) { return static_cast<const float*>(p); }, max_vis, v_dim, acc, value, [] {});
-    } else {
-        alignas(64) float pd[R * kLdp];  // p scaled by a value block's scales
-        weighted_values<R>(
-            [&](int64_t j) {
-                scale_probs<R>(p, ds + j / formats::QK8_0 * attn_tile_max, max_vis, pd);
-                return static_cast<const float*>(pd);
-            },
-            max_vis, v_dim, acc, value, [] {});
-    }
+    weighted_values<R, 2, attn_tile_max>(p, max_vis, v_dim, acc, value, [](int) {}, [] {});
     for (int i = 0; i < R; ++i)
         if (n_vis[i] > 0)
             attn_merge_row(v_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * v_dim, max[i], sum[i],
@@ -376,29 +339,27 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
 // The last n_left < kRows rows, as one block of that many (R counts down to n_left).
 template <ggml_type T, int R>
 static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
-                     const attn_state& st, int r0, int n_left, const float* kt, const float* vf, const float* ds,
-                     int n_pad) {
+                     const attn_state& st, int r0, int n_left, const float* kt, const float* vf, int n_pad) {
     if constexpr (R > 0) {
-        if (n_left == R) return row_block<T, R>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, ds, n_pad);
-        row_tail<T, R - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_left, kt, vf, ds, n_pad);
+        if (n_left == R) return row_block<T, R>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
+        row_tail<T, R - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_left, kt, vf, n_pad);
     }
 }
 
 // NOTE: calls with few rows (decode: one token's query heads of a kv head) never convert the whole tile:
 // keys are scored straight from their blocks (no transposes, no copy), for every row at once; values are
 // read from the tile and converted in registers, in blocks of kValueRows rows x 32 dimensions (so a value
-// row is converted once for all the group's rows). Every score, exp, sum and acc element is still the
-// same operation sequence as row_block's (p = 0 past a row's visible positions leaves acc unchanged), so
-// prompts and decode agree bitwise. The keys kPrefetchPos positions ahead and the values are prefetched a
-// line per step of the score pass (the hardware prefetchers stop at 4 KiB pages, and a burst of requests
-// per block left the FMAs waiting).
+// row is converted once for all the group's rows), kPosStep positions at a time so the chunk stays in L1
+// over the passes. Every score, exp, sum and acc element is still the same operation sequence as
+// row_block's (p = 0 past a row's visible positions leaves acc unchanged), so prompts and decode agree
+// bitwise. Memory is read in order (key blocks, value chunks, the next tile's first key blocks) and each
+// item is prefetched kPrefetchItems items ahead, a line per step of the work (a burst of requests per
+// block left the FMAs waiting).
 template <ggml_type T>
 static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                           float scale, const attn_state& st) {
     alignas(64) float p[kFewRows * kLdp];                 // [n_rows][kLdp] scores, then probabilities
     alignas(64) float acc[kValueRows * kStreamMaxHeadDim];  // [kValueRows][v_dim]
-    alignas(64) float ds[T == ggml_type::F16 ? 1 : attn_tile_max];                 // Q8_0: one value block's scales
-    alignas(64) float pd[T == ggml_type::F16 ? 1 : kValueRows * kLdp];             // Q8_0: p scaled by them
     const int64_t v_dim = attn_value_dim(kv, head_dim);
     const size_t v_stride = attn_value_stride(kv);
     int n_vis[kFewRows], max_vis = 0;
@@ -411,47 +372,40 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
     const size_t block_bytes = kPosStep * kv.row_bytes, v_block_bytes = kPosStep * v_stride;  // a key block; kPosStep value rows
     const int64_t block_lines = static_cast<int64_t>((block_bytes + 63) / 64);
     const int64_t v_block_lines = static_cast<int64_t>((v_block_bytes + 63) / 64);
+    // Decode reads the tile as items: its n_kb key blocks, then its values kPosStep rows at a time, then
+    // the caller's next tile's key blocks. While it works on item i it asks for item i + kPrefetchItems,
+    // spread over the work (the hardware prefetchers stop at 4 KiB pages).
+    const int n_kb = n_pad / kPosStep;
+    const auto item = [&](int i, int64_t steps) -> prefetch_stream {
+        if (i < n_kb) return {kb + i * block_bytes, block_lines, steps};
+        if (i < 2 * n_kb) return {vb + (i - n_kb) * v_block_bytes, v_block_lines, steps};
+        if (kv.next_k) return {static_cast<const char*>(kv.next_k) + (i - 2 * n_kb) * block_bytes, block_lines, steps};
+        return {};
+    };
+    prefetch_stream ahead;
+    const auto step = [&] { ahead.step(); };
+    const int groups = (n_rows + kRows - 1) / kRows;
     if constexpr (T == ggml_type::F16) {
         for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
-            const char* pf_k = t0 + kPrefetchPos < n_pad ? kb + (t0 + kPrefetchPos) / kPosStep * block_bytes : nullptr;
-            const char* pf_v = vb + t0 / kPosStep * v_block_bytes;
+            ahead = item(t0 / kPosStep + kPrefetchItems, head_dim * groups);
             for (int r0 = 0; r0 < n_rows; r0 += kRows)
                 with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
-                    scores_blocked<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * kLdp + t0, kLdp, pf_k,
-                                           pf_v, block_lines, v_block_lines);
+                    scores_blocked<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * kLdp + t0, kLdp, step);
                 });
         }
     } else {
         const q8_buf qq(q, head_dim, n_rows);
-        const int64_t steps = head_dim / 4, per_step = (block_lines + steps - 1) / steps;
-        const int64_t v_per_step = (v_block_lines + steps - 1) / steps;
         for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
-            const char* pf_k = t0 + kPrefetchPos < n_pad ? kb + (t0 + kPrefetchPos) / kPosStep * block_bytes : nullptr;
-            const char* pf_v = vb + t0 / kPosStep * v_block_bytes;
-            const auto prefetch = [&](int64_t step) {
-                if (pf_k)
-                    for (int64_t l = step * per_step; l < std::min(block_lines, (step + 1) * per_step); ++l)
-                        _mm_prefetch(pf_k + 64 * l, _MM_HINT_T0);
-                for (int64_t l = step * v_per_step; l < std::min(v_block_lines, (step + 1) * v_per_step); ++l)
-                    _mm_prefetch(pf_v + 64 * l, _MM_HINT_T1);
-            };
+            ahead = item(t0 / kPosStep + kPrefetchItems, head_dim / 4 * groups);
             for (int r0 = 0; r0 < n_rows; r0 += kRows)
                 with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
-                    score_block_q8<rows()>(qq.rows(r0),
-                                           static_cast<const uint8_t*>(kv.k) + t0 / kPosStep * block_bytes, scale,
-                                           p + r0 * kLdp + t0, kLdp, prefetch);
+                    score_block_q8<rows()>(qq.rows(r0), reinterpret_cast<const uint8_t*>(kb) + t0 / kPosStep * block_bytes,
+                                           scale, p + r0 * kLdp + t0, kLdp, [&](int64_t) { step(); });
                 });
         }
     }
     const auto* v = static_cast<const uint8_t*>(kv.v);
-    // The next tile's keys (assumed as long as this one) stream in while the values are weighted.
-    prefetch_stream next;
-    if (kv.next_k) {
-        next.at = static_cast<const char*>(kv.next_k);
-        next.lines = static_cast<int64_t>((static_cast<size_t>(kv.n + kPosStep - 1) / kPosStep * block_bytes + 63) / 64);
-        next.steps = std::max<int64_t>(1, static_cast<int64_t>(max_vis) * ((v_dim + 31) / 32) * ((n_rows + kValueRows - 1) / kValueRows));
-    }
-    const auto step = [&] { next.step(); };
+    const int64_t passes = (v_dim + 16 * kValueVectors - 1) / (16 * kValueVectors);
     for (int r0 = 0; r0 < n_rows; r0 += kValueRows) {
         const int nr = std::min(kValueRows, n_rows - r0);
         int block_vis = 0;
@@ -460,18 +414,18 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         float max[kValueRows], sum[kValueRows];
         for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * kLdp, n_vis[r0 + i], n_pad, max + i);
         const float* pr = p + r0 * kLdp;
+        const auto chunk = [&](int t0) {
+            ahead = item(n_kb + t0 / kPosStep + kPrefetchItems, std::min(kPosStep, block_vis - t0) * passes);
+        };
         with_rows<kValueRows>(nr, [&](auto rows) {
             if constexpr (T == ggml_type::F16) {
-                weighted_values<rows(), kValueVectors>([&](int64_t) { return pr; }, block_vis, v_dim, acc,
-                                                       [=](int t, int64_t j) { return load16_f16(v + t * v_stride, j); }, step);
+                weighted_values<rows(), kValueVectors, kPosStep>(
+                    pr, block_vis, v_dim, acc, [=](int t, int64_t j) { return load16_f16(v + t * v_stride, j); }, chunk,
+                    step);
             } else {
-                weighted_values<rows(), kValueVectors>(
-                    [&](int64_t j) {
-                        value_scales_q8(v, v_stride, block_vis, j / formats::QK8_0, ds);
-                        scale_probs<rows()>(pr, ds, block_vis, pd);
-                        return static_cast<const float*>(pd);
-                    },
-                    block_vis, v_dim, acc, [=](int t, int64_t j) { return load16_quants(v + t * v_stride, j); }, step);
+                weighted_values<rows(), kValueVectors, kPosStep>(
+                    pr, block_vis, v_dim, acc, [=](int t, int64_t j) { return load16_q8(v + t * v_stride, j); }, chunk,
+                    step);
             }
         });
         for (int i = 0; i < nr; ++i)
@@ -496,16 +450,12 @@ static void attn_tile_t(const kv_tile& kv, int64_t head_dim, const float* q, int
     }
     alignas(64) float kt[T == ggml_type::F16 ? kTileFloats : 1];  // [head_dim][n_pad + kRowPad]
     alignas(64) float vf[kTileFloats];                             // [n][head_dim + kRowPad]
-    alignas(64) float ds[T == ggml_type::F16 ? 1 : kSimdMaxHeadDim / formats::QK8_0 * attn_tile_max];  // Q8_0 value scales
     const int n_pad = (kv.n + kPosStep - 1) / kPosStep * kPosStep;
-    if constexpr (T == ggml_type::F16)
-        convert_tile<T>(kv, head_dim, n_pad, kt, vf);
-    else
-        convert_values_q8(kv, attn_value_dim(kv, head_dim), vf, ds);
+    convert_tile<T>(kv, head_dim, n_pad, kt, vf);
     int r0 = 0;
     for (; r0 + kRows <= n_rows; r0 += kRows)
-        row_block<T, kRows>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, ds, n_pad);
-    row_tail<T, kRows - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_rows - r0, kt, vf, ds, n_pad);
+        row_block<T, kRows>(kv, head_dim, q, last_pos, scale, st, r0, kt, vf, n_pad);
+    row_tail<T, kRows - 1>(kv, head_dim, q, last_pos, scale, st, r0, n_rows - r0, kt, vf, n_pad);
 }
 
 }  // namespace
