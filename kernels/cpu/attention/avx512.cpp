@@ -399,8 +399,9 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
             ahead = item(t0 / kPosStep + kPrefetchItems, head_dim / 4 * groups);
             for (int r0 = 0; r0 < n_rows; r0 += kRows)
                 with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
-                    score_block_q8<rows()>(qq.rows(r0), reinterpret_cast<const uint8_t*>(kb) + t0 / kPosStep * block_bytes,
-                                           scale, p + r0 * kLdp + t0, kLdp, [&](int64_t) { step(); });
+                    score_block_q8<rows()>(qq.rows(r0),
+                                           static_cast<const uint8_t*>(kv.k) + t0 / kPosStep * block_bytes, scale,
+                                           p + r0 * kLdp + t0, kLdp, [&](int64_t) { step(); });
                 });
         }
     }
