@@ -156,8 +156,11 @@ nlohmann::json bench_attention(ggml_type type, int depth, int prompt_tokens, buf
     auto tile = [&](int layer, int g, int c, int n_pos) {
         const uint8_t* k = buf.data.get() + static_cast<size_t>(layer) * layer_bytes + 2 * g * side_bytes;
         const int pos0 = c * cpu::attn_tile_max;
-        return cpu::kv_tile{type, k + pos0 * row_bytes, k + side_bytes + pos0 * row_bytes, row_bytes, pos0,
-                            std::min(cpu::attn_tile_max, n_pos - pos0)};
+        cpu::kv_tile t{type, k + pos0 * row_bytes, k + side_bytes + pos0 * row_bytes, row_bytes, pos0,
+                       std::min(cpu::attn_tile_max, n_pos - pos0)};
+        // As the engine's decode work items do: the next chunk's keys, for the kernel to prefetch.
+        if (pos0 + cpu::attn_tile_max < n_pos) t.next_k = k + (pos0 + cpu::attn_tile_max) * row_bytes;
+        return t;
     };
     const float scale = 1.0f / std::sqrt(static_cast<float>(S::head_dim));
     constexpr int prompt_rows = S::query_tile * S::group;

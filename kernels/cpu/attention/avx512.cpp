@@ -33,7 +33,10 @@ constexpr int kPosStep = 32;    // positions per score register block (2 vectors
 constexpr int kFewRows = 16;    // calls with at most this many rows (decode) take attn_tile_few
 constexpr int kValueRows = 8;   // query rows per register block of attn_tile_few's weighted values
 constexpr int kValueVectors = 2;  // 16-float vectors per value row and pass: 8 x 2 accumulators
-constexpr int kPrefetchPos = 2 * kPosStep;  // how far ahead of its key block attn_tile_few prefetches
+constexpr int kLdp = attn_tile_max;  // floats between rows of scores / probabilities: a constant, so the
+                                     // value pass's broadcasts address rows by displacement, not registers
+constexpr int kPrefetchItems = 2;  // how many key blocks or value chunks ahead attn_tile_few prefetches
+constexpr int kPrefetchPos = kPrefetchItems * kPosStep;
 
 // exp(x): the Cephes polynomial of vecops/avx2.cpp on 16 lanes, 2^n applied with scalef.
 static inline __m512 exp_ps(__m512 x) {
@@ -56,6 +59,16 @@ static inline __m512 exp_ps(__m512 x) {
 static inline __mmask16 first_lanes(int n_valid) {
     return n_valid >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n_valid) - 1);
 }
+
+// Asks for the cache lines of [at, at + lines * 64) at an even rate over `steps` calls of step(): the
+// memory stays busy without bursts (a burst fills the miss buffers and stalls the loads the FMAs wait on).
+struct prefetch_stream {
+    const char* at = nullptr;
+    int64_t lines = 0, steps = 1, credit = 0;
+    void step() {
+        for (credit += lines; credit >= steps; credit -= steps, at += 64) _mm_prefetch(at, _MM_HINT_T0);
+    }
+};
 
 // One block of kPosStep scores for the block's R rows (q: [R][head_dim]): score[i][0..31] =
 // scale * sum_j q_i[j] k_{0..31}[j], each one FMA chain over the dimensions in order; keys(j, k0, k1)
@@ -211,68 +224,79 @@ static inline void score_block_q8(const q8_rows& q, const uint8_t* kb, float sca
 }
 
 // scores() for the kPosStep positions [t0, t0 + kPosStep) of an F16 tile read straight from their key
-// block: the same key values and FMA chains, so the same scores as from convert_tile. Each step over the
-// dimensions also asks for one cache line of a later key block (pf_k, into L1) and one of the values
-// (pf_v, into L2), up to pf_k_lines and pf_v_lines, so the memory streams while the FMAs run.
-template <int R>
+// block: the same key values and FMA chains, so the same scores as from convert_tile. step() is called
+// once per dimension (decode's prefetches, so the memory streams while the FMAs run).
+template <int R, class Step>
 static void scores_blocked(const float* q, int64_t head_dim, const kv_tile& kv, int t0, float scale, float* score,
-                           int lds, const char* pf_k, const char* pf_v, int64_t pf_k_lines, int64_t pf_v_lines) {
+                           int lds, Step&& step) {
     static_assert(kPosStep == attn_key_block);
     const auto* k = static_cast<const uint8_t*>(kv.k);
     score_block<R>(
         q, head_dim,
         [&](int64_t j, __m512& k0, __m512& k1) {
-            if (pf_k && j < pf_k_lines) _mm_prefetch(pf_k + 64 * j, _MM_HINT_T0);
-            if (pf_v && j < pf_v_lines) _mm_prefetch(pf_v + 64 * j, _MM_HINT_T1);
+            step();
             k0 = load_keys16(k, kv.row_bytes, t0, j);
             k1 = load_keys16(k, kv.row_bytes, t0 + 16, j);
         },
         scale, score, lds);
 }
 
-// Elements j..j+15 (j a multiple of 16) of one tile row, as f32: the values load8 gives, 16 at a time.
-template <ggml_type T>
-static inline __m512 load16(const uint8_t* row, int64_t j) {
-    if constexpr (T == ggml_type::F16) {
-        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
-    } else {
-        const auto* b = reinterpret_cast<const formats::block_q8_0*>(row) + j / formats::QK8_0;
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + j % formats::QK8_0));
-        uint16_t d;
-        std::memcpy(&d, &b->d, sizeof(d));
-        const __m512 scale = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(d)));
-        return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
-    }
+// Elements j..j+15 (j a multiple of 16) of one Q8_0 tile row, as f32: d * q, as load8 gives them.
+static inline __m512 load16_q8(const uint8_t* row, int64_t j) {
+    const auto* b = reinterpret_cast<const formats::block_q8_0*>(row) + j / formats::QK8_0;
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + j % formats::QK8_0));
+    uint16_t d;
+    std::memcpy(&d, &b->d, sizeof(d));
+    const __m512 scale = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(d)));
+    return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
 }
 
-// acc[i][:] = sum_{t < n_t} p[i][t] v_t[:] for the block's R rows (p: [R][ldp], acc: [R][v_dim]);
-// value(t, j) gives v_t[j..j+15] as f32.
-template <int R, int D = 2, class Value>
-static void weighted_values(const float* p, int ldp, int n_t, int64_t v_dim, float* acc, Value value) {
-    int64_t j = 0;
-    for (; j + 16 * D <= v_dim; j += 16 * D) {
-        __m512 a[R][D];
-        for (auto& x : a)
-            for (auto& y : x) y = _mm512_setzero_ps();
-        for (int t = 0; t < n_t; ++t) {
-            __m512 vt[D];
-            for (int c = 0; c < D; ++c) vt[c] = value(t, j + 16 * c);
-            for (int i = 0; i < R; ++i) {
-                const __m512 pt = _mm512_set1_ps(p[i * ldp + t]);
-                for (int c = 0; c < D; ++c) a[i][c] = _mm512_fmadd_ps(pt, vt[c], a[i][c]);
+// Elements j..j+15 (j a multiple of 16) of one F16 tile row, as f32.
+static inline __m512 load16_f16(const uint8_t* row, int64_t j) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
+}
+
+// acc[i][:] = sum_{t < n_t} p[i][t] v_t[:] for the block's R rows (acc: [R][v_dim]), the positions in
+// chunks of C: every pass over the elements (16 D at a time) of one chunk, then the next chunk, the
+// accumulators stored and reloaded in between (exact, so each acc element is still one FMA chain over the
+// positions in order, whatever C). Decode takes chunks of kPosStep rows (8 KiB of f16 values), which stay
+// in L1 over the passes. p: [R][kLdp]; value(t, j) gives v_t[j..j+15] (j a multiple of 16) as f32;
+// chunk(t0) is called before each chunk and step() once per position and pass.
+template <int R, int D, int C, class Value, class Chunk, class Step>
+static void weighted_values(const float* p, int n_t, int64_t v_dim, float* acc, Value value, Chunk&& chunk,
+                            Step&& step) {
+    constexpr int ldp = kLdp;
+    for (int t0 = 0; t0 < n_t; t0 += C) {
+        const int t1 = std::min(n_t, t0 + C);
+        chunk(t0);
+        int64_t j = 0;
+        for (; j + 16 * D <= v_dim; j += 16 * D) {
+            __m512 a[R][D];
+            for (int i = 0; i < R; ++i)
+                for (int c = 0; c < D; ++c)
+                    a[i][c] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + i * v_dim + j + 16 * c);
+            for (int t = t0; t < t1; ++t) {
+                step();
+                __m512 vt[D];
+                for (int c = 0; c < D; ++c) vt[c] = value(t, j + 16 * c);
+                for (int i = 0; i < R; ++i) {
+                    const __m512 pt = _mm512_set1_ps(p[i * ldp + t]);
+                    for (int c = 0; c < D; ++c) a[i][c] = _mm512_fmadd_ps(pt, vt[c], a[i][c]);
+                }
             }
+            for (int i = 0; i < R; ++i)
+                for (int c = 0; c < D; ++c) _mm512_storeu_ps(acc + i * v_dim + j + 16 * c, a[i][c]);
         }
-        for (int i = 0; i < R; ++i)
-            for (int c = 0; c < D; ++c) _mm512_storeu_ps(acc + i * v_dim + j + 16 * c, a[i][c]);
-    }
-    for (; j < v_dim; j += 16) {  // v_dim not a multiple of 16 D
-        __m512 a[R];
-        for (auto& x : a) x = _mm512_setzero_ps();
-        for (int t = 0; t < n_t; ++t) {
-            const __m512 v0 = value(t, j);
-            for (int i = 0; i < R; ++i) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * ldp + t]), v0, a[i]);
+        for (; j < v_dim; j += 16) {  // v_dim not a multiple of 16 D
+            __m512 a[R];
+            for (int i = 0; i < R; ++i) a[i] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + i * v_dim + j);
+            for (int t = t0; t < t1; ++t) {
+                step();
+                const __m512 v0 = value(t, j);
+                for (int i = 0; i < R; ++i) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * ldp + t]), v0, a[i]);
+            }
+            for (int i = 0; i < R; ++i) _mm512_storeu_ps(acc + i * v_dim + j, a[i]);
         }
-        for (int i = 0; i < R; ++i) _mm512_storeu_ps(acc + i * v_dim + j, a[i]);
     }
 }
 
@@ -286,7 +310,7 @@ struct q8_buf : q8_query_rows<kFewRows, kStreamMaxHeadDim> {
 template <ggml_type T, int R>
 static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
                       const attn_state& st, int r0, const float* kt, const float* vf, int n_pad) {
-    alignas(64) float p[R * attn_tile_max];     // [R][n_pad] scores, then probabilities
+    alignas(64) float p[R * kLdp];              // [R][kLdp] scores, then probabilities
     alignas(64) float acc[R * kSimdMaxHeadDim];  // [R][v_dim]
     const int64_t v_dim = attn_value_dim(kv, head_dim);
     int n_vis[R], max_vis = 0;
@@ -294,18 +318,18 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
     if (max_vis == 0) return;
     const int n_score = (max_vis + kPosStep - 1) / kPosStep * kPosStep;
     if constexpr (T == ggml_type::F16) {
-        scores<R>(q + r0 * head_dim, head_dim, kt, n_pad + kRowPad, n_score, scale, p, n_pad);
+        scores<R>(q + r0 * head_dim, head_dim, kt, n_pad + kRowPad, n_score, scale, p, kLdp);
     } else {
         const q8_buf qq(q + r0 * head_dim, head_dim, R);
         const auto* k = static_cast<const uint8_t*>(kv.k);
         for (int t = 0; t < n_score; t += kPosStep)
-            score_block_q8<R>(qq.rows(0), k + t * kv.row_bytes, scale, p + t, n_pad, [](int64_t) {});
+            score_block_q8<R>(qq.rows(0), k + t * kv.row_bytes, scale, p + t, kLdp, [](int64_t) {});
     }
     float max[R], sum[R];
-    for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * n_pad, n_vis[i], n_score, max + i);
+    for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * kLdp, n_vis[i], n_score, max + i);
     const int64_t ldv = v_dim + kRowPad;
-    weighted_values<R>(p, n_pad, max_vis, v_dim, acc,
-                       [=](int t, int64_t j) { return _mm512_loadu_ps(vf + t * ldv + j); });
+    const auto value = [=](int t, int64_t j) { return _mm512_loadu_ps(vf + t * ldv + j); };
+    weighted_values<R, 2, attn_tile_max>(p, max_vis, v_dim, acc, value, [](int) {}, [] {});
     for (int i = 0; i < R; ++i)
         if (n_vis[i] > 0)
             attn_merge_row(v_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * v_dim, max[i], sum[i],
@@ -325,15 +349,16 @@ static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const 
 // NOTE: calls with few rows (decode: one token's query heads of a kv head) never convert the whole tile:
 // keys are scored straight from their blocks (no transposes, no copy), for every row at once; values are
 // read from the tile and converted in registers, in blocks of kValueRows rows x 32 dimensions (so a value
-// row is converted once for all the group's rows). Every score, exp, sum and acc element is still the
-// same operation sequence as row_block's (p = 0 past a row's visible positions leaves acc unchanged), so
-// prompts and decode agree bitwise. The keys kPrefetchPos positions ahead and the values are prefetched a
-// line per step of the score pass (the hardware prefetchers stop at 4 KiB pages, and a burst of requests
-// per block left the FMAs waiting).
+// row is converted once for all the group's rows), kPosStep positions at a time so the chunk stays in L1
+// over the passes. Every score, exp, sum and acc element is still the same operation sequence as
+// row_block's (p = 0 past a row's visible positions leaves acc unchanged), so prompts and decode agree
+// bitwise. Memory is read in order (key blocks, value chunks, the next tile's first key blocks) and each
+// item is prefetched kPrefetchItems items ahead, a line per step of the work (a burst of requests per
+// block left the FMAs waiting).
 template <ggml_type T>
 static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                           float scale, const attn_state& st) {
-    alignas(64) float p[kFewRows * attn_tile_max];        // [n_rows][n_pad] scores, then probabilities
+    alignas(64) float p[kFewRows * kLdp];                 // [n_rows][kLdp] scores, then probabilities
     alignas(64) float acc[kValueRows * kStreamMaxHeadDim];  // [kValueRows][v_dim]
     const int64_t v_dim = attn_value_dim(kv, head_dim);
     const size_t v_stride = attn_value_stride(kv);
@@ -347,53 +372,62 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
     const size_t block_bytes = kPosStep * kv.row_bytes, v_block_bytes = kPosStep * v_stride;  // a key block; kPosStep value rows
     const int64_t block_lines = static_cast<int64_t>((block_bytes + 63) / 64);
     const int64_t v_block_lines = static_cast<int64_t>((v_block_bytes + 63) / 64);
+    // Decode reads the tile as items: its n_kb key blocks, then its values kPosStep rows at a time, then
+    // the caller's next tile's key blocks. While it works on item i it asks for item i + kPrefetchItems,
+    // spread over the work (the hardware prefetchers stop at 4 KiB pages).
+    const int n_kb = n_pad / kPosStep;
+    const auto item = [&](int i, int64_t steps) -> prefetch_stream {
+        if (i < n_kb) return {kb + i * block_bytes, block_lines, steps};
+        if (i < 2 * n_kb) return {vb + (i - n_kb) * v_block_bytes, v_block_lines, steps};
+        if (kv.next_k) return {static_cast<const char*>(kv.next_k) + (i - 2 * n_kb) * block_bytes, block_lines, steps};
+        return {};
+    };
+    prefetch_stream ahead;
+    const auto step = [&] { ahead.step(); };
+    const int groups = (n_rows + kRows - 1) / kRows;
     if constexpr (T == ggml_type::F16) {
         for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
-            const char* pf_k = t0 + kPrefetchPos < n_pad ? kb + (t0 + kPrefetchPos) / kPosStep * block_bytes : nullptr;
-            const char* pf_v = vb + t0 / kPosStep * v_block_bytes;
+            ahead = item(t0 / kPosStep + kPrefetchItems, head_dim * groups);
             for (int r0 = 0; r0 < n_rows; r0 += kRows)
                 with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
-                    scores_blocked<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * n_pad + t0, n_pad, pf_k,
-                                           pf_v, block_lines, v_block_lines);
+                    scores_blocked<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * kLdp + t0, kLdp, step);
                 });
         }
     } else {
         const q8_buf qq(q, head_dim, n_rows);
-        const int64_t steps = head_dim / 4, per_step = (block_lines + steps - 1) / steps;
-        const int64_t v_per_step = (v_block_lines + steps - 1) / steps;
         for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
-            const char* pf_k = t0 + kPrefetchPos < n_pad ? kb + (t0 + kPrefetchPos) / kPosStep * block_bytes : nullptr;
-            const char* pf_v = vb + t0 / kPosStep * v_block_bytes;
-            const auto prefetch = [&](int64_t step) {
-                if (pf_k)
-                    for (int64_t l = step * per_step; l < std::min(block_lines, (step + 1) * per_step); ++l)
-                        _mm_prefetch(pf_k + 64 * l, _MM_HINT_T0);
-                for (int64_t l = step * v_per_step; l < std::min(v_block_lines, (step + 1) * v_per_step); ++l)
-                    _mm_prefetch(pf_v + 64 * l, _MM_HINT_T1);
-            };
+            ahead = item(t0 / kPosStep + kPrefetchItems, head_dim / 4 * groups);
             for (int r0 = 0; r0 < n_rows; r0 += kRows)
                 with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
                     score_block_q8<rows()>(qq.rows(r0),
                                            static_cast<const uint8_t*>(kv.k) + t0 / kPosStep * block_bytes, scale,
-                                           p + r0 * n_pad + t0, n_pad, prefetch);
+                                           p + r0 * kLdp + t0, kLdp, [&](int64_t) { step(); });
                 });
         }
     }
     const auto* v = static_cast<const uint8_t*>(kv.v);
-    if (kv.next_k) {
-        const auto* next = static_cast<const char*>(kv.next_k);
-        for (size_t off = 0; off < kPrefetchPos * kv.row_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
-    }
+    const int64_t passes = (v_dim + 16 * kValueVectors - 1) / (16 * kValueVectors);
     for (int r0 = 0; r0 < n_rows; r0 += kValueRows) {
         const int nr = std::min(kValueRows, n_rows - r0);
         int block_vis = 0;
         for (int i = 0; i < nr; ++i) block_vis = std::max(block_vis, n_vis[r0 + i]);
         if (block_vis == 0) continue;
         float max[kValueRows], sum[kValueRows];
-        for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * n_pad, n_vis[r0 + i], n_pad, max + i);
+        for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * kLdp, n_vis[r0 + i], n_pad, max + i);
+        const float* pr = p + r0 * kLdp;
+        const auto chunk = [&](int t0) {
+            ahead = item(n_kb + t0 / kPosStep + kPrefetchItems, std::min(kPosStep, block_vis - t0) * passes);
+        };
         with_rows<kValueRows>(nr, [&](auto rows) {
-            weighted_values<rows(), kValueVectors>(p + r0 * n_pad, n_pad, block_vis, v_dim, acc,
-                                                   [=](int t, int64_t j) { return load16<T>(v + t * v_stride, j); });
+            if constexpr (T == ggml_type::F16) {
+                weighted_values<rows(), kValueVectors, kPosStep>(
+                    pr, block_vis, v_dim, acc, [=](int t, int64_t j) { return load16_f16(v + t * v_stride, j); }, chunk,
+                    step);
+            } else {
+                weighted_values<rows(), kValueVectors, kPosStep>(
+                    pr, block_vis, v_dim, acc, [=](int t, int64_t j) { return load16_q8(v + t * v_stride, j); }, chunk,
+                    step);
+            }
         });
         for (int i = 0; i < nr; ++i)
             if (n_vis[r0 + i] > 0)
