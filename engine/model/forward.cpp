@@ -124,14 +124,9 @@ void forward_pass::set_clock(phase_clock* clock) {
 }
 
 void forward_pass::matmul(const weight_matrix& w, int n_tok, const float* in, float* y) {
-    const cpu::matrix& m = w.cpu();
-    const size_t act_bytes = cpu::activation_row_size(m.type, m.n_cols);
-    if (act_.size() < act_bytes * static_cast<size_t>(n_tok)) act_.resize(act_bytes * static_cast<size_t>(n_tok));
-    for (int t = 0; t < n_tok; ++t)
-        cpu::quantize_activation(m.type, in + static_cast<size_t>(t) * m.n_cols, act_.data() + t * act_bytes, m.n_cols);
-    parallel_rows(pool_, w.n_rows, kDenseGrain, [&](int64_t r0, int64_t r1) {
-        cpu::matmul(m, r0, r1, act_.data(), act_bytes, n_tok, y + r0, w.n_rows);
-    });
+    const weight_matrix* const ws[] = {&w};
+    float* const ys[] = {y};
+    matmul_same_input(ws, n_tok, in, ys);
 }
 
 void forward_pass::matmul_same_input(std::span<const weight_matrix* const> w, int n_tok, const float* in,
@@ -139,9 +134,9 @@ void forward_pass::matmul_same_input(std::span<const weight_matrix* const> w, in
     const auto act_type = cpu::activation_type(w[0]->cpu().type);
     int64_t total = 0;
     bool fuse = true;
-    for (const weight_matrix* m : w) {
+    for (const weight_matrix* m : w) {  // one matrix always runs as one phase
         fuse = fuse && cpu::activation_type(m->cpu().type) == act_type && m->cpu().n_cols == w[0]->cpu().n_cols &&
-               m->n_rows % kDenseGrain == 0;
+               (w.size() == 1 || m->n_rows % kDenseGrain == 0);
         total += m->n_rows;
     }
     if (!fuse) {

@@ -87,7 +87,7 @@ private:
     // y[t][r] = W[r, :] . in[t] for every row r: in: [n_tok][in_cols], y: [n_tok][n_rows].
     void matmul(const weight_matrix& w, int n_tok, const float* in, float* y);
     // matmul() of each w[i] into y[i], all on the same input, as one pool phase (one dispatch and one
-    // join instead of one each) where they share an activation format and whole row groups; else in turn.
+    // join instead of one each) where they share an activation format and whole work items; else in turn.
     void matmul_same_input(std::span<const weight_matrix* const> w, int n_tok, const float* in, std::span<float* const> y);
 
     arenas::expert_pool& pool_;
