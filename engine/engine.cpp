@@ -199,15 +199,22 @@ gpu_choice build_on_engine_thread(model::impl& r) {
     // and the mapped file's pages they came from are dropped.
     if (r.options.repack && !gpu.device) {
         const engine::repack_summary packed = engine::repack_dense(r.weights);
+        const auto listed = [](const std::vector<std::string>& v, const std::string& name) {
+            return std::find(v.begin(), v.end(), name) != v.end();
+        };
         for (const auto& t : r.file.tensors()) {
-            const bool repacked = std::find(packed.names.begin(), packed.names.end(), t.name) != packed.names.end();
-            if (repacked && t.name != r.weights.tok_embd.name) r.file.release_pages(t);  // tied: still the embeddings
+            const bool moved = listed(packed.names, t.name) || listed(packed.copied, t.name);
+            if (moved && t.name != r.weights.tok_embd.name) r.file.release_pages(t);  // tied: still the embeddings
         }
         if (!packed.names.empty())
             logger("engine")->info("Dense weights: {} matrices repacked for the prompt GEMM kernels into {:.1f} MiB of RAM "
                                    "({:+.2f} % over their GGUF bytes, which are no longer read; --no-repack turns it off).",
                                    packed.names.size(), double(packed.bytes) / double(1 << 20),
                                    100.0 * (double(packed.bytes) / double(packed.gguf_bytes) - 1.0));
+        if (!packed.copied.empty())
+            logger("engine")->info("Dense weights: {} matrices without a GEMM layout copied as they are into {:.1f} MiB of "
+                                   "RAM on huge pages (their GGUF bytes are no longer read).",
+                                   packed.copied.size(), double(packed.copied_bytes) / double(1 << 20));
     }
     r.forward = std::make_unique<engine::forward_pass>(*r.pool, r.hp, r.weights, *r.store);
     return gpu;

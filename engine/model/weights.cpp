@@ -1,5 +1,6 @@
 #include "model/weights.hpp"
 
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -228,27 +229,39 @@ repack_summary repack_dense(model_weights& w) {
     for (auto& l : w.layers)
         for (weight_matrix* wm : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router, &l.shexp_gate, &l.shexp_up, &l.shexp_down,
                                   &l.wq_a, &l.wq_b, &l.wkv_a})
-            if (wm->present() && kernels::cpu::can_repack(wm->m.type, wm->n_rows)) todo.push_back(wm);
-    if (w.output.present() && kernels::cpu::can_repack(w.output.m.type, w.output.n_rows)) todo.push_back(&w.output);
+            if (wm->present()) todo.push_back(wm);
+    if (w.output.present()) todo.push_back(&w.output);
     constexpr size_t kAlign = 64;
-    const auto bytes_of = [](const weight_matrix& wm) {
-        return kernels::cpu::repacked_row_stride(wm.m.type, wm.m.n_cols) * static_cast<size_t>(wm.n_rows);
+    const auto repacks = [](const weight_matrix& wm) { return kernels::cpu::can_repack(wm.m.type, wm.n_rows); };
+    const auto stride_of = [&](const weight_matrix& wm) {
+        return repacks(wm) ? kernels::cpu::repacked_row_stride(wm.m.type, wm.m.n_cols) : wm.m.row_stride;
+    };
+    const auto span_of = [&](const weight_matrix& wm) {
+        return (stride_of(wm) * static_cast<size_t>(wm.n_rows) + kAlign - 1) / kAlign * kAlign;
     };
     size_t total = 0;
-    for (const weight_matrix* wm : todo) total += (bytes_of(*wm) + kAlign - 1) / kAlign * kAlign;
+    for (const weight_matrix* wm : todo) total += span_of(*wm);
     repack_summary out;
     if (todo.empty()) return out;
     w.packed_dense = arenas::node_buffer(total, -1, {}, arenas::first_touch::none);
     size_t offset = 0;
     for (weight_matrix* wm : todo) {
-        const size_t stride = kernels::cpu::repacked_row_stride(wm->m.type, wm->m.n_cols);
+        const size_t stride = stride_of(*wm), bytes = stride * static_cast<size_t>(wm->n_rows);
         std::byte* dst = w.packed_dense.data() + offset;
-        kernels::cpu::repack_rows(wm->m.type, wm->m.data, wm->m.row_stride, wm->n_rows, wm->m.n_cols, dst);
-        wm->packed = {wm->m.type, dst, wm->m.n_cols, stride, kernels::cpu::weight_layout::rows16};
-        out.names.push_back(wm->name);
-        out.bytes += bytes_of(*wm);
-        out.gguf_bytes += formats::row_size(wm->m.type, wm->m.n_cols) * static_cast<size_t>(wm->n_rows);
-        offset += (bytes_of(*wm) + kAlign - 1) / kAlign * kAlign;
+        if (repacks(*wm)) {
+            kernels::cpu::repack_rows(wm->m.type, wm->m.data, wm->m.row_stride, wm->n_rows, wm->m.n_cols, dst);
+            wm->packed = {wm->m.type, dst, wm->m.n_cols, stride, kernels::cpu::weight_layout::rows16};
+            out.names.push_back(wm->name);
+            out.bytes += bytes;
+            out.gguf_bytes += formats::row_size(wm->m.type, wm->m.n_cols) * static_cast<size_t>(wm->n_rows);
+        } else {
+            std::memcpy(dst, wm->m.data, bytes);
+            wm->packed = wm->m;
+            wm->packed.data = dst;
+            out.copied.push_back(wm->name);
+            out.copied_bytes += bytes;
+        }
+        offset += span_of(*wm);
     }
     return out;
 }
