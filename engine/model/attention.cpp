@@ -101,7 +101,14 @@ void attention_runner::run_chunks(const kv_cache& kv, int layer, const float* q,
                         sizeof(float) * group_ * hd);
     for (int t = 0; t < n_tok; ++t) std::fill_n(last + t * group_, group_, int64_t{pos0} + t);
 
-    // Item (g, c): chunk c's state for kv head g, at states[(g * n_chunks + c) * state_floats].
+    // Item (g, c): chunk c's state for kv head g, at states[(g * n_chunks + c) * state_floats]. The thread
+    // that finishes a kv head's last chunk folds its chunks in order into the chunk-0 state and
+    // normalises: the same order whoever does it, and no second phase.
+    if (chunks_left_size_ < static_cast<size_t>(n_head_kv)) {
+        chunks_left_ = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(n_head_kv));
+        chunks_left_size_ = static_cast<size_t>(n_head_kv);
+    }
+    for (int g = 0; g < n_head_kv; ++g) chunks_left_[static_cast<size_t>(g)].store(n_chunks, std::memory_order_relaxed);
     parallel_rows(pool_, n_items, 1, [&](int64_t i0, int64_t i1) {
         for (int64_t item = i0; item < i1; ++item) {
             const int g = static_cast<int>(item / n_chunks), c = static_cast<int>(item % n_chunks);
@@ -113,14 +120,11 @@ void attention_runner::run_chunks(const kv_cache& kv, int layer, const float* q,
                 tile.next_k = kv.tile(layer, g1, c1, n_pos).k;
             }
             cpu::attn_tile(tile, hd, q_rows + static_cast<size_t>(g) * rows * hd, rows, last, scale_, st);
-        }
-    });
-    // Fold the chunks of each kv head in order into its chunk-0 state, then normalise.
-    parallel_rows(pool_, n_head_kv, 1, [&](int64_t g0, int64_t g1) {
-        for (int64_t g = g0; g < g1; ++g) {
-            const cpu::attn_state acc = state_at(states + g * n_chunks * state_floats, rows, hd);
-            for (int c = 1; c < n_chunks; ++c)
-                cpu::attn_merge(hd, rows, acc, state_at(states + (g * n_chunks + c) * state_floats, rows, hd));
+            // acq_rel: the last finisher sees every other chunk's state of this head.
+            if (chunks_left_[static_cast<size_t>(g)].fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
+            const cpu::attn_state acc = state_at(states + int64_t{g} * n_chunks * state_floats, rows, hd);
+            for (int c2 = 1; c2 < n_chunks; ++c2)
+                cpu::attn_merge(hd, rows, acc, state_at(states + (int64_t{g} * n_chunks + c2) * state_floats, rows, hd));
             for (int t = 0; t < n_tok; ++t)
                 cpu::attn_finish(rows_of(acc, t * group_, hd), hd, group_,
                                  out + static_cast<size_t>(t) * n_q + static_cast<size_t>(g) * group_ * hd, hd);
