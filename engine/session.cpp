@@ -167,7 +167,7 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
             result.reason = stop_reason::cancelled;
             break;
         }
-        const tok::sample_result s = sampler.sample(logits, std::max(want_top, 0));
+        const tok::sample_result s = sampler.sample(logits, want_top);
         if (!o.ignore_eos && m.tokenizer.is_eog(s.id)) {
             result.reason = stop_reason::eos;
             break;

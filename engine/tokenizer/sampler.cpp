@@ -12,10 +12,7 @@ namespace strata::tok {
 
 namespace {
 
-struct candidate {
-    float logit;
-    int32_t id;
-};
+using candidate = sampler::candidate;
 
 // Most likely first; the lower id first among equals, so every step is deterministic.
 bool more_likely(const candidate& a, const candidate& b) { return a.logit != b.logit ? a.logit > b.logit : a.id < b.id; }
@@ -120,8 +117,8 @@ void sampler::apply_penalties(std::span<float> logits) const {
 }
 
 int32_t sampler::draw(std::span<const float> logits) {
-    std::vector<candidate> c;
-    c.reserve(logits.size());
+    std::vector<candidate>& c = candidates_;
+    c.clear();
     for (size_t i = 0; i < logits.size(); ++i)
         if (std::isfinite(logits[i])) c.push_back({logits[i], static_cast<int32_t>(i)});
     keep_top_k(c, params_.top_k);
@@ -129,7 +126,8 @@ int32_t sampler::draw(std::span<const float> logits) {
     keep_min_p(c, params_.min_p);
     // Temperature last (llama.cpp's order): it reshapes the survivors, it does not decide who survives.
     const double t = params_.temperature, max_logit = c.front().logit;
-    std::vector<double> weight(c.size());
+    std::vector<double>& weight = weights_;
+    weight.resize(c.size());
     double total = 0;
     for (size_t i = 0; i < c.size(); ++i) total += weight[i] = std::exp((c[i].logit - max_logit) / t);
     double u = uniform01(rng_) * total;
@@ -140,9 +138,18 @@ int32_t sampler::draw(std::span<const float> logits) {
     return c.back().id;  // rounding left u a hair above the last weight
 }
 
+bool sampler::penalizes() const {
+    return (params_.repeat_penalty != 1.0f && params_.repeat_last_n != 0) || params_.presence_penalty != 0.0f ||
+           params_.frequency_penalty != 0.0f;
+}
+
 sample_result sampler::sample(std::span<const float> logits, int n_top_logprobs) {
-    std::vector<float> l(logits.begin(), logits.end());
-    apply_penalties(l);
+    std::span<const float> l = logits;
+    if (penalizes()) {
+        penalized_.assign(logits.begin(), logits.end());
+        apply_penalties(penalized_);
+        l = penalized_;
+    }
     float max_logit = -std::numeric_limits<float>::infinity();
     int32_t argmax = -1;
     for (size_t i = 0; i < l.size(); ++i)
@@ -155,14 +162,19 @@ sample_result sampler::sample(std::span<const float> logits, int n_top_logprobs)
 
     sample_result r;
     r.id = params_.temperature <= 0.0f ? argmax : draw(l);
+    r.logprob = 0.0f;
+    if (n_top_logprobs < 0) {
+        accept(r.id);
+        return r;
+    }
 
     const double t = params_.temperature > 0.0f ? params_.temperature : 1.0;
     const double lse = log_sum_exp(l, t, max_logit);
     const auto logprob = [&](int32_t id) { return static_cast<float>(l[static_cast<size_t>(id)] / t - lse); };
     r.logprob = logprob(r.id);
     if (n_top_logprobs > 0) {
-        std::vector<candidate> c;
-        c.reserve(l.size());
+        std::vector<candidate>& c = candidates_;
+        c.clear();
         for (size_t i = 0; i < l.size(); ++i)
             if (std::isfinite(l[i])) c.push_back({l[i], static_cast<int32_t>(i)});
         const size_t n = std::min(c.size(), static_cast<size_t>(n_top_logprobs));

@@ -49,7 +49,8 @@ public:
     explicit sampler(sampler_params p);
 
     // Draws the next token from logits [n_vocab] and records it as generated. n_top_logprobs > 0 fills
-    // sample_result::top_logprobs. Throws std::invalid_argument when no logit is finite.
+    // sample_result::top_logprobs; < 0 skips the log-probabilities (logprob 0: no pass over the
+    // vocabulary for them). Throws std::invalid_argument when no logit is finite.
     sample_result sample(std::span<const float> logits, int n_top_logprobs = 0);
 
     // Prompt tokens: seen by the repetition penalty, not by presence/frequency (OpenAI counts only
@@ -65,14 +66,24 @@ public:
 
     const sampler_params& params() const { return params_; }
 
+    struct candidate {
+        float logit;
+        int32_t id;
+    };
+
 private:
     int32_t draw(std::span<const float> logits);
+    bool penalizes() const;  // whether apply_penalties changes anything
 
     sampler_params params_;
     uint64_t seed_;
     std::mt19937_64 rng_;
     std::vector<int32_t> history_;                    // prompt and generated ids, in order
     std::unordered_map<int32_t, int32_t> generated_;  // generated id -> count
+    // Scratch reused from token to token (vocabulary-sized: no allocation per token once grown).
+    std::vector<float> penalized_;
+    std::vector<candidate> candidates_;
+    std::vector<double> weights_;
 };
 
 }  // namespace strata::tok

@@ -177,6 +177,26 @@ TEST(Sampler, LogProbabilitiesAfterPenaltiesAndTemperature) {
     EXPECT_NEAR(w.logprob, std::log(std::sqrt(probs[static_cast<size_t>(w.id)]) / z), 1e-5);
 }
 
+TEST(Sampler, WithoutLogProbabilitiesTheSameTokensAreDrawn) {
+    // n_top_logprobs < 0 skips the log-probabilities only: the same seed gives the same tokens, with
+    // and without penalties (which then apply to a copy, never to the caller's logits).
+    for (const float penalty : {0.0f, 0.7f}) {
+        sampler_params p = plain(0.9f);
+        p.seed = 7;
+        p.presence_penalty = penalty;
+        sampler with(p), without(p);
+        const std::vector<float> logits = {0.3f, 1.1f, 0.9f, -0.4f, 1.0f};
+        for (int i = 0; i < 50; ++i) {
+            const sample_result a = with.sample(logits, 0), b = without.sample(logits, -1);
+            ASSERT_EQ(a.id, b.id) << "draw " << i << ", presence penalty " << penalty;
+            EXPECT_NE(a.logprob, 0.0f);
+            EXPECT_EQ(b.logprob, 0.0f);
+            EXPECT_TRUE(b.top_logprobs.empty());
+        }
+        EXPECT_EQ(logits[1], 1.1f);
+    }
+}
+
 TEST(Sampler, ParametersOutsideTheirRangeAreNamed) {
     sampler_params p;
     p.top_p = 1.5f;
