@@ -143,8 +143,8 @@ void moe_runner::prepare(int layer, int n_tok, const int32_t* ids) {
 }
 
 void moe_runner::run_small(std::span<const size_t> n_items, int64_t cols, const expert_pool::phase_fn& fn) {
-    // Small enough for the host alone (a token's quantization or so): a pool phase would cost more in
-    // dispatch and join than it saves.
+    // Small enough for the host alone (a token's quantization or weighted sum): a pool phase would cost
+    // more in dispatch and join than it saves.
     constexpr int64_t kHostElements = 16384;
     int64_t elements = 0;
     for (size_t n : n_items) elements += static_cast<int64_t>(n) * cols;
@@ -250,35 +250,11 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
     timer.emplace(clock ? clock + 2 : nullptr);
     // Phase 2: items are (active expert, block of the slice's n_embd rows), as in phase 1, so a thread's
     // consecutive items read one expert's down rows as one stream (cycling through every active expert
-    // per row block reads them as many short streams, which memory serves slower). The thread that
-    // finishes a row block's last expert sums that block's experts per token in routing order (a fixed
-    // order: bitwise reproducible), so the sum needs no phase of its own.
-    size_t n_blocks = 0;
-    block_base_.resize(n_slices);
+    // per row block reads them as many short streams, which memory serves slower).
     for (size_t s = 0; s < n_slices; ++s) {
         row_blocks[s] = static_cast<size_t>((embd_ranges_[s].end - embd_ranges_[s].begin + row_block - 1) / row_block);
         n_items[s] = row_blocks[s] * active_.size();
-        block_base_[s] = n_blocks;
-        n_blocks += row_blocks[s];
     }
-    if (n_blocks > blocks_left_size_) {
-        blocks_left_ = std::make_unique<std::atomic<int32_t>[]>(n_blocks);
-        blocks_left_size_ = n_blocks;
-    }
-    for (size_t i = 0; i < n_blocks; ++i) blocks_left_[i].store(static_cast<int32_t>(active_.size()), std::memory_order_relaxed);
-    const auto weighted_sum = [&](int64_t r0, int64_t n) {
-        for (int t = 0; t < n_tok; ++t) {
-            float* o = out + static_cast<size_t>(t) * n_embd + r0;
-            std::fill(o, o + n, 0.0f);
-            for (int j = 0; j < k; ++j) {
-                const int32_t pos = pos_of_slot_[static_cast<size_t>(t * k + j)];
-                if (pos < 0) continue;
-                const float w = weights[t * k + j];
-                const float* y = y_.data() + static_cast<size_t>(pos) * n_embd + r0;
-                for (int64_t r = 0; r < n; ++r) o[r] += w * y[r];
-            }
-        }
-    };
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
         slice_buffers& b = *slices_[static_cast<size_t>(s)];
         const row_range range = embd_ranges_[static_cast<size_t>(s)];
@@ -292,9 +268,28 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
             for (int32_t c = 0; c < count; c += max_tok)
                 cpu::matvec_multi(down, 0, n, b.h.row(first + c), b.h.row_bytes, std::min(max_tok, count - c),
                                   y_.data() + static_cast<size_t>(first + c) * n_embd + r0, n_embd);
-            // acq_rel: the last finisher sees every other expert's rows of this block.
-            if (blocks_left_[block_base_[static_cast<size_t>(s)] + item % blocks].fetch_sub(1, std::memory_order_acq_rel) == 1)
-                weighted_sum(r0, n);
+        }
+    });
+
+    // Phase 3: items are blocks of the slice's n_embd rows; each sums the experts per token in routing
+    // order (a fixed order: bitwise reproducible).
+    for (size_t s = 0; s < n_slices; ++s) n_items[s] = row_blocks[s];
+    run_small(n_items, row_block * n_tok * k, [&](int s, size_t begin, size_t end) {
+        const row_range range = embd_ranges_[static_cast<size_t>(s)];
+        for (size_t item = begin; item < end; ++item) {
+            const int64_t r0 = range.begin + static_cast<int64_t>(item) * row_block;
+            const int64_t n = std::min(row_block, range.end - r0);
+            for (int t = 0; t < n_tok; ++t) {
+                float* o = out + static_cast<size_t>(t) * n_embd + r0;
+                std::fill(o, o + n, 0.0f);
+                for (int j = 0; j < k; ++j) {
+                    const int32_t pos = pos_of_slot_[static_cast<size_t>(t * k + j)];
+                    if (pos < 0) continue;
+                    const float w = weights[t * k + j];
+                    const float* y = y_.data() + static_cast<size_t>(pos) * n_embd + r0;
+                    for (int64_t r = 0; r < n; ++r) o[r] += w * y[r];
+                }
+            }
         }
     });
 }

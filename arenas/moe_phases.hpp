@@ -1,15 +1,14 @@
 // Routed experts on the CPU expert pool, in two phases per MoE layer (docs/ARCHITECTURE.md):
 //   phase 1: h[t,j] = silu(gate_e x_t) * (up_e x_t), each slice over its own rows of n_ff;
 //   phase 2: out[t] = sum_j w[t,j] * down_e h[t,j], each slice over its own rows of n_embd,
-//            experts summed in routing order per row by the thread that finishes the row's block last.
+//            experts summed in routing order per row.
 // No partial sum crosses a slice, so the result is bitwise identical for any slicing, worker count
-// or timing. Activations (x, then h) are quantized once per slice into that slice's own buffers (by the
-// host alone when that is a token's worth).
+// or timing. Activations (x, then h) are quantized once per slice into that slice's own buffers. Steps
+// that are a token's worth of work (quantizing x or h, the weighted sum) run on the host alone.
 //
 // Thread-safety: run() is called by the pool's host thread, one call at a time.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -153,9 +152,6 @@ private:
     static constexpr int64_t kMaxFfBlocks = 4;  // row blocks per gate/up work item at most
     std::vector<int64_t> ff_block_rows_;  // [n_slices] rows per gate/up work item (scratch)
     std::vector<size_t> row_blocks_;     // [n_slices] row blocks of each slice's gate/up, then down rows (scratch)
-    std::vector<size_t> block_base_;     // [n_slices] index of the slice's first down row block in blocks_left_
-    std::unique_ptr<std::atomic<int32_t>[]> blocks_left_;  // per down row block: experts still to compute
-    size_t blocks_left_size_ = 0;
     int32_t n_pos_ = 0;
     std::vector<float> h_;              // [n_pos][n_ff] silu(gate x) * up x
     std::vector<float> y_;              // [n_pos][n_embd] down h, before the routing weights
