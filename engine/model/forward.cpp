@@ -216,6 +216,11 @@ void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_ca
     ids_.resize(nt * hp_.n_expert_used);
     weights_.resize(nt * hp_.n_expert_used);
 
+    // Every layer turns q and k by the same angles at a position: computed once per token.
+    rope_cs_.resize(nt * static_cast<size_t>(hp_.n_rot));
+    for (int t = 0; t < n_tok; ++t)
+        cpu::rope_angles(hp_.n_rot, pos0 + t, hp_.rope, rope_cs_.data() + static_cast<size_t>(t) * hp_.n_rot);
+
     const cpu::matrix& embd = w_.tok_embd.m;
     for (int t = 0; t < n_tok; ++t) {
         const auto* row = static_cast<const uint8_t*>(embd.data) + static_cast<size_t>(tokens[t]) * embd.row_stride;
@@ -292,8 +297,9 @@ void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
             for (int h = 0; h < hp_.n_head; ++h) cpu::rms_norm(q + h * hd, l.q_norm, hp_.rms_eps, hd, q + h * hd);
             for (int h = 0; h < hp_.n_head_kv; ++h) cpu::rms_norm(k + h * hd, l.k_norm, hp_.rms_eps, hd, k + h * hd);
         }
-        cpu::rope(q, hp_.n_head, hd, hp_.n_rot, pos0 + t, hp_.rope, hp_.arch.rope);
-        cpu::rope(k, hp_.n_head_kv, hd, hp_.n_rot, pos0 + t, hp_.rope, hp_.arch.rope);
+        const float* cs = rope_cs_.data() + static_cast<size_t>(t) * hp_.n_rot;
+        cpu::rope_apply(q, hp_.n_head, hd, hp_.n_rot, cs, hp_.arch.rope);
+        cpu::rope_apply(k, hp_.n_head_kv, hd, hp_.n_rot, cs, hp_.arch.rope);
         kv.store(il, pos0 + t, k, v);
     }
     attn_.run(kv, il, q_.data(), n_tok, pos0, att_.data());

@@ -114,6 +114,7 @@ private:
     std::vector<float> tmp2_;     // [n_tok][n_ff_dense] with n_ff_dense = max(n_ff_shexp, n_ff)
     std::vector<float> shexp_up_; // [n_tok][n_ff_dense]
     std::vector<float> router_;   // [n_tok][n_expert]
+    std::vector<float> rope_cs_;  // [n_tok][n_rot] RoPE cosines, then sines, of each token's position
     std::vector<int32_t> ids_;    // [n_tok][n_expert_used]
     std::vector<float> weights_;  // [n_tok][n_expert_used]
     std::vector<uint8_t> act_;    // quantized activations of a matmul

@@ -127,8 +127,11 @@ void kv_cache::store(int layer, int pos, const float* k, const float* v) {
     const ggml_type t = element_type(type_);
     for (int g = 0; g < n_head_kv_; ++g) {
         put_key(tile_rows(layer, chunk, g), in_chunk, k + static_cast<size_t>(g) * head_dim_);
-        formats::quantize_row(t, v + static_cast<size_t>(g) * head_dim_, tile_rows(layer, chunk, n_head_kv_ + g) + slot,
-                              head_dim_);
+        uint8_t* dst = tile_rows(layer, chunk, n_head_kv_ + g) + slot;
+        if (type_ == kv_type::f16)
+            kernels::cpu::to_fp16(v + static_cast<size_t>(g) * head_dim_, reinterpret_cast<uint16_t*>(dst), head_dim_);
+        else
+            formats::quantize_row(t, v + static_cast<size_t>(g) * head_dim_, dst, head_dim_);
     }
 }
 
@@ -150,9 +153,13 @@ void kv_cache::read_latent(int layer, int p0, int p1, float* out) const {
 
 void kv_cache::put_key(uint8_t* tile, int r, const float* x) const {
     if (type_ == kv_type::f16) {
-        for (int j = 0; j < head_dim_; ++j) {
-            const formats::fp16_t h = formats::fp32_to_fp16(x[j]);
-            std::memcpy(tile + kernels::cpu::attn_key_offset(ggml_type::F16, head_row_bytes_, r, j), &h, sizeof(h));
+        constexpr int kStep = 64;  // halves converted at a time, then scattered to the blocked layout
+        uint16_t h[kStep];
+        for (int j0 = 0; j0 < head_dim_; j0 += kStep) {
+            const int n = std::min(kStep, head_dim_ - j0);
+            kernels::cpu::to_fp16(x + j0, h, n);
+            for (int j = 0; j < n; ++j)
+                std::memcpy(tile + kernels::cpu::attn_key_offset(ggml_type::F16, head_row_bytes_, r, j0 + j), &h[j], sizeof(h[j]));
         }
         return;
     }

@@ -99,10 +99,11 @@ void forward_pass::mla_attention(int il, int n_tok, int pos0, kv_cache& kv) {
     for (int t = 0; t < n_tok; ++t) {
         float* c = kv_a + static_cast<size_t>(t) * row;
         cpu::rms_norm(c, l.kv_a_norm, hp_.rms_eps, lora, c);
-        cpu::rope(c + lora, 1, n_rot, n_rot, pos0 + t, hp_.rope, hp_.arch.rope);
+        const float* cs = rope_cs_.data() + static_cast<size_t>(t) * n_rot;
+        cpu::rope_apply(c + lora, 1, n_rot, n_rot, cs, hp_.arch.rope);
         kv.store_latent(il, pos0 + t, c);
         float* q = q_.data() + static_cast<size_t>(t) * n_q;
-        cpu::rope(q + nope, n_head, hd, n_rot, pos0 + t, hp_.rope, hp_.arch.rope);  // each head's last n_rot dims
+        cpu::rope_apply(q + nope, n_head, hd, n_rot, cs, hp_.arch.rope);  // each head's last n_rot dims
         for (int h = 0; h < n_head; ++h) {
             const size_t item = static_cast<size_t>(t) * n_head + h;
             std::memcpy(q_nope + item * nope, q + static_cast<size_t>(h) * hd, sizeof(float) * nope);

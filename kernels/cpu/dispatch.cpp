@@ -52,6 +52,7 @@ static void fill_avx2(isa_table& t) {
     t.rms_norm = rms_norm_avx2;
     t.silu_mul = silu_mul_avx2;
     t.softmax = softmax_avx2;
+    t.to_fp16 = to_fp16_avx2;
     t.attn_tile = attn_tile_avx2;
 }
 
@@ -319,5 +320,6 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
     detail::active_table().silu_mul(gate, up, n, out);
 }
 void softmax(float* x, int64_t n) { detail::active_table().softmax(x, n); }
+void to_fp16(const float* x, uint16_t* out, int64_t n) { detail::active_table().to_fp16(x, out, n); }
 
 }  // namespace strata::kernels::cpu

@@ -104,6 +104,9 @@ void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 // In place: x = exp(x - max) / sum.
 void softmax(float* x, int64_t n);
+// out = x as IEEE halves, rounded to nearest even (F16C where the path has it; bitwise the same as
+// formats::fp32_to_fp16 on every path, NaN and overflow included).
+void to_fp16(const float* x, uint16_t* out, int64_t n);
 
 // Rotary embedding in place on x: [n_head][head_dim] for token position pos, rotating the first
 // n_rot dims of each head (n_rot even, <= head_dim). Pair i turns by theta_i = pos * freq_base^(-2i / n_rot),
@@ -113,5 +116,10 @@ void softmax(float* x, int64_t n);
 enum class rope_style { normal, neox };
 void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos, const rope_params& p,
           rope_style style);
+// rope() in two steps, for many heads or layers at one position: rope_angles fills cos_sin[0, n_rot/2)
+// with the pairs' scaled cosines and [n_rot/2, n_rot) with their sines; rope_apply turns x by them.
+// Bitwise the same as rope().
+void rope_angles(int64_t n_rot, int64_t pos, const rope_params& p, float* cos_sin);
+void rope_apply(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, const float* cos_sin, rope_style style);
 
 }  // namespace strata::kernels::cpu

@@ -3,6 +3,7 @@
 // (it touches n_head * head_dim floats once per token and never shows in a profile).
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "cpu/detail/kernel_table.hpp"
 #include "formats/quant.hpp"
@@ -73,6 +74,10 @@ static void softmax_scalar(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+static void to_fp16_scalar(const float* x, uint16_t* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = formats::fp32_to_fp16(x[i]);
+}
+
 static void set_scalar(isa_table& t, ggml_type type, dot_fn fn) {
     t.dot[static_cast<size_t>(type)] = fn;
     t.dot_tokens[static_cast<size_t>(type)] = 4;
@@ -101,17 +106,16 @@ void fill_scalar(isa_table& t) {
     t.silu_mul = silu_mul_scalar;
     t.attn_tile = attn_tile_scalar;
     t.softmax = softmax_scalar;
+    t.to_fp16 = to_fp16_scalar;
 }
 
 }  // namespace detail
 
-void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos, const rope_params& p,
-          rope_style style) {
+void rope_angles(int64_t n_rot, int64_t pos, const rope_params& p, float* cos_sin) {
     const int64_t half = n_rot / 2;
     const bool yarn = p.ext_factor != 0.0f;
     const rope_yarn_range corr = yarn ? rope_yarn_corr_dims(p, static_cast<int>(n_rot)) : rope_yarn_range{};
     const float mscale = rope_mscale(p);
-    // One angle per pair, shared by every head.
     for (int64_t i = 0; i < half; ++i) {
         const float theta_extrap = static_cast<float>(pos) *
                                    std::pow(p.freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
@@ -122,7 +126,15 @@ void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos
             const float mix = (1.0f - std::clamp(y, 0.0f, 1.0f)) * p.ext_factor;
             theta = theta * (1.0f - mix) + theta_extrap * mix;
         }
-        const float c = std::cos(theta) * mscale, s = std::sin(theta) * mscale;
+        cos_sin[i] = std::cos(theta) * mscale;
+        cos_sin[half + i] = std::sin(theta) * mscale;
+    }
+}
+
+void rope_apply(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, const float* cos_sin, rope_style style) {
+    const int64_t half = n_rot / 2;
+    for (int64_t i = 0; i < half; ++i) {
+        const float c = cos_sin[i], s = cos_sin[half + i];
         const int64_t i0 = style == rope_style::neox ? i : 2 * i;
         const int64_t i1 = style == rope_style::neox ? i + half : 2 * i + 1;
         for (int64_t h = 0; h < n_head; ++h) {
@@ -132,6 +144,17 @@ void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos
             v[i1] = x0 * s + x1 * c;
         }
     }
+}
+
+void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos, const rope_params& p,
+          rope_style style) {
+    // One angle per pair, shared by every head.
+    float cos_sin_stack[256];
+    std::vector<float> cos_sin_heap;
+    float* cos_sin = cos_sin_stack;
+    if (n_rot > 256) cos_sin = (cos_sin_heap = std::vector<float>(static_cast<size_t>(n_rot))).data();
+    rope_angles(n_rot, pos, p, cos_sin);
+    rope_apply(x, n_head, head_dim, n_rot, cos_sin, style);
 }
 
 }  // namespace strata::kernels::cpu

@@ -47,6 +47,7 @@ struct isa_table {
     void (*rms_norm)(const float* x, const float* weight, float eps, int64_t n, float* out) = nullptr;
     void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
     void (*softmax)(float* x, int64_t n) = nullptr;
+    void (*to_fp16)(const float* x, uint16_t* out, int64_t n) = nullptr;  // IEEE half, nearest-even
     attn_tile_fn attn_tile = nullptr;
 };
 
@@ -214,6 +215,7 @@ void quantize_q8_K_avx2(const float* x, void* dst, int64_t n);
 void rms_norm_avx2(const float* x, const float* weight, float eps, int64_t n, float* out);
 void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* out);
 void softmax_avx2(float* x, int64_t n);
+void to_fp16_avx2(const float* x, uint16_t* out, int64_t n);
 
 // Attention: every ISA's attn_tile computes a row's tile state from empty, then folds it in with this
 // one merge (compiled once), which is what makes tile-by-tile and merged-later results bitwise equal.

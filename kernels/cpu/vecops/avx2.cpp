@@ -1,4 +1,4 @@
-// RMSNorm, SiLU-mul and softmax, AVX2 + FMA. exp is a Cephes-style polynomial (about 1 ulp over the
+// RMSNorm, SiLU-mul, softmax and f32 -> f16 rows, AVX2 + FMA (+ F16C). exp is a Cephes-style polynomial (about 1 ulp over the
 // clamped range [-87, 88]; below it returns exp(-87) ~ 1.6e-38 instead of a smaller number).
 #include <algorithm>
 #include <cmath>
@@ -76,6 +76,13 @@ void softmax_avx2(float* x, int64_t n) {
     const __m256 inv = _mm256_set1_ps(1.0f / sum);
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
     for (; i < n; ++i) x[i] *= 1.0f / sum;
+}
+
+void to_fp16_avx2(const float* x, uint16_t* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; ++i) out[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
 }  // namespace strata::kernels::cpu::detail

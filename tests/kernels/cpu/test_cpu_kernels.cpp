@@ -8,6 +8,7 @@
 //   quantized formats: |y - y_exact| <= 4 * (n_blocks + 16) * FLT_EPSILON * sum_i |w_i * a_i|
 //   F32 / F16 / BF16:  |y - y_exact| <= (n / 16 + 16) * FLT_EPSILON * sum_i |w_i * a_i|
 // Both catch a single wrong element (which moves y by ~ sum|w a| / n).
+#include <bit>
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -263,6 +264,26 @@ TEST_P(QuantizerTest, VectorOpsMatchPlainLoops) {
             const double want = std::exp(x[i] - mx) / sum;
             ASSERT_NEAR(s[i], want, 1e-5 * want + 1e-30) << i;
         }
+    }
+}
+
+TEST_P(QuantizerTest, Fp16RowsMatchTheSoftwareConversion) {
+    skip_unless_supported(GetParam());
+    const auto& table = detail::table_for(GetParam());
+    // Ties at every exponent, overflow to inf, subnormal halves, NaN payloads, signed zeros.
+    std::vector<float> x = random_floats(1000, 31, 70000.0f);
+    for (const uint32_t bits : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00001u, 0xffa12345u, 0x7f800001u,
+                                0x477ff000u, 0x477fefffu, 0x47800000u, 0x387fc000u, 0x33800000u, 0x33000001u, 0x33000000u,
+                                0x3f801000u, 0x3f803000u, 0x00000001u, 0x80400000u})
+        x.push_back(std::bit_cast<float>(bits));
+    for (int e = -30; e <= 16; ++e)
+        for (const float m : {1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1.5f + 1.0f / 4096}) x.push_back(std::ldexp(m, e));
+    for (const int64_t n : {int64_t{1}, int64_t{7}, static_cast<int64_t>(x.size())}) {
+        std::vector<uint16_t> got(static_cast<size_t>(n));
+        table.to_fp16(x.data(), got.data(), n);
+        for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(got[static_cast<size_t>(i)], formats::fp32_to_fp16(x[static_cast<size_t>(i)]))
+                << "x = " << x[static_cast<size_t>(i)] << " (bits 0x" << std::hex << std::bit_cast<uint32_t>(x[static_cast<size_t>(i)]) << ")";
     }
 }
 
