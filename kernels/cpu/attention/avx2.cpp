@@ -92,8 +92,9 @@ static float softmax_row(float* s, int n_vis, int n_score, float* max_out) {
 // chunks of C: every pass over the elements (8 D at a time) of one chunk, then the next chunk, the
 // accumulators stored and reloaded in between (exact, so each acc element is still one FMA chain over the
 // positions in order, whatever C). p: [R][kLdp]; value(t, j) gives v_t[j..j+7] (j a multiple of 8) as
-// f32; chunk(t0) is called before each chunk and step() once per position and pass.
-template <int R, int D, int C, class Value, class Chunk, class Step>
+// f32; chunk(t0) is called before each chunk and step() once per S positions (and left-over position) and
+// pass.
+template <int R, int D, int C, int S = 1, class Value, class Chunk, class Step>
 static void weighted_values(const float* p, int n_t, int64_t v_dim, float* acc, Value value, Chunk&& chunk,
                             Step&& step) {
     for (int t0 = 0; t0 < n_t; t0 += C) {
@@ -105,14 +106,22 @@ static void weighted_values(const float* p, int n_t, int64_t v_dim, float* acc, 
             for (int i = 0; i < R; ++i)
                 for (int c = 0; c < D; ++c)
                     a[i][c] = t0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + i * v_dim + j + 8 * c);
-            for (int t = t0; t < t1; ++t) {
-                step();
+            const auto position = [&](int t) {
                 __m256 vt[D];
                 for (int c = 0; c < D; ++c) vt[c] = value(t, j + 8 * c);
                 for (int i = 0; i < R; ++i) {
                     const __m256 pt = _mm256_broadcast_ss(p + i * kLdp + t);
                     for (int c = 0; c < D; ++c) a[i][c] = _mm256_fmadd_ps(pt, vt[c], a[i][c]);
                 }
+            };
+            int t = t0;
+            for (; t + S <= t1; t += S) {
+                step();
+                for (int u = 0; u < S; ++u) position(t + u);
+            }
+            for (; t < t1; ++t) {
+                step();
+                position(t);
             }
             for (int i = 0; i < R; ++i)
                 for (int c = 0; c < D; ++c) _mm256_storeu_ps(acc + i * v_dim + j + 8 * c, a[i][c]);
@@ -317,11 +326,15 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
     const auto item = [&](int i, int64_t steps) -> prefetch_stream {
         if (i < n_kb) return {reinterpret_cast<const char*>(k) + i * block_bytes, block_lines, steps};
         if (i < n_kb + n_vc) return {reinterpret_cast<const char*>(v) + (i - n_kb) * chunk_bytes, chunk_lines, steps};
-        if (kv.next_k) return {static_cast<const char*>(kv.next_k) + (i - n_kb - n_vc) * block_bytes, block_lines, steps};
+        if (kv.next_k)
+            return {static_cast<const char*>(kv.next_k) + (i - n_kb - n_vc) * block_bytes, block_lines, steps};
         return {reinterpret_cast<const char*>(k), 0, steps};  // nothing left: the first line, already here
     };
     prefetch_stream ahead = item(kPrefetchItems, key_steps);
     const auto step = [&] { ahead.step(); };
+    // Positions per step of the value pass: Q8_0 converts more per position, and a step every other one
+    // leaves it more of the issue width (F16 is slower so).
+    constexpr int step_pos = T == ggml_type::F16 ? 1 : 2;
     prefetch_rows(kv, kv.k, kv.row_bytes, 0, kPrefetchItems * attn_key_block);
     for (int t0 = 0; t0 < n_pad; t0 += 8) {
         if (t0 % attn_key_block == 0) ahead = item(t0 / attn_key_block + kPrefetchItems, key_steps);
@@ -342,10 +355,11 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         float max[kFewBlock], sum[kFewBlock];
         for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * kLdp, n_vis[r0 + i], n_pad, max + i);
         const auto chunk = [&](int t0) {
-            ahead = item(n_kb + t0 / kValueChunk + kPrefetchItems, std::min(kValueChunk, block_vis - t0) * (v_dim / 8));
+            const int n_t = std::min(kValueChunk, block_vis - t0);
+            ahead = item(n_kb + t0 / kValueChunk + kPrefetchItems, (n_t + step_pos - 1) / step_pos * (v_dim / 8));
         };
         with_rows<kFewBlock>(nr, [&](auto rows) {
-            weighted_values<rows(), 1, kValueChunk>(
+            weighted_values<rows(), 1, kValueChunk, step_pos>(
                 p + r0 * kLdp, block_vis, v_dim, acc, [=](int t, int64_t j) { return load8<T>(v + t * v_stride, j); },
                 chunk, step);
         });
