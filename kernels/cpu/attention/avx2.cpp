@@ -3,7 +3,7 @@
 // Per call the tile is converted once to f32 (tile_convert.hpp): F16 keys transposed, kt[head_dim][n_pad]
 // (rows padded by kRowPad), so one vector holds one dimension of 8 consecutive positions, and values
 // vf[n][head_dim] (rows padded likewise). Q8_0 keys are scored in int8 from their blocks (score8_q8). Query rows then go through in register blocks of kRows:
-//   score[kRows][n_pad]    scale * q_r . k_t, one lane per position, broadcast q_r[j] times kt[j];
+//   score[kRows][kLdp]     scale * q_r . k_t, one lane per position, broadcast q_r[j] times kt[j];
 //                          then p = exp(score - max) in place, 0 past the row's visible positions;
 //   acc[kRows][head_dim]   sum_t p_t v_t, one lane per dimension, broadcast p_t times vf[t];
 // and each row's (max, sum, acc) is folded into the state with the shared attn_merge_row. Calls of at
@@ -34,7 +34,10 @@ constexpr int kRows = 4;      // query rows per register block
 constexpr int kPosStep = 16;  // positions per score register block (2 vectors); n_pad is a multiple
 constexpr int kFewRows = 16;  // calls with at most this many rows (decode) take attn_tile_few
 constexpr int kFewBlock = 8;  // attn_tile_few's query rows per register block (one vector each)
-constexpr int kPrefetchPos = 64;  // how far ahead of its key block attn_tile_few prefetches
+constexpr int kValueChunk = attn_key_block;  // attn_tile_few's value rows per chunk (f16, head_dim 128: 8 KiB)
+constexpr int kLdp = attn_tile_max;  // floats between rows of scores / probabilities: a constant, so the
+                                     // value pass's broadcasts address rows by displacement, not registers
+constexpr int kPrefetchItems = 2;  // how many key blocks or value chunks ahead attn_tile_few prefetches
 
 static inline float hmax(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -42,7 +45,7 @@ static inline float hmax(__m256 v) {
     return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
 }
 
-// score[i][t] = scale * (q_i . k_t) for the block's R rows (q: [R][head_dim]), t < n_score.
+// score[i][t] = scale * (q_i . k_t) for the block's R rows (q: [R][head_dim]), t < n_score (score: [R][kLdp]).
 template <int R>
 static void scores(const float* q, int64_t head_dim, const float* kt, int n_pad, int n_score, float scale,
                    float* score) {
@@ -60,8 +63,8 @@ static void scores(const float* q, int64_t head_dim, const float* kt, int n_pad,
         }
         const __m256 s = _mm256_set1_ps(scale);
         for (int i = 0; i < R; ++i) {
-            _mm256_store_ps(score + i * n_pad + t, _mm256_mul_ps(acc[i][0], s));
-            _mm256_store_ps(score + i * n_pad + t + 8, _mm256_mul_ps(acc[i][1], s));
+            _mm256_store_ps(score + i * kLdp + t, _mm256_mul_ps(acc[i][0], s));
+            _mm256_store_ps(score + i * kLdp + t + 8, _mm256_mul_ps(acc[i][1], s));
         }
     }
 }
@@ -85,36 +88,54 @@ static float softmax_row(float* s, int n_vis, int n_score, float* max_out) {
     return hsum(sum);
 }
 
-// acc[i][:] = sum_{t < n_t} p[i][t] vf[t][:] for the block's R rows (p: [R][n_pad]; vf, acc: v_dim wide).
-template <int R>
-static void weighted_values(const float* p, int n_pad, int n_t, const float* vf, int64_t v_dim, float* acc) {
-    int64_t j = 0;
-    for (; j + 16 <= v_dim; j += 16) {
-        __m256 a[R][2];
-        for (auto& x : a) x[0] = x[1] = _mm256_setzero_ps();
-        const float* v = vf + j;
-        for (int t = 0; t < n_t; ++t, v += v_dim + kRowPad) {
-            const __m256 v0 = _mm256_load_ps(v), v1 = _mm256_load_ps(v + 8);
-            for (int i = 0; i < R; ++i) {
-                const __m256 pt = _mm256_broadcast_ss(p + i * n_pad + t);
-                a[i][0] = _mm256_fmadd_ps(pt, v0, a[i][0]);
-                a[i][1] = _mm256_fmadd_ps(pt, v1, a[i][1]);
+// acc[i][:] = sum_{t < n_t} p[i][t] v_t[:] for the block's R rows (acc: [R][v_dim]), the positions in
+// chunks of C: every pass over the elements (8 D at a time) of one chunk, then the next chunk, the
+// accumulators stored and reloaded in between (exact, so each acc element is still one FMA chain over the
+// positions in order, whatever C). p: [R][kLdp]; value(t, j) gives v_t[j..j+7] (j a multiple of 8) as
+// f32; chunk(t0) is called before each chunk and step() once per S positions (and left-over position) and
+// pass.
+template <int R, int D, int C, int S = 1, class Value, class Chunk, class Step>
+static void weighted_values(const float* p, int n_t, int64_t v_dim, float* acc, Value value, Chunk&& chunk,
+                            Step&& step) {
+    for (int t0 = 0; t0 < n_t; t0 += C) {
+        const int t1 = std::min(n_t, t0 + C);
+        chunk(t0);
+        int64_t j = 0;
+        for (; j + 8 * D <= v_dim; j += 8 * D) {
+            __m256 a[R][D];
+            for (int i = 0; i < R; ++i)
+                for (int c = 0; c < D; ++c)
+                    a[i][c] = t0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + i * v_dim + j + 8 * c);
+            const auto position = [&](int t) {
+                __m256 vt[D];
+                for (int c = 0; c < D; ++c) vt[c] = value(t, j + 8 * c);
+                for (int i = 0; i < R; ++i) {
+                    const __m256 pt = _mm256_broadcast_ss(p + i * kLdp + t);
+                    for (int c = 0; c < D; ++c) a[i][c] = _mm256_fmadd_ps(pt, vt[c], a[i][c]);
+                }
+            };
+            int t = t0;
+            for (; t + S <= t1; t += S) {
+                step();
+                for (int u = 0; u < S; ++u) position(t + u);
             }
+            for (; t < t1; ++t) {
+                step();
+                position(t);
+            }
+            for (int i = 0; i < R; ++i)
+                for (int c = 0; c < D; ++c) _mm256_storeu_ps(acc + i * v_dim + j + 8 * c, a[i][c]);
         }
-        for (int i = 0; i < R; ++i) {
-            _mm256_storeu_ps(acc + i * v_dim + j, a[i][0]);
-            _mm256_storeu_ps(acc + i * v_dim + j + 8, a[i][1]);
+        for (; j < v_dim; j += 8) {  // v_dim not a multiple of 8 D
+            __m256 a[R];
+            for (int i = 0; i < R; ++i) a[i] = t0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + i * v_dim + j);
+            for (int t = t0; t < t1; ++t) {
+                step();
+                const __m256 v0 = value(t, j);
+                for (int i = 0; i < R; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * kLdp + t), v0, a[i]);
+            }
+            for (int i = 0; i < R; ++i) _mm256_storeu_ps(acc + i * v_dim + j, a[i]);
         }
-    }
-    if (j < v_dim) {  // v_dim = 16 m + 8
-        __m256 a[R];
-        for (auto& x : a) x = _mm256_setzero_ps();
-        const float* v = vf + j;
-        for (int t = 0; t < n_t; ++t, v += v_dim + kRowPad) {
-            const __m256 v0 = _mm256_load_ps(v);
-            for (int i = 0; i < R; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * n_pad + t), v0, a[i]);
-        }
-        for (int i = 0; i < R; ++i) _mm256_storeu_ps(acc + i * v_dim + j, a[i]);
     }
 }
 
@@ -182,11 +203,13 @@ static inline void score8_rows_q8(const q8_buf& qq, int i0, int64_t b, const uin
 // multiple of 8), rows [i0, i0 + R) of qq: score[i][0..7] (stride lds). Per block of 32 dimensions, 8
 // steps over 4 dimensions of 8 positions: |k| times q with k's sign (pmaddubsw: pairs stay below 2^15),
 // summed to int32 exactly; then one f32 FMA per block, in block order, as the AVX-512 kernel does.
-// Rows go in groups of at most 4.
-template <int R>
-static inline void score8_q8(const q8_buf& qq, int i0, const uint8_t* kb, int tb, float scale, float* score, int lds) {
+// Rows go in groups of at most 4. step() is called head_dim / 4 times, 8 before each block of 32.
+template <int R, class Step>
+static inline void score8_q8(const q8_buf& qq, int i0, const uint8_t* kb, int tb, float scale, float* score, int lds,
+                             Step&& step) {
     const uint8_t* scales = kb + qq.head_dim * attn_key_block;
     for (int64_t b = 0; b < qq.n_b; ++b) {
+        for (int st = 0; st < 8; ++st) step();
         const __m256 dk = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 64 * b + 2 * tb)));
         int i = 0;
         for (; i + 4 <= R; i += 4) score8_rows_q8<4>(qq, i0 + i, b, kb, tb, dk, scale, score + i * lds, lds);
@@ -198,7 +221,7 @@ static inline void score8_q8(const q8_buf& qq, int i0, const uint8_t* kb, int tb
 template <ggml_type T, int R>
 static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const int64_t* last_pos, float scale,
                       const attn_state& st, int r0, const float* kt, const float* vf, int n_pad) {
-    alignas(32) float p[R * attn_tile_max];     // [R][n_pad] scores, then probabilities
+    alignas(32) float p[R * kLdp];              // [R][kLdp] scores, then probabilities
     alignas(32) float acc[R * kSimdMaxHeadDim];  // [R][v_dim]
     const int64_t v_dim = attn_value_dim(kv, head_dim);
     int n_vis[R], max_vis = 0;
@@ -212,11 +235,13 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
         const auto* k = static_cast<const uint8_t*>(kv.k);
         for (int t = 0; t < n_score; t += 8)
             score8_q8<R>(qq, 0, k + t / attn_key_block * attn_key_block * kv.row_bytes, t % attn_key_block, scale,
-                         p + t, n_pad);
+                         p + t, kLdp, [] {});
     }
     float max[R], sum[R];
-    for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * n_pad, n_vis[i], n_score, max + i);
-    weighted_values<R>(p, n_pad, max_vis, vf, v_dim, acc);
+    for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * kLdp, n_vis[i], n_score, max + i);
+    const int64_t ldv = v_dim + kRowPad;
+    weighted_values<R, 2, attn_tile_max>(
+        p, max_vis, v_dim, acc, [=](int t, int64_t j) { return _mm256_load_ps(vf + t * ldv + j); }, [](int) {}, [] {});
     for (int i = 0; i < R; ++i)
         if (n_vis[i] > 0)
             attn_merge_row(v_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * v_dim, max[i], sum[i],
@@ -235,12 +260,14 @@ static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const 
 
 // scores() for the 8 positions [t0, t0 + 8) of R rows of an F16 tile, read straight from their key
 // block: the same key values (load_keys8's) and FMA chains, so the same scores. score: [R][lds].
-template <int R>
+// step() is called once per dimension.
+template <int R, class Step>
 static void scores_blocked8(const float* q, int64_t head_dim, const kv_tile& kv, int t0, float scale, float* score,
-                            int lds) {
+                            int lds, Step&& step) {
     __m256 acc[R];
     for (auto& a : acc) a = _mm256_setzero_ps();
     for (int64_t j = 0; j < head_dim; ++j) {
+        step();
         const __m256 kj = load_keys8(kv, t0, j);
         for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + i * head_dim + j), kj, acc[i]);
     }
@@ -248,31 +275,32 @@ static void scores_blocked8(const float* q, int64_t head_dim, const kv_tile& kv,
     for (int i = 0; i < R; ++i) _mm256_storeu_ps(score + i * lds, _mm256_mul_ps(acc[i], s));
 }
 
-// weighted_values() for R rows reading the tile's value rows in place (load8's values, the same FMA
-// chains): acc[i][:] = sum_{t < n_t} p[i][t] v_t[:], p: [R][ldp], acc: [R][v_dim].
-template <ggml_type T, int R>
-static void weighted_values_rows(const float* p, int ldp, int n_t, const kv_tile& kv, int64_t v_dim, float* acc) {
-    const auto* v = static_cast<const uint8_t*>(kv.v);
-    const size_t v_stride = attn_value_stride(kv);
-    for (int64_t j = 0; j < v_dim; j += 8) {
-        __m256 a[R];
-        for (auto& x : a) x = _mm256_setzero_ps();
-        for (int t = 0; t < n_t; ++t) {
-            const __m256 vt = load8<T>(v + t * v_stride, j);
-            for (int i = 0; i < R; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * ldp + t), vt, a[i]);
-        }
-        for (int i = 0; i < R; ++i) _mm256_storeu_ps(acc + i * v_dim + j, a[i]);
+// Asks for the cache lines of [at, at + lines * 64) at an even rate over `steps` calls of step(), one
+// request per call (a line is asked for steps / lines times in a row; at most one new line per call).
+// Branch-free: a counting loop mispredicts on every irregular lines / steps ratio (Q8_0 rows).
+struct prefetch_stream {
+    const char* at;
+    uint64_t pos = 0, inc = 0;  // the current line in 24-bit fixed point, and its advance per call
+    prefetch_stream(const char* at_, int64_t lines, int64_t steps)
+        : at(at_), inc((static_cast<uint64_t>(lines) << 24) / static_cast<uint64_t>(std::max<int64_t>(1, steps))) {}
+    void step() {
+        _mm_prefetch(at + (pos >> 24) * 64, _MM_HINT_T0);
+        pos += inc;
     }
-}
+};
 
 // NOTE: calls with few rows (decode: one token's query heads of a kv head) stream the tile instead of
 // converting it: scores straight from the key blocks for kFewBlock rows at once (a key vector is
-// converted once for all of them), values read and converted in registers. Every score, exp, sum and
-// acc element is the same operation sequence as row_block's, so prompts and decode agree bitwise.
+// converted once for all of them), values read and converted in registers, kValueChunk positions at a
+// time so the chunk stays in L1 over the passes of head_dim. Every score, exp, sum and acc element is the
+// same operation sequence as row_block's, so prompts and decode agree bitwise. Memory is read in order
+// (key blocks, value chunks, the next tile's first key blocks) and each item is prefetched
+// kPrefetchItems items ahead, a line per step of the work (the hardware prefetchers stop at 4 KiB pages,
+// and a burst of requests per block leaves the FMAs waiting).
 template <ggml_type T>
 static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                           float scale, const attn_state& st) {
-    alignas(32) float p[kFewRows * attn_tile_max];       // [n_rows][n_pad] scores, then probabilities
+    alignas(32) float p[kFewRows * kLdp];                 // [n_rows][kLdp] scores, then probabilities
     alignas(32) float acc[kFewBlock * kStreamMaxHeadDim];  // [kFewBlock][v_dim]
     const int64_t v_dim = attn_value_dim(kv, head_dim);
     const size_t v_stride = attn_value_stride(kv);
@@ -283,24 +311,41 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
     std::optional<q8_buf> qq;
     if constexpr (T == ggml_type::Q8_0) qq.emplace(q, head_dim, n_rows);
     const auto* k = static_cast<const uint8_t*>(kv.k);
-    prefetch_rows(kv, kv.k, kv.row_bytes, 0, kPrefetchPos);
+    const auto* v = static_cast<const uint8_t*>(kv.v);
+    // Decode reads the tile as items: its n_kb key blocks, then its values kValueChunk rows at a time, then
+    // the caller's next tile's key blocks. While it works on item i it asks for item i + kPrefetchItems,
+    // spread over the work.
+    const size_t block_bytes = attn_key_block * kv.row_bytes, chunk_bytes = kValueChunk * v_stride;
+    const int64_t block_lines = static_cast<int64_t>((block_bytes + 63) / 64);
+    const int64_t chunk_lines = static_cast<int64_t>((chunk_bytes + 63) / 64);
+    const int n_kb = (n_pad + attn_key_block - 1) / attn_key_block;
+    const int n_vc = (max_vis + kValueChunk - 1) / kValueChunk;
+    // Steps of one key block: per 8 positions and block of rows, one per dimension (F16) or per 4 (Q8_0).
+    const int64_t key_steps = (T == ggml_type::F16 ? head_dim : head_dim / 4) * (attn_key_block / 8) *
+                              ((n_rows + kFewBlock - 1) / kFewBlock);
+    const auto item = [&](int i, int64_t steps) -> prefetch_stream {
+        if (i < n_kb) return {reinterpret_cast<const char*>(k) + i * block_bytes, block_lines, steps};
+        if (i < n_kb + n_vc) return {reinterpret_cast<const char*>(v) + (i - n_kb) * chunk_bytes, chunk_lines, steps};
+        if (kv.next_k)
+            return {static_cast<const char*>(kv.next_k) + (i - n_kb - n_vc) * block_bytes, block_lines, steps};
+        return {reinterpret_cast<const char*>(k), 0, steps};  // nothing left: the first line, already here
+    };
+    prefetch_stream ahead = item(kPrefetchItems, key_steps);
+    const auto step = [&] { ahead.step(); };
+    // Positions per step of the value pass: Q8_0 converts more per position, and a step every other one
+    // leaves it more of the issue width (F16 is slower so).
+    constexpr int step_pos = T == ggml_type::F16 ? 1 : 2;
+    prefetch_rows(kv, kv.k, kv.row_bytes, 0, kPrefetchItems * attn_key_block);
     for (int t0 = 0; t0 < n_pad; t0 += 8) {
-        if (t0 % attn_key_block == 0) {
-            prefetch_rows(kv, kv.k, kv.row_bytes, t0 + kPrefetchPos, t0 + kPrefetchPos + attn_key_block);
-            prefetch_rows(kv, kv.v, v_stride, 2 * t0, 2 * (t0 + attn_key_block));  // all values requested by mid-tile
-        }
+        if (t0 % attn_key_block == 0) ahead = item(t0 / attn_key_block + kPrefetchItems, key_steps);
         for (int r0 = 0; r0 < n_rows; r0 += kFewBlock)
             with_rows<kFewBlock>(std::min(kFewBlock, n_rows - r0), [&](auto rows) {
                 if constexpr (T == ggml_type::F16)
-                    scores_blocked8<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * n_pad + t0, n_pad);
+                    scores_blocked8<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * kLdp + t0, kLdp, step);
                 else
                     score8_q8<rows()>(*qq, r0, k + t0 / attn_key_block * attn_key_block * kv.row_bytes,
-                                      t0 % attn_key_block, scale, p + r0 * n_pad + t0, n_pad);
+                                      t0 % attn_key_block, scale, p + r0 * kLdp + t0, kLdp, step);
             });
-    }
-    if (kv.next_k) {
-        const auto* next = static_cast<const char*>(kv.next_k);
-        for (size_t off = 0; off < kPrefetchPos * kv.row_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
     }
     for (int r0 = 0; r0 < n_rows; r0 += kFewBlock) {
         const int nr = std::min(kFewBlock, n_rows - r0);
@@ -308,9 +353,15 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         for (int i = 0; i < nr; ++i) block_vis = std::max(block_vis, n_vis[r0 + i]);
         if (block_vis == 0) continue;
         float max[kFewBlock], sum[kFewBlock];
-        for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * n_pad, n_vis[r0 + i], n_pad, max + i);
+        for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * kLdp, n_vis[r0 + i], n_pad, max + i);
+        const auto chunk = [&](int t0) {
+            const int n_t = std::min(kValueChunk, block_vis - t0);
+            ahead = item(n_kb + t0 / kValueChunk + kPrefetchItems, (n_t + step_pos - 1) / step_pos * (v_dim / 8));
+        };
         with_rows<kFewBlock>(nr, [&](auto rows) {
-            weighted_values_rows<T, rows()>(p + r0 * n_pad, n_pad, block_vis, kv, v_dim, acc);
+            weighted_values<rows(), 1, kValueChunk, step_pos>(
+                p + r0 * kLdp, block_vis, v_dim, acc, [=](int t, int64_t j) { return load8<T>(v + t * v_stride, j); },
+                chunk, step);
         });
         for (int i = 0; i < nr; ++i)
             if (n_vis[r0 + i] > 0)

@@ -91,6 +91,7 @@ struct cache {
     kv_tile tile(int i) const {
         const size_t at = static_cast<size_t>(i) * tile_slots * row_bytes;
         kv_tile t{type, k.data() + at, v.data() + at, row_bytes, int64_t{i} * tile_n, std::min(tile_n, n_pos - i * tile_n)};
+        if (i + 1 < n_tiles()) t.next_k = k.data() + at + static_cast<size_t>(tile_slots) * row_bytes;  // as decode passes it
         if (v_dim > 0) {
             t.v = v.data() + static_cast<size_t>(i) * tile_n * row_bytes;
             t.v_dim = v_dim;
