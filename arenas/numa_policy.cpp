@@ -118,20 +118,29 @@ void first_touch_on(std::byte* p, std::size_t bytes, const std::vector<int>& cpu
 
 }  // namespace
 
-node_buffer::node_buffer(std::size_t bytes, int node, const std::vector<int>& node_cpus, first_touch touch)
-    : bytes_(bytes), node_(node) {
-    mapped_ = std::max(huge_page_bytes, (bytes + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes);
-    // Over-map by one huge page and trim, so the buffer starts on a 2 MiB boundary.
-    const std::size_t span = mapped_ + huge_page_bytes;
+std::byte* map_huge_aligned(std::size_t bytes) {
+    // Over-map by one huge page and trim, so the mapping starts on a 2 MiB boundary.
+    const std::size_t span = bytes + huge_page_bytes;
     void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) throw std::bad_alloc();
     const auto start = reinterpret_cast<std::uintptr_t>(raw);
     const auto aligned = (start + huge_page_bytes - 1) & ~(huge_page_bytes - 1);
     if (aligned > start) munmap(raw, aligned - start);
-    const std::size_t tail = start + span - (aligned + mapped_);
-    if (tail > 0) munmap(reinterpret_cast<void*>(aligned + mapped_), tail);
-    data_ = reinterpret_cast<std::byte*>(aligned);
-    madvise(data_, mapped_, MADV_HUGEPAGE);  // advisory; fails harmlessly when THP is disabled
+    const std::size_t tail = start + span - (aligned + bytes);
+    if (tail > 0) munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+    auto* data = reinterpret_cast<std::byte*>(aligned);
+    madvise(data, bytes, MADV_HUGEPAGE);  // advisory; fails harmlessly when THP is disabled
+    return data;
+}
+
+void unmap_huge_aligned(std::byte* data, std::size_t bytes) {
+    if (data) munmap(data, bytes);
+}
+
+node_buffer::node_buffer(std::size_t bytes, int node, const std::vector<int>& node_cpus, first_touch touch)
+    : bytes_(bytes), node_(node) {
+    mapped_ = std::max(huge_page_bytes, (bytes + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes);
+    data_ = map_huge_aligned(mapped_);
 
     if (node_ >= 0) {
         const int err = bind_memory(data_, mapped_, node_);
@@ -145,7 +154,7 @@ node_buffer::node_buffer(std::size_t bytes, int node, const std::vector<int>& no
 }
 
 void node_buffer::release() {
-    if (data_) munmap(data_, mapped_);
+    unmap_huge_aligned(data_, mapped_);
     data_ = nullptr;
 }
 
@@ -158,6 +167,16 @@ page_placement sample_page_placement(const void*, std::size_t, std::size_t) {
     page_placement out;
     out.error = ENOSYS;
     return out;
+}
+
+std::byte* map_huge_aligned(std::size_t bytes) {
+    auto* data = static_cast<std::byte*>(::operator new(bytes, std::align_val_t(huge_page_bytes)));
+    std::memset(data, 0, bytes);
+    return data;
+}
+
+void unmap_huge_aligned(std::byte* data, std::size_t) {
+    if (data) ::operator delete(data, std::align_val_t(huge_page_bytes));
 }
 
 node_buffer::node_buffer(std::size_t bytes, int node, const std::vector<int>&, first_touch) : bytes_(bytes), node_(node) {

@@ -72,6 +72,12 @@ public:
 void require_node_room(int node, std::uint64_t share_bytes, std::optional<std::uint64_t> available,
                        std::uint64_t headroom_bytes, std::string_view what, std::string_view remedy);
 
+// Zeroed anonymous memory of `bytes` starting on a 2 MiB boundary and advised for transparent huge
+// pages, so every whole 2 MiB of it can be one; no NUMA binding. Throws std::bad_alloc. Freed only by
+// unmap_huge_aligned with the same size.
+std::byte* map_huge_aligned(std::size_t bytes);
+void unmap_huge_aligned(std::byte* data, std::size_t bytes);
+
 // Who touches a node_buffer's pages first.
 enum class first_touch {
     pinned,  // the constructor: a thread pinned to node_cpus (the caller when node_cpus is empty)

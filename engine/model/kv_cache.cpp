@@ -6,12 +6,11 @@
 #include <new>
 #include <utility>
 
-#include <sys/mman.h>
-
 #include <spdlog/fmt/fmt.h>
 
 #include "formats/blocks.hpp"
 #include "formats/quant.hpp"
+#include "numa_policy.hpp"
 
 namespace strata::engine {
 
@@ -64,21 +63,11 @@ size_t kv_cache::bytes_per_token(int n_layer, int n_head_kv, int head_dim, kv_ty
 }
 
 kv_cache::slab::slab(size_t n) {
-    // Over-map by one huge page and trim, so the slab starts on a 2 MiB boundary: every whole 2 MiB of
-    // it can then be a transparent huge page. Zeros: unwritten slots of a partial key block are scored,
-    // then masked, so they must stay finite.
-    constexpr size_t huge = size_t{2} << 20;
+    // 2 MiB-aligned, so every whole 2 MiB of the slab can be a transparent huge page. Zeros: unwritten
+    // slots of a partial key block are scored, then masked, so they must stay finite.
     bytes = (n + page_bytes - 1) / page_bytes * page_bytes;
-    const size_t span = bytes + huge;
-    void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) throw std::bad_alloc();
-    const auto start = reinterpret_cast<uintptr_t>(raw);
-    const uintptr_t aligned = (start + huge - 1) & ~(huge - 1);
-    if (aligned > start) munmap(raw, aligned - start);
-    if (start + span > aligned + bytes) munmap(reinterpret_cast<void*>(aligned + bytes), start + span - (aligned + bytes));
-    data = reinterpret_cast<uint8_t*>(aligned);
-    madvise(data, bytes, MADV_HUGEPAGE);  // advisory; fails harmlessly where THP is off
-    std::memset(data, 0, bytes);          // commit the pages now, while growing, not in the first store
+    data = reinterpret_cast<uint8_t*>(arenas::map_huge_aligned(bytes));
+    std::memset(data, 0, bytes);  // commit the pages now, while growing, not in the first store
 }
 
 kv_cache::slab& kv_cache::slab::operator=(slab&& o) noexcept {
@@ -87,9 +76,7 @@ kv_cache::slab& kv_cache::slab::operator=(slab&& o) noexcept {
     return *this;
 }
 
-kv_cache::slab::~slab() {
-    if (data) munmap(data, bytes);
-}
+kv_cache::slab::~slab() { arenas::unmap_huge_aligned(reinterpret_cast<std::byte*>(data), bytes); }
 
 void kv_cache::reserve(int n_pos) {
     if (n_pos > n_ctx_)
