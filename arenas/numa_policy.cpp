@@ -153,10 +153,6 @@ node_buffer::node_buffer(std::size_t bytes, int node, const std::vector<int>& no
     if (touch == first_touch::pinned) first_touch_on(data_, mapped_, node_cpus, node_);
 }
 
-void node_buffer::release() {
-    unmap_huge_aligned(data_, mapped_);
-    data_ = nullptr;
-}
 
 #else  // not Linux: no NUMA calls, plain allocations
 
@@ -181,16 +177,15 @@ void unmap_huge_aligned(std::byte* data, std::size_t) {
 
 node_buffer::node_buffer(std::size_t bytes, int node, const std::vector<int>&, first_touch) : bytes_(bytes), node_(node) {
     mapped_ = std::max(huge_page_bytes, (bytes + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes);
-    data_ = static_cast<std::byte*>(::operator new(mapped_, std::align_val_t(huge_page_bytes)));
-    std::memset(data_, 0, mapped_);
-}
-
-void node_buffer::release() {
-    if (data_) ::operator delete(data_, std::align_val_t(huge_page_bytes));
-    data_ = nullptr;
+    data_ = map_huge_aligned(mapped_);
 }
 
 #endif
+
+void node_buffer::release() {
+    unmap_huge_aligned(data_, mapped_);
+    data_ = nullptr;
+}
 
 node_buffer::~node_buffer() { release(); }
 

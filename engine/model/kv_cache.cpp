@@ -111,15 +111,17 @@ void kv_cache::store(int layer, int pos, const float* k, const float* v) {
                                         pos, capacity(), n_ctx_));
     const int chunk = pos / chunk_tokens, in_chunk = pos % chunk_tokens;
     const size_t slot = static_cast<size_t>(in_chunk) * head_row_bytes_;
-    const ggml_type t = element_type(type_);
     for (int g = 0; g < n_head_kv_; ++g) {
         put_key(tile_rows(layer, chunk, g), in_chunk, k + static_cast<size_t>(g) * head_dim_);
-        uint8_t* dst = tile_rows(layer, chunk, n_head_kv_ + g) + slot;
-        if (type_ == kv_type::f16)
-            kernels::cpu::to_fp16(v + static_cast<size_t>(g) * head_dim_, reinterpret_cast<uint16_t*>(dst), head_dim_);
-        else
-            formats::quantize_row(t, v + static_cast<size_t>(g) * head_dim_, dst, head_dim_);
+        put_row(v + static_cast<size_t>(g) * head_dim_, tile_rows(layer, chunk, n_head_kv_ + g) + slot);
     }
+}
+
+void kv_cache::put_row(const float* x, uint8_t* dst) const {
+    if (type_ == kv_type::f16)
+        kernels::cpu::to_fp16(x, reinterpret_cast<uint16_t*>(dst), head_dim_);
+    else
+        formats::quantize_row(element_type(type_), x, dst, head_dim_);
 }
 
 void kv_cache::store_latent(int layer, int pos, const float* row) {
@@ -128,7 +130,7 @@ void kv_cache::store_latent(int layer, int pos, const float* row) {
         throw kv_cache_full(fmt::format("KV cache: position {} is outside the {} positions it has room for (context {})",
                                         pos, capacity(), n_ctx_));
     uint8_t* dst = tile_rows(layer, pos / chunk_tokens, 0) + static_cast<size_t>(pos % chunk_tokens) * head_row_bytes_;
-    formats::quantize_row(element_type(type_), row, dst, head_dim_);
+    put_row(row, dst);
 }
 
 void kv_cache::read_latent(int layer, int p0, int p1, float* out) const {

@@ -96,6 +96,7 @@ private:
     }
     // Writes key row x (head_dim floats) at row r of a key tile, in the blocked layout of
     // kernels/cpu/attention.hpp; put_key_block one Q8_0 block of it (elements j0 .. j0 + 31).
+    void put_row(const float* x, uint8_t* dst) const;  // one head_dim row as a value (or latent) row
     void put_key(uint8_t* tile, int r, const float* x) const;
     void put_key_block(uint8_t* tile, int r, int j0, const formats::block_q8_0& b) const;
 

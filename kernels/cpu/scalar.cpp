@@ -149,12 +149,9 @@ void rope_apply(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, const
 void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos, const rope_params& p,
           rope_style style) {
     // One angle per pair, shared by every head.
-    float cos_sin_stack[256];
-    std::vector<float> cos_sin_heap;
-    float* cos_sin = cos_sin_stack;
-    if (n_rot > 256) cos_sin = (cos_sin_heap = std::vector<float>(static_cast<size_t>(n_rot))).data();
-    rope_angles(n_rot, pos, p, cos_sin);
-    rope_apply(x, n_head, head_dim, n_rot, cos_sin, style);
+    std::vector<float> cos_sin(static_cast<size_t>(n_rot));
+    rope_angles(n_rot, pos, p, cos_sin.data());
+    rope_apply(x, n_head, head_dim, n_rot, cos_sin.data(), style);
 }
 
 }  // namespace strata::kernels::cpu
