@@ -103,6 +103,10 @@ model_info describe(const model::impl& m, const arenas::pool_plan& plan) {
     i.kv_bytes_per_session = engine::kv_cache::bytes_needed(hp.n_layer, m.options.n_ctx, hp.kv_heads(), hp.kv_head_dim(), m.kv,
                                                                hp.mla());
     i.kv_chunk_tokens = engine::kv_cache::chunk_tokens;
+    if (m.hybrid) {  // the keys and values live in VRAM
+        i.kv_bytes_per_session = m.hybrid->kv_bytes_max();
+        i.kv_chunk_tokens = engine::gpu::hybrid_options{}.kv_grow_tokens;
+    }
     i.kv_bytes_per_token = engine::kv_cache::bytes_per_token(hp.n_layer, hp.kv_heads(), hp.kv_head_dim(), m.kv, hp.mla());
     i.pool_split = plan.split;
     i.pool_test_mode = plan.test_mode;
@@ -220,20 +224,13 @@ gpu_choice build_on_engine_thread(model::impl& r) {
     return gpu;
 }
 
-// The GPU hybrid reserves its VRAM KV cache whole: --ctx 0 gives it at most this many positions.
-constexpr int kGpuDefaultCtx = 32768;
+// With --gpu and the file's context (--ctx 0), VRAM is set aside for at most this many positions of a
+// session's KV cache before the expert cache is sized; past them the cache grows into VRAM still free.
+constexpr int kGpuReservedCtx = 32768;
 
 model_options checked(model_options o, int n_ctx_train) {
     if (o.n_ctx < 0) throw std::runtime_error(fmt::format("the context length must be positive, got {}", o.n_ctx));
-    if (o.n_ctx == 0) {
-        o.n_ctx = n_ctx_train > 0 ? n_ctx_train : 4096;
-        if (o.gpu >= 0 && o.n_ctx > kGpuDefaultCtx) {
-            logger("engine")->info("--gpu: the context is {} tokens, not the file's {}, because the GPU's KV cache is "
-                                   "reserved whole; pass --ctx to choose.",
-                                   kGpuDefaultCtx, o.n_ctx);
-            o.n_ctx = kGpuDefaultCtx;
-        }
-    }
+    if (o.n_ctx == 0) o.n_ctx = n_ctx_train > 0 ? n_ctx_train : 4096;
     if (o.n_batch < 1) throw std::runtime_error(fmt::format("the batch size must be positive, got {}", o.n_batch));
     if (o.gpu_sessions < 1)
         throw std::runtime_error(fmt::format("--gpu-sessions must be at least 1, got {}", o.gpu_sessions));
@@ -281,6 +278,11 @@ std::unique_ptr<engine::gpu::hybrid_forward> create_hybrid(model::impl& r, const
     h.expert_profile = o.expert_profile;
     h.adapt = {o.adapt_every, o.adapt_swaps, o.adapt_async};
     h.n_ctx = o.n_ctx;
+    h.kv_reserved_ctx = r.ctx_from_file ? std::min(o.n_ctx, kGpuReservedCtx) : o.n_ctx;
+    if (h.kv_reserved_ctx < o.n_ctx)
+        logger("gpu")->info("The VRAM KV cache has room set aside for {} of the context's {} positions per session; "
+                            "past them it grows into VRAM the expert cache left free (--ctx N sets aside N).",
+                            h.kv_reserved_ctx, o.n_ctx);
     h.n_batch = o.n_batch;
     h.kv = r.kv;
     h.hot = r.hot.get();
@@ -318,6 +320,7 @@ model::impl::impl(const model_options& o)
       moe_layers(engine::moe_layers(weights)),
       tokenizer(tok::tokenizer::from_gguf(file)),
       kv(engine::parse_kv_type(o.kv_type)) {
+    ctx_from_file = o.n_ctx == 0;
     options = checked(o, hp.n_ctx_train);
     log_nextn_layers(file, hp);
     if (hp.rope.freq_scale != 1.0f || hp.rope.ext_factor != 0.0f)

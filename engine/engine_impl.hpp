@@ -72,6 +72,7 @@ struct model::impl {
     std::unique_ptr<engine::forward_pass> forward; // ditto
     std::unique_ptr<engine::gpu::hybrid_forward> hybrid;  // ditto; when set, sessions evaluate with it
     std::string cpu_only_reason;                   // --gpu given but no hybrid pass: why
+    bool ctx_from_file = false;                    // --ctx 0: options.n_ctx is the file's context
     uint64_t tokens_evaluated = 0;                 // changed on `thread` only
 };
 

@@ -44,13 +44,16 @@ struct session::impl {
     std::vector<float> logits;     // [n_vocab] after the last evaluated token
     std::atomic<bool> cancel{false};
     std::atomic<size_t> n_cached{0};  // cached.size(), readable from any thread
-    std::atomic<size_t> kv_bytes{0};  // kv.bytes(), readable from any thread
+    std::atomic<size_t> kv_bytes{0};  // allocated_kv(), readable from any thread
 
     explicit impl(std::shared_ptr<model> o)
         : owner(std::move(o)),
           m(*owner->impl_),
           kv(m.hp.n_layer, m.options.n_ctx, m.hp.kv_heads(), m.hp.kv_head_dim(), m.kv, m.hp.mla()),
           logits(static_cast<size_t>(m.hp.n_vocab)) {}
+
+    // Bytes this session's keys and values take: in VRAM with the GPU hybrid, else in kv.
+    size_t allocated_kv() const { return m.hybrid ? m.hybrid->kv_bytes(kv) : kv.bytes(); }
 
     // Evaluates tokens at the end of the cache (on the engine thread).
     void eval(std::span<const int32_t> tokens, float* out, bool all = false) {
@@ -60,7 +63,7 @@ struct session::impl {
             m.forward->eval(tokens, static_cast<int>(cached.size()), kv, out, all, m.options.n_batch);
         cached.insert(cached.end(), tokens.begin(), tokens.end());
         n_cached.store(cached.size());
-        kv_bytes.store(kv.bytes());
+        kv_bytes.store(allocated_kv());
         m.tokens_evaluated += tokens.size();
     }
 
@@ -112,7 +115,7 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, timings& t) 
     }
     cached.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(common));
     n_cached.store(common);
-    kv_bytes.store(kv.bytes());
+    kv_bytes.store(allocated_kv());
     t.cache_n = static_cast<int>(common);
     return common;
 }
@@ -137,7 +140,7 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
         try {
             eval(rest.first(n), logits.data());
         } catch (const engine::kv_cache_full& e) {
-            kv_bytes.store(kv.bytes());
+            kv_bytes.store(allocated_kv());
             throw request_error(fmt::format("the prompt's {} tokens do not fit: {}", prompt.size(), e.what()));
         }
         rest = rest.subspan(n);

@@ -123,6 +123,19 @@ public:
         if (n) check(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T)),
                      ("cudaMalloc of " + std::to_string(n * sizeof(T) >> 20) + " MiB").c_str());
     }
+    // n elements, or an empty buffer when VRAM has no room for them (CUDA's error is cleared then).
+    static device_buffer try_allocate(size_t n) {
+        device_buffer b;
+        const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&b.p_), n * sizeof(T));
+        if (e == cudaErrorMemoryAllocation) {
+            cudaGetLastError();
+            b.p_ = nullptr;
+            return b;
+        }
+        check(e, ("cudaMalloc of " + std::to_string(n * sizeof(T) >> 20) + " MiB").c_str());
+        b.n_ = n;
+        return b;
+    }
     device_buffer(device_buffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
     device_buffer& operator=(device_buffer&& o) noexcept {
         if (this != &o) {

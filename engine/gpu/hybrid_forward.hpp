@@ -32,7 +32,11 @@ struct hybrid_options {
     int vram_reserve_mib = 512;
     std::string expert_profile;        // profile to fill the cache from ("": the default order)
     adapt_options adapt;
-    int n_ctx = 0;                     // per session
+    int n_ctx = 0;                     // per session: the most positions its VRAM KV cache grows to
+    // Positions per session whose VRAM KV cache the budget sets aside before sizing the expert cache
+    // (0: n_ctx). The cache grows as a session fills; past these positions only into VRAM still free.
+    int kv_reserved_ctx = 0;
+    int kv_grow_tokens = 4096;         // the VRAM KV cache grows by whole steps of this many positions
     int n_batch = 512;                 // prompt tokens per forward batch (sizes the scratch)
     kv_type kv = kv_type::f16;         // the VRAM KV cache's type, as the CPU's (--kv f16 | int8)
     int gpu_sessions = 1;              // --gpu-sessions: sessions whose KV caches VRAM holds at once (sized for)
@@ -55,9 +59,14 @@ public:
                                                   std::string* why);
 
     // As forward_pass::eval. kv identifies the session (its VRAM cache is created at position 0);
-    // throws std::runtime_error if a session continues after its VRAM cache was given to another.
+    // throws std::runtime_error if a session continues after its VRAM cache was given to another, and
+    // kv_cache_full (naming the numbers, the session's cache intact) when VRAM has no room to grow it.
     virtual void eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv, float* logits, bool all_logits,
                       int n_batch) = 0;
+    // VRAM the session of kv has allocated for its keys and values (0: none), and what one session's
+    // cache takes at the full context.
+    virtual uint64_t kv_bytes(const kv_cache& kv) const = 0;
+    virtual uint64_t kv_bytes_max() const = 0;
 
     virtual const routing_counts& routing() const = 0;
     virtual cache_stats expert_cache_stats() const = 0;

@@ -33,11 +33,19 @@ struct config_error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-// One session's keys and values in VRAM: per layer [n_ctx] rows of n_kv halves or Q8_0 blocks each.
+// One session's keys and values in VRAM: per layer rows of n_kv halves or Q8_0 blocks, row r holding
+// position r, grown (moved into larger buffers) as the session fills.
 struct session_kv {
     const kv_cache* owner = nullptr;
-    int n_valid = 0;  // positions written
+    int n_valid = 0;   // positions written
+    int capacity = 0;  // positions every layer's buffers hold
     std::vector<device_buffer<uint8_t>> k, v;
+    uint64_t bytes() const {
+        uint64_t b = 0;
+        for (const auto* bufs : {&k, &v})
+            for (const auto& x : *bufs) b += x.bytes();
+        return b;
+    }
 };
 
 cu::kv_format kv_format_of(kv_type t) { return t == kv_type::int8 ? cu::kv_format::q8_0 : cu::kv_format::f16; }
@@ -57,6 +65,8 @@ public:
     const routing_counts& routing() const override { return routing_; }
     cache_stats expert_cache_stats() const override { return cache_->stats(); }
     int device_numa_node() const override { return dev_.numa_node; }
+    uint64_t kv_bytes(const kv_cache& kv) const override;
+    uint64_t kv_bytes_max() const override;
 
 private:
     void eval_batch(const int32_t* tokens, int n_tok, int pos0, session_kv& s, float* logits, bool all_logits,
@@ -64,6 +74,9 @@ private:
     void attention(int il, int n_tok, int pos0, session_kv& s);
     void dense_ffn(int il, int n_tok);
     session_kv& session_for(const kv_cache& kv, int pos0);
+    void reserve(session_kv& s, int n_pos);
+    bool grow_to(session_kv& s, int capacity);
+    size_t kv_row() const { return cu::kv_row_bytes(kv_format_of(o_.kv), hp_.n_kv()); }
     cudaStream_t cs() const { return sm_->compute(); }
 
     const hparams& hp_;
@@ -78,7 +91,7 @@ private:
 
     // Scratch, [max_tok][...] per token.
     device_buffer<float> x_, xn_, q_, k_, v_, att_, tmp_;  // n_embd, n_embd, n_q, n_kv, n_kv, n_q, n_embd
-    device_buffer<float> att_scores_;                       // [kAttnChunk][n_head][n_ctx]
+    device_buffer<float> att_scores_;  // [tokens][n_head][positions]: kAttnChunk x kv_reserved_ctx at least
     device_buffer<float> ff_gate_, ff_up_;                  // [max_tok][n_ff] (leading dense layers only)
     device_buffer<float> logits_;                           // [max_tok][n_vocab]
     std::unique_ptr<dense_matmul> mm_;
@@ -119,6 +132,8 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
       dense_(upload_dense(hp, w)),
       layout_(layout_slots(layers)),
       cpu_moe_(pool, {hp.n_embd, hp.n_ff_exp, hp.n_expert, hp.n_expert_used}, layers, rows) {
+    if (o_.kv_reserved_ctx <= 0 || o_.kv_reserved_ctx > o_.n_ctx) o_.kv_reserved_ctx = o_.n_ctx;
+    o_.kv_grow_tokens = std::max(o_.kv_grow_tokens, 1);
     routing_.counts.assign(static_cast<size_t>(hp.n_layer) * hp.n_expert, 0);
     const size_t t = static_cast<size_t>(max_tok_), n_embd = static_cast<size_t>(hp.n_embd);
     const size_t n_q = static_cast<size_t>(hp.n_q()), n_kv = static_cast<size_t>(hp.n_kv());
@@ -129,7 +144,8 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
     v_ = device_buffer<float>(t * n_kv);
     att_ = device_buffer<float>(t * n_q);
     tmp_ = device_buffer<float>(t * n_embd);
-    att_scores_ = device_buffer<float>(static_cast<size_t>(kAttnChunk) * hp.n_head * static_cast<size_t>(o.n_ctx));
+    att_scores_ =
+        device_buffer<float>(static_cast<size_t>(kAttnChunk) * hp.n_head * static_cast<size_t>(o_.kv_reserved_ctx));
     logits_ = device_buffer<float>(t * static_cast<size_t>(hp.n_vocab));
     if (hp.n_layer_dense_lead > 0) {
         ff_gate_ = device_buffer<float>(t * static_cast<size_t>(hp.n_ff));
@@ -158,7 +174,8 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
                                  t * (4ull * n_embd + 2ull * std::max(hp.n_ff_shexp, 1) + hp.n_expert) * sizeof(float);
 
     const vram_budget budget{dev.free_bytes, static_cast<uint64_t>(o.vram_reserve_mib) << 20,
-                             dense_.bytes + scratch + moe_scratch, session_kv_bytes(hp, o.n_ctx, o.kv), o.gpu_sessions};
+                             dense_.bytes + scratch + moe_scratch, session_kv_bytes(hp, o_.kv_reserved_ctx, o.kv),
+                             o.gpu_sessions};
     const uint64_t kv_bytes = budget.kv_bytes();
     cache_size size;
     try {
@@ -185,11 +202,13 @@ cuda_hybrid::cuda_hybrid(arenas::expert_pool& pool, const hparams& hp, const mod
     const int total = hp.n_moe_layer() * hp.n_expert;
     logger("gpu")->info(
         "GPU {} ({}, compute {}.{}, {:.0f} of {:.0f} MiB free, NUMA node {}): dense weights {:.0f} MiB, scratch "
-        "{:.0f} MiB, KV cache ({}) {:.0f} MiB for {} session(s); expert cache {} slots of {:.2f} MiB ({:.0f} MiB) "
+        "{:.0f} MiB, KV cache ({}) {:.0f} MiB set aside for {} session(s) of {} positions (grown in steps of {} as "
+        "a session fills, up to {} positions, {:.0f} MiB each); expert cache {} slots of {:.2f} MiB ({:.0f} MiB) "
         "hold {} of {} routed experts ({:.0f} %), filled {}.",
         dev.index, dev.name, dev.compute_major, dev.compute_minor, double(dev.free_bytes) / kMiB,
         double(dev.total_bytes) / kMiB, dev.numa_node, double(dense_.bytes) / kMiB,
         double(scratch + moe_scratch) / kMiB, kv_type_name(o.kv), double(kv_bytes) / kMiB, o.gpu_sessions,
+        o_.kv_reserved_ctx, o_.kv_grow_tokens, o_.n_ctx, double(kv_bytes_max()) / kMiB,
         size.n_slots,
         double(layout_.slot_bytes) / kMiB, double(slots_.bytes()) / kMiB, size.n_slots, total,
         100.0 * size.n_slots / std::max(total, 1),
@@ -208,12 +227,8 @@ session_kv& cuda_hybrid::session_for(const kv_cache& kv, int pos0) {
             sessions_.splice(sessions_.begin(), sessions_, std::prev(sessions_.end()));  // reuse the least recent
         } else {
             session_kv s;
-            const size_t n =
-                static_cast<size_t>(o_.n_ctx) * cu::kv_row_bytes(kv_format_of(o_.kv), hp_.n_kv());
-            for (int l = 0; l < hp_.n_layer; ++l) {
-                s.k.emplace_back(n);
-                s.v.emplace_back(n);
-            }
+            s.k.resize(static_cast<size_t>(hp_.n_layer));
+            s.v.resize(static_cast<size_t>(hp_.n_layer));
             sessions_.push_front(std::move(s));
         }
         it = sessions_.begin();
@@ -229,12 +244,67 @@ session_kv& cuda_hybrid::session_for(const kv_cache& kv, int pos0) {
     return *it;
 }
 
+uint64_t cuda_hybrid::kv_bytes(const kv_cache& kv) const {
+    for (const session_kv& s : sessions_)
+        if (s.owner == &kv) return s.bytes();
+    return 0;
+}
+
+uint64_t cuda_hybrid::kv_bytes_max() const { return session_kv_bytes(hp_, o_.n_ctx, o_.kv); }
+
+// Room for positions [0, n_pos): a quarter more than before in whole steps (at most n_ctx), or just
+// the steps n_pos needs when VRAM has no room for that.
+void cuda_hybrid::reserve(session_kv& s, int n_pos) {
+    if (n_pos <= s.capacity) return;
+    const int step = o_.kv_grow_tokens;
+    const auto steps = [&](int n) { return std::min(o_.n_ctx, (n + step - 1) / step * step); };
+    check(cudaStreamSynchronize(cs()), "cudaStreamSynchronize");  // queued work reads the buffers replaced
+    if (grow_to(s, steps(std::max(n_pos, s.capacity + s.capacity / 4))) || grow_to(s, steps(n_pos))) return;
+    size_t free_bytes = 0, total_bytes = 0;
+    check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    throw kv_cache_full(fmt::format(
+        "the GPU's KV cache cannot grow to {} positions ({:.0f} MiB for this session, which holds {} positions): "
+        "{:.0f} MiB of VRAM are free; load with --ctx {} to set VRAM aside for that many positions, or with a "
+        "smaller --expert-cache",
+        n_pos, double(session_kv_bytes(hp_, steps(n_pos), o_.kv)) / kMiB, s.capacity, double(free_bytes) / kMiB,
+        steps(n_pos)));
+}
+
+// Moves every layer's keys and values into buffers of `capacity` positions, one buffer at a time (the
+// old one freed before the next is allocated); false when VRAM runs out, with the session intact (the
+// layers already moved keep their larger buffers).
+bool cuda_hybrid::grow_to(session_kv& s, int capacity) {
+    const size_t row = kv_row(), rows = static_cast<size_t>(capacity);
+    const size_t scores = static_cast<size_t>(hp_.n_head) * rows;
+    if (att_scores_.size() < scores) {  // one token's scores at the deepest position
+        auto b = device_buffer<float>::try_allocate(scores);
+        if (!b.data()) return false;
+        att_scores_ = std::move(b);
+    }
+    for (auto* bufs : {&s.k, &s.v})
+        for (device_buffer<uint8_t>& b : *bufs) {
+            if (b.bytes() >= rows * row) continue;
+            auto moved = device_buffer<uint8_t>::try_allocate(rows * row);
+            if (!moved.data()) return false;
+            if (s.n_valid > 0) {
+                check(cudaMemcpyAsync(moved.data(), b.data(), static_cast<size_t>(s.n_valid) * row,
+                                      cudaMemcpyDeviceToDevice, cs()),
+                      "cudaMemcpyAsync device to device");
+                check(cudaStreamSynchronize(cs()), "cudaStreamSynchronize");
+            }
+            b = std::move(moved);
+        }
+    s.capacity = capacity;
+    return true;
+}
+
 void cuda_hybrid::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv, float* logits, bool all_logits,
                        int n_batch) {
     const int n = static_cast<int>(tokens.size());
     if (pos0 + n > o_.n_ctx)
         throw std::runtime_error(fmt::format("positions {}..{} exceed the context of {}", pos0, pos0 + n - 1, o_.n_ctx));
     session_kv& s = session_for(kv, pos0);
+    reserve(s, pos0 + n);
     const int batch = std::clamp(n_batch, 1, max_tok_);
     for (int first = 0; first < n; first += batch) {
         const int n_tok = std::min(batch, n - first);
@@ -318,8 +388,12 @@ void cuda_hybrid::attention(int il, int n_tok, int pos0, session_kv& s) {
     const cu::kv_format kvf = kv_format_of(o_.kv);
     cu::kv_store(kvf, k_.data(), v_.data(), n_tok, n_kv, pos0, kc, vc, cs());
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    for (int c = 0; c < n_tok; c += kAttnChunk) {
-        const int nc = std::min(kAttnChunk, n_tok - c);
+    // Tokens per launch: as many as the score scratch holds at the batch's deepest position (reserve()
+    // keeps room for one).
+    const size_t per_token = static_cast<size_t>(hp_.n_head) * static_cast<size_t>(pos0 + n_tok);
+    const int chunk = static_cast<int>(std::clamp<size_t>(att_scores_.size() / per_token, 1, kAttnChunk));
+    for (int c = 0; c < n_tok; c += chunk) {
+        const int nc = std::min(chunk, n_tok - c);
         const size_t off = static_cast<size_t>(c) * static_cast<size_t>(n_q);
         cu::attention(kvf, q_.data() + off, kc, vc, nc, pos0 + c, hp_.n_head, hp_.n_head_kv, hd, scale,
                           att_scores_.data(), att_.data() + off, cs());

@@ -134,6 +134,33 @@ TEST(EngineGpu, GenerationReportsItsLookupsAndVramHits) {
     EXPECT_LT(st.hit_rate(), 1.0);
 }
 
+// --ctx 0 with --gpu is the file's whole context (65,536 here): VRAM is set aside for the first 32,768
+// positions, and a session's VRAM KV cache is allocated as it fills, a step of 4,096 positions first;
+// the session and /v1/status report those bytes.
+TEST(EngineGpu, TheFileContextIsTheDefaultAndTheVramKvCacheGrowsWithTheSession) {
+    STRATA_REQUIRE_GPU();
+    make_model::model_spec spec = make_model::preset("tiny", make_model::arch::qwen3moe);
+    spec.n_ctx = 65536;
+    const auto path = temp_file(fmt::format("strata_engine_gpu_ctx64k.{}.gguf", ::getpid()));
+    make_model::build_model(spec).write_file(path.string());
+    model_options o = gpu_options();
+    o.path = path.string();
+    o.n_ctx = 0;
+    {
+        const auto m = model::load(o);
+        const model_info& info = m->info();
+        ASSERT_TRUE(info.gpu_hybrid) << info.gpu_cpu_only_reason;
+        EXPECT_EQ(info.n_ctx, 65536);
+        EXPECT_EQ(info.kv_chunk_tokens, 4096);
+        session s(m);
+        EXPECT_EQ(s.kv_bytes(), 0u);
+        const generation_result r = s.generate(m->tokenize("The river ran quietly past the old mill"), greedy(4));
+        EXPECT_EQ(r.tokens.size(), 4u);
+        EXPECT_EQ(s.kv_bytes(), info.kv_bytes_per_session / 16) << "one step of 4,096 of the 65,536 positions";
+    }
+    std::filesystem::remove(path);
+}
+
 // The region map's pinned host pools of the GPU path (named "... (pinned)").
 std::vector<arenas::region> pinned_regions(const model_info& info) {
     std::vector<arenas::region> out;

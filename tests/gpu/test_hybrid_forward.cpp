@@ -4,6 +4,7 @@
 // chosen and the same greedy tokens (where routing agrees: see expect_same), with
 // all, about half and none of the routed experts resident, with prompt batches large enough for the
 // cuBLAS path, and with adaptive swaps running every decode step (they must never change results).
+// The VRAM KV cache grows as a session fills, and running out of VRAM leaves the session intact.
 // Label gpu: skips without a device (and runs on the CPU emulator under STRATA_CUDA=EMU).
 //
 // Tolerance: the CPU engine multiplies 8-bit-quantised activations, the GPU f32 ones; on these models
@@ -16,6 +17,8 @@
 // decisions in a prompt, and attention carries such a move to every later position, past what the
 // 4 % rule below allows for.
 #include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
@@ -366,6 +369,117 @@ TEST(HybridForwardSlots, FilledFromTheExpertStoreNotTheFile) {
             EXPECT_GT(h->expert_cache_stats().swaps_started, 0u);
         }
     }
+}
+
+// A hybrid pass whose VRAM KV cache starts empty and grows by steps of 16 positions (none of the routed
+// experts resident, so VRAM has room to spare).
+std::unique_ptr<hybrid_forward> growing_hybrid(loaded& m, kv_type kv) {
+    hybrid_options o;
+    o.expert_cache_gib = 0.0;
+    o.n_ctx = kCtx;
+    o.n_batch = 32;
+    o.kv = kv;
+    o.kv_reserved_ctx = 16;
+    o.kv_grow_tokens = 16;
+    std::string why;
+    auto h = hybrid_forward::create(*m.pool, m.hp, m.w, m.layers, *m.rows, o, &why);
+    EXPECT_TRUE(h) << why;
+    return h;
+}
+
+// The cache is allocated as the session fills, in steps, and moved into a larger buffer when a decode
+// step passes its capacity (position 16 here): the results stay the CPU's, and the bytes it reports
+// follow the positions held.
+TEST(HybridForwardKv, GrowsAsTheSessionFillsAndMovesWhatItHolds) {
+    STRATA_REQUIRE_GPU();
+    auto m = load(arch::qwen3moe);
+    const hparams& hp = m->hp;
+    const std::vector<int32_t> p = prompt(hp.n_vocab, 12);
+    const int n_gen = 10, n_batch = 32;
+    forward_pass cpu(*m->pool, hp, m->w, *m->rows);
+    for (const kv_type t : {kv_type::f16, kv_type::int8}) {
+        std::vector<int32_t> tokens;
+        const run_result want = generate(hp, p, n_gen, n_batch, t, tokens, [&](auto&&... a) { cpu.eval(a...); },
+                                         [&] { return cpu.routing().counts; });
+        auto h = growing_hybrid(*m, t);
+        ASSERT_TRUE(h);
+        const uint64_t full = h->kv_bytes_max();
+        std::vector<uint64_t> bytes;  // after each evaluation
+        const run_result got = generate(
+            hp, p, n_gen, n_batch, t, tokens,
+            [&](std::span<const int32_t> tok, int pos0, kv_cache& kv, float* logits, bool all, int nb) {
+                EXPECT_EQ(h->kv_bytes(kv), bytes.empty() ? 0 : bytes.back());
+                h->eval(tok, pos0, kv, logits, all, nb);
+                bytes.push_back(h->kv_bytes(kv));
+            },
+            [&] { return h->routing().counts; });
+        expect_same(got, want, static_cast<size_t>(hp.n_vocab), kv_type_name(t));
+        // Prompt (12 positions): one step of 16. Decode reaches position 21: two steps, 32 positions.
+        ASSERT_EQ(bytes.size(), size_t{1 + n_gen});
+        EXPECT_EQ(bytes.front(), full * 16 / kCtx) << kv_type_name(t);
+        EXPECT_EQ(bytes.back(), full * 32 / kCtx) << kv_type_name(t);
+    }
+}
+
+// Every byte of free VRAM taken by somebody else, so the cache cannot grow.
+struct vram_hog {
+    std::vector<void*> blocks;
+    vram_hog() {
+        for (size_t chunk = size_t{1} << 30; chunk > 0;) {
+            void* b = nullptr;
+            if (cudaMalloc(&b, chunk) == cudaSuccess) {
+                blocks.push_back(b);
+            } else {
+                cudaGetLastError();
+                chunk /= 2;
+            }
+        }
+    }
+    ~vram_hog() {
+        for (void* b : blocks) cudaFree(b);
+    }
+};
+
+// When VRAM has no room to grow the cache, eval throws kv_cache_full naming the positions, and the
+// session keeps everything it held: once VRAM is free again it continues where it stopped, with the
+// results of a run that never ran out.
+TEST(HybridForwardKv, OutOfVramIsKvCacheFullAndTheSessionContinuesLater) {
+    STRATA_REQUIRE_GPU();
+    auto m = load(arch::qwen3moe);
+    const hparams& hp = m->hp;
+    const std::vector<int32_t> p = prompt(hp.n_vocab, 16);  // fills the first step exactly
+    const auto n_vocab = static_cast<size_t>(hp.n_vocab);
+    const int32_t next = 5;
+    std::vector<float> want(n_vocab), got(n_vocab), prompt_logits(n_vocab);
+    {
+        auto h = growing_hybrid(*m, kv_type::f16);
+        ASSERT_TRUE(h);
+        kv_cache kv(hp.n_layer, kCtx, hp.n_head_kv, hp.head_dim, kv_type::f16);
+        h->eval(p, 0, kv, prompt_logits.data(), false, 32);
+        h->eval(std::span(&next, 1), 16, kv, want.data(), false, 32);
+    }
+    auto h = growing_hybrid(*m, kv_type::f16);
+    ASSERT_TRUE(h);
+    kv_cache kv(hp.n_layer, kCtx, hp.n_head_kv, hp.head_dim, kv_type::f16);
+    h->eval(p, 0, kv, got.data(), false, 32);
+    EXPECT_EQ(got, prompt_logits);
+    const uint64_t held = h->kv_bytes(kv);
+    {
+        const vram_hog hog;
+        try {
+            h->eval(std::span(&next, 1), 16, kv, got.data(), false, 32);
+            ADD_FAILURE() << "the cache grew into VRAM that was all taken";
+        } catch (const kv_cache_full& e) {
+            const std::string what = e.what();
+            EXPECT_NE(what.find("17 positions"), std::string::npos) << what;
+            EXPECT_NE(what.find("holds 16 positions"), std::string::npos) << what;
+            EXPECT_NE(what.find("--ctx"), std::string::npos) << what;
+        }
+        EXPECT_EQ(h->kv_bytes(kv), held);
+    }
+    h->eval(std::span(&next, 1), 16, kv, got.data(), false, 32);
+    EXPECT_EQ(got, want);
+    EXPECT_GT(h->kv_bytes(kv), held);
 }
 
 TEST(HybridForwardDevice, OutOfRangeDeviceSaysWhy) {
