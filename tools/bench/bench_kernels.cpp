@@ -153,6 +153,22 @@ nlohmann::json bench_attention(ggml_type type, int depth, int prompt_tokens, buf
     const int n_layers = static_cast<int>(buf.size / layer_bytes);
     if (n_layers < 1) throw std::runtime_error("strata-bench kernels: --mib too small for attention at depth " + std::to_string(depth));
     fill_matrix(type, S::head_dim, static_cast<int64_t>(buf.size / row_bytes), buf.data.get());
+    // Keys in the blocked layout the cache keeps them in (cpu/attention.hpp), packed in place: read as
+    // rows, a Q8_0 tile's scales would be arbitrary bytes, denormal halves among them, which Intel
+    // cores score through slow microcode assists.
+    if (n_ctx % cpu::attn_key_block != 0)
+        throw std::runtime_error("strata-bench kernels: attention needs depth + prompt tokens to be a multiple of " +
+                                 std::to_string(cpu::attn_key_block));
+    std::vector<uint8_t> rows(static_cast<size_t>(cpu::attn_tile_max) * row_bytes);
+    for (int layer = 0; layer < n_layers; ++layer)
+        for (int g = 0; g < S::n_head_kv; ++g)
+            for (int pos0 = 0; pos0 < n_ctx; pos0 += cpu::attn_tile_max) {
+                uint8_t* k = buf.data.get() + static_cast<size_t>(layer) * layer_bytes + 2 * g * side_bytes +
+                             static_cast<size_t>(pos0) * row_bytes;
+                const int n = std::min(cpu::attn_tile_max, n_ctx - pos0);
+                std::memcpy(rows.data(), k, static_cast<size_t>(n) * row_bytes);
+                cpu::attn_pack_keys(type, S::head_dim, rows.data(), row_bytes, n, k);
+            }
     auto tile = [&](int layer, int g, int c, int n_pos) {
         const uint8_t* k = buf.data.get() + static_cast<size_t>(layer) * layer_bytes + 2 * g * side_bytes;
         const int pos0 = c * cpu::attn_tile_max;
