@@ -80,19 +80,6 @@ std::vector<double> time_parallel(int n_threads, int repeats, const std::functio
 // [begin, end) of part `i` of `n` equal parts of `count` items.
 std::pair<int64_t, int64_t> split(int64_t count, int i, int n) { return {count * i / n, count * (i + 1) / n}; }
 
-// STREAM-like read: sums 64-bit words with 8 independent accumulators (the compiler vectorises it),
-// optionally with the same software prefetch distance as the kernels (3 KiB ahead, one per line).
-uint64_t read_words(const uint64_t* p, size_t n, bool prefetch) {
-    uint64_t acc[8] = {};
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(p + i) + 3072, _MM_HINT_T0);
-        for (int k = 0; k < 8; ++k) acc[k] += p[i + k];
-    }
-    uint64_t s = 0;
-    for (uint64_t a : acc) s += a;
-    return s;
-}
-
 // Fills `rows` rows of a matrix by encoding a few random rows and repeating them.
 void fill_matrix(ggml_type type, int64_t n_cols, int64_t n_rows, uint8_t* dst) {
     const size_t row_bytes = formats::row_size(type, n_cols);
