@@ -9,7 +9,7 @@ namespace strata::cli {
 void add_model_flags(cxxopts::Options& o) {
     o.add_options("model")
         ("m,model", "GGUF model file", cxxopts::value<std::string>())
-        ("c,ctx", "context length in tokens (0: the model's, at most 4096)", cxxopts::value<int>()->default_value("0"))
+        ("c,ctx", "context length in tokens (0: the model's training context; the KV cache grows as it fills)", cxxopts::value<int>()->default_value("0"))
         ("b,batch", "prompt tokens per forward batch", cxxopts::value<int>()->default_value("512"))
         ("kv", "KV cache type: f16 | int8", cxxopts::value<std::string>()->default_value("f16"))
         ("numa-pool", "CPU expert pool split across NUMA nodes: auto | off | on | test | test:N "
