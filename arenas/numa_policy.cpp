@@ -153,7 +153,6 @@ node_buffer::node_buffer(std::size_t bytes, int node, const std::vector<int>& no
     if (touch == first_touch::pinned) first_touch_on(data_, mapped_, node_cpus, node_);
 }
 
-
 #else  // not Linux: no NUMA calls, plain allocations
 
 bool numa_policy_available() { return false; }

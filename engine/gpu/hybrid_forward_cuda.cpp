@@ -258,16 +258,16 @@ void cuda_hybrid::reserve(session_kv& s, int n_pos) {
     if (n_pos <= s.capacity) return;
     const int step = o_.kv_grow_tokens;
     const auto steps = [&](int n) { return std::min(o_.n_ctx, (n + step - 1) / step * step); };
+    const int needed = steps(n_pos);
     check(cudaStreamSynchronize(cs()), "cudaStreamSynchronize");  // queued work reads the buffers replaced
-    if (grow_to(s, steps(std::max(n_pos, s.capacity + s.capacity / 4))) || grow_to(s, steps(n_pos))) return;
+    if (grow_to(s, steps(std::max(n_pos, s.capacity + s.capacity / 4))) || grow_to(s, needed)) return;
     size_t free_bytes = 0, total_bytes = 0;
     check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
     throw kv_cache_full(fmt::format(
         "the GPU's KV cache cannot grow to {} positions ({:.0f} MiB for this session, which holds {} positions): "
         "{:.0f} MiB of VRAM are free; load with --ctx {} to set VRAM aside for that many positions, or with a "
         "smaller --expert-cache",
-        n_pos, double(session_kv_bytes(hp_, steps(n_pos), o_.kv)) / kMiB, s.capacity, double(free_bytes) / kMiB,
-        steps(n_pos)));
+        n_pos, double(session_kv_bytes(hp_, needed, o_.kv)) / kMiB, s.capacity, double(free_bytes) / kMiB, needed));
 }
 
 // Moves every layer's keys and values into buffers of `capacity` positions, one buffer at a time (the

@@ -94,9 +94,10 @@ private:
         return slabs_[static_cast<size_t>(chunk)].data + static_cast<size_t>(layer) * layer_stride() +
                static_cast<size_t>(t) * tile_bytes();
     }
+    // Writes x (head_dim floats) at dst as a value (or latent) row: f16 halves or Q8_0 blocks.
+    void put_row(const float* x, uint8_t* dst) const;
     // Writes key row x (head_dim floats) at row r of a key tile, in the blocked layout of
     // kernels/cpu/attention.hpp; put_key_block one Q8_0 block of it (elements j0 .. j0 + 31).
-    void put_row(const float* x, uint8_t* dst) const;  // one head_dim row as a value (or latent) row
     void put_key(uint8_t* tile, int r, const float* x) const;
     void put_key_block(uint8_t* tile, int r, int j0, const formats::block_q8_0& b) const;
 
