@@ -1,12 +1,13 @@
 // strata-bench model -m FILE: prompt and decode tokens/s over repeats (median and range) for arms of
 // --numa-pool, --pool-workers, --kv and --repack, at each --depth (tokens of context evaluated first, untimed, as
 // llama-bench's -d), with the weight and KV cache bytes a decode token reads and the bandwidth that
-// implies, next to the read bandwidth measured in the same run. With --gpu N, every such arm also runs
+// implies, next to the read bandwidth probed just before each decode. With --gpu N, every such arm also runs
 // hybrid at each --residency (percent of the routed experts resident in VRAM), against the CPU-only run
 // of the same arm, with the VRAM hit rate.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <random>
 #include <span>
@@ -114,15 +115,19 @@ struct measured {
     std::optional<double> hit_rate;  // hybrid only
     std::vector<phase_time> phases;  // --breakdown: the decode passes of every repeat, by part
     int passes = 0;
+    std::vector<double> decode_each;  // decode tok/s of each repeat, in order
+    std::vector<double> read_each;    // CPU arms: the read bandwidth probed just before each repeat's decode
 };
 
 // Figures at each depth (ascending) on one session: the context at depth D is the first D tokens of
 // one random sequence, evaluated untimed (only the tokens past the previous depth, thanks to prefix
 // reuse). Each repeat then times -p new tokens after those D (prompt tok/s) and -n tokens decoded after
 // them (decode tok/s; the first comes from the prompt's logits, the other n - 1 each take a forward
-// pass at depth D + 1 .. D + n - 1).
+// pass at depth D + 1 .. D + n - 1). probe, when given, is called just before each timed decode: the
+// machine's read bandwidth at that moment, the base of that repeat's ratio.
 std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int n_gen, int reps,
-                              const std::vector<int>& depths, const std::string& what) {
+                              const std::vector<int>& depths, const std::string& what,
+                              const std::function<double()>& probe) {
     const int threads = pool_threads(m->info());
     std::mt19937 rng(7);
     std::uniform_int_distribution<int32_t> tok(0, m->info().n_vocab - 1);
@@ -145,7 +150,7 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
             s.generate(before, go);
         }
         const expert_stats stats0 = m->info().gpu_hybrid ? m->statistics() : expert_stats{};
-        std::vector<double> pp, tg;
+        std::vector<double> pp, tg, rd;
         for (int r = 0; r < reps; ++r) {
             std::fprintf(stderr, "\r%s: depth %d, repeat %d/%d ", what.c_str(), depth, r + 1, reps);
             std::vector<int32_t> prompt(before.begin(), before.end());
@@ -159,6 +164,7 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
             prompt.resize(before.size());
             prompt.push_back(tok(rng));
             go.max_tokens = n_gen;
+            if (probe) rd.push_back(probe());
             const generation_result dr = s.generate(prompt, go);
             tg.push_back((dr.time.predicted_n - 1) * 1000.0 / dr.time.predicted_ms);
             if (phases.empty()) phases = dr.time.decode_phases;
@@ -169,7 +175,7 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
                 }
             passes += dr.time.decode_passes;
         }
-        measured d{depth, threads, summarize(pp), summarize(tg), std::nullopt, std::move(phases), passes};
+        measured d{depth, threads, summarize(pp), summarize(tg), std::nullopt, std::move(phases), passes, tg, rd};
         if (m->info().gpu_hybrid) {
             const expert_stats stats1 = m->statistics();
             const uint64_t lookups = stats1.expert_lookups - stats0.expert_lookups;
@@ -314,16 +320,12 @@ int run(int argc, char** argv) {
         const std::string kv_line = fmt::format("{:.2f} KiB ({})", double(m->info().kv_bytes_per_token) / 1024, arm.kv);
         if (kv_per_position.find(kv_line) == std::string::npos)
             kv_per_position += (kv_per_position.empty() ? "" : ", ") + kv_line;
-        // Probed before and after the arm's runs: the mean is the ratio's base, and a drift shows.
+        // Probed on the arm's threads just before each repeat's decode (the machine's bandwidth drifts over
+        // minutes): each repeat's decode is compared with its own probe, and the ratio is their median.
         const int probe_threads = std::max(pool_threads(m->info()), 1);
-        const double bw_before = arm.residency ? 0 : read_bandwidth_gbs(probe_threads);
-        const std::vector<measured> runs = measure(m, n_prompt, n_gen, reps, depths, what);
-        const double bw_after = arm.residency ? 0 : read_bandwidth_gbs(probe_threads);
-        const double bw = (bw_before + bw_after) / 2;
-        if (!arm.residency && std::abs(bw_after - bw_before) > 0.1 * bw)
-            notes.push_back(fmt::format("{}: the read bandwidth moved from {:.1f} GB/s before its runs to {:.1f} GB/s "
-                                        "after them; the ratios use the mean, {:.1f}.",
-                                        arm.label(), bw_before, bw_after, bw));
+        std::function<double()> probe;
+        if (!arm.residency) probe = [probe_threads] { return read_bandwidth_gbs(probe_threads); };
+        const std::vector<measured> runs = measure(m, n_prompt, n_gen, reps, depths, what, probe);
         for (const measured& r : runs) {
             const figure &p = r.prompt, &g = r.decode;
             nlohmann::ordered_json row = {{"arm", arm.label()}, {"depth", r.depth}, {"threads", r.threads},
@@ -340,11 +342,22 @@ int run(int argc, char** argv) {
                 const double bpt = bytes_per_token(file, m->info());
                 cpu_bytes_per_token = bpt;
                 const double implied = (bpt + kv_bpt) * g.median / 1e9;
+                std::vector<double> ratios;
+                for (size_t i = 0; i < r.decode_each.size(); ++i)
+                    ratios.push_back((bpt + kv_bpt) * r.decode_each[i] / 1e9 / r.read_each[i]);
+                const figure rf = summarize(ratios), bf = summarize(r.read_each);
+                const double bw = bf.median;
                 bandwidth = fmt::format("{:.1f} + {:.1f} | {:.2f} | {:.2f} | {:.0f} %", bpt / (1 << 20),
-                                        kv_bpt / (1 << 20), implied, bw, 100.0 * implied / bw);
+                                        kv_bpt / (1 << 20), implied, bw, 100.0 * rf.median);
+                if (ratios.size() > 1) bandwidth += fmt::format(" [{:.0f}-{:.0f}]", 100.0 * rf.lo, 100.0 * rf.hi);
+                if (bf.hi - bf.lo > 0.1 * bw)
+                    notes.push_back(fmt::format("{} at depth {}: the read bandwidth ranged {:.1f}-{:.1f} GB/s over the "
+                                                "repeats; each repeat's decode is compared with the probe just before it.",
+                                                arm.label(), r.depth, bf.lo, bf.hi));
                 row.update({{"bytes_per_token", bpt}, {"kv_bytes_per_token", kv_bpt}, {"decode_gbs", implied},
-                            {"read_bandwidth_gbs", bw}, {"read_bandwidth_before_gbs", bw_before},
-                            {"read_bandwidth_after_gbs", bw_after}, {"bandwidth_ratio", implied / bw}});
+                            {"read_bandwidth_gbs", bw}, {"read_bandwidth_each_gbs", r.read_each},
+                            {"decode_tps_each", r.decode_each}, {"bandwidth_ratio", rf.median},
+                            {"bandwidth_ratio_each", ratios}});
                 // Attention's f32 arithmetic per query head and position of context, on every layer:
                 // 4 head_dim flops (2 with an int8 cache, whose scores are int8 dot products); latent
                 // attention scores the latent and the RoPE key and sums latents, 2 (2 lora + n_rot). At
