@@ -54,12 +54,19 @@ struct buffer {
 };
 
 // Runs fn(thread, n_threads) on n_threads threads `repeats` times; returns the seconds of each repeat
-// (between the start barrier and the last thread finishing).
-std::vector<double> time_parallel(int n_threads, int repeats, const std::function<void(int, int)>& fn) {
+// (between the start barrier and the last thread finishing). With warm_up, each thread first runs fn
+// once untimed: a new thread's stack pages are not mapped yet (glibc hands them back when a thread
+// exits), and the attention kernels' large stack frames would otherwise fault them in while timed.
+std::vector<double> time_parallel(int n_threads, int repeats, const std::function<void(int, int)>& fn,
+                                  bool warm_up = false) {
     std::barrier sync(n_threads + 1);
     std::vector<std::thread> threads;
     for (int t = 0; t < n_threads; ++t)
         threads.emplace_back([&, t] {
+            if (warm_up) {
+                fn(t, n_threads);
+                sync.arrive_and_wait();
+            }
             for (int r = 0; r < repeats; ++r) {
                 sync.arrive_and_wait();
                 fn(t, n_threads);
@@ -67,6 +74,7 @@ std::vector<double> time_parallel(int n_threads, int repeats, const std::functio
             }
         });
     std::vector<double> seconds;
+    if (warm_up) sync.arrive_and_wait();
     for (int r = 0; r < repeats; ++r) {
         const auto start = clock_type::now();
         sync.arrive_and_wait();
@@ -187,7 +195,7 @@ nlohmann::json bench_attention(ggml_type type, int depth, int prompt_tokens, buf
                 for (int c = 0; c * cpu::attn_tile_max < n_ctx; ++c)
                     cpu::attn_tile(tile(0, g, c, n_ctx), S::head_dim, q.data(), prompt_rows, last.data(), scale, st);
             }
-        })[0]);
+        }, true)[0]);
         if (t_prompt.back() > 2.0) break;  // scalar: one repeat is enough
     }
 
@@ -210,7 +218,7 @@ nlohmann::json bench_attention(ggml_type type, int depth, int prompt_tokens, buf
                         cpu::attn_tile(tile(layer, g, c, depth), S::head_dim, q.data(), S::group, decode_last.data(),
                                        scale, st);
                 }
-        })[0]);
+        }, true)[0]);
         if (t_decode.back() > 2.0) break;
     }
     const double read_gbps = static_cast<double>(reads.size) / median(t_read) / 1e9;
