@@ -370,7 +370,9 @@ int run(int argc, char** argv) {
                 if (r.depth > 0 && fma_gflops > 0) {
                     const double fma_s = attn_flops / (fma_gflops * 1e9 * std::max(r.threads, 1));
                     // Seconds per token at a read bandwidth: the weights, then the longer of KV read and FMA.
-                    const auto bound_at = [&](double gbs) { return (bpt + std::max(kv_bpt, fma_s * gbs * 1e9)) / (gbs * 1e9); };
+                    const auto bound_at = [&](double gbs) {
+                        return (bpt + std::max(kv_bpt, fma_s * gbs * 1e9)) / (gbs * 1e9);
+                    };
                     const double bound_s = bound_at(bw);
                     // Each repeat against the bound at its own probe, as the table's ratio is.
                     std::vector<double> reached;
