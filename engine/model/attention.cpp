@@ -14,6 +14,7 @@ namespace {
 
 constexpr int kQueryTile = 16;     // tokens per prompt work item
 constexpr int kDecodeTokens = 8;   // batches up to this many tokens split the cache into chunks instead
+constexpr int kBlocksPerThread = 4;  // decode: blocks of consecutive (kv head, chunk) items per pool thread
 
 template <class T>
 T* grown(std::vector<T>& v, size_t n) {
@@ -109,7 +110,11 @@ void attention_runner::run_chunks(const kv_cache& kv, int layer, const float* q,
         chunks_left_size_ = static_cast<size_t>(n_head_kv);
     }
     for (int g = 0; g < n_head_kv; ++g) chunks_left_[static_cast<size_t>(g)].store(n_chunks, std::memory_order_relaxed);
-    parallel_rows(pool_, n_items, 1, [&](int64_t i0, int64_t i1) {
+    // Blocks of consecutive items, a few per thread: within a block each tile prefetches the next one's
+    // keys, so the memory never waits for a block's first tile more than a few times per phase.
+    const int threads = std::max(1, pool_.plan().total_threads());
+    const int64_t grain = std::max<int64_t>(1, n_items / (kBlocksPerThread * threads));
+    parallel_rows(pool_, n_items, grain, [&](int64_t i0, int64_t i1) {
         for (int64_t item = i0; item < i1; ++item) {
             const int g = static_cast<int>(item / n_chunks), c = static_cast<int>(item % n_chunks);
             const cpu::attn_state st = state_at(states + item * state_floats, rows, hd);
