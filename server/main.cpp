@@ -45,6 +45,7 @@ cxxopts::Options make_options() {
          cxxopts::value<double>()->default_value("30"))
         ("cors-origin", "origins browsers may call from: '*', a comma-separated list, or '' for none (default: '*' "
                         "on a loopback host without an API key, else none)", cxxopts::value<std::string>())
+        ("no-webui", "do not serve the chat page (/) and the live view (/dashboard)")
         ("special-in-content", "treat control tokens written in chat messages as tokens (default: as text)")
         ("h,help", "show help");
     return o;
@@ -71,6 +72,7 @@ server::server_options server_options_from(const cxxopts::ParseResult& a) {
     s.default_sampling = cli::sampling_options_from(a);
     if (a.count("cors-origin")) s.cors_origin = a["cors-origin"].as<std::string>();
     s.special_in_content = a.count("special-in-content") > 0;
+    s.webui = a.count("no-webui") == 0;
     return s;
 }
 
@@ -109,6 +111,7 @@ int serve(const cxxopts::ParseResult& args) {
     const int port = srv.bind();
     const std::string base = fmt::format("http://{}:{}", so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host, port);
     log->info("Listening on {} (OpenAI base URL {}/v1); loading {}.", base, base, mo.path);
+    if (so.webui) log->info("Chat in a browser at {}/ and watch the engine at {}/dashboard.", base, base);
     if (so.api_key.empty() && !server::is_loopback_host(so.host))
         log->warn("No API key and --host {} is not a loopback address: anyone who can reach port {} can use this "
                   "server. Set STRATA_API_KEY or --api-key.", so.host, port);

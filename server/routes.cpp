@@ -15,6 +15,7 @@
 #include "openai_response.hpp"
 #include "status.hpp"
 #include "text.hpp"
+#include "webui.hpp"
 
 namespace strata::server {
 namespace {
@@ -144,6 +145,23 @@ void handle_model(server_state& state, const httplib::Request& req, httplib::Res
     send_json(res, 200, model_json(state, *m));
 }
 
+// The embedded pages (server/webui), served without the key: the pages ask for it when the API answers 401.
+// Their scripts come only from this server, so model output that slips HTML into a page cannot run script.
+void handle_webui(server_state& state, const httplib::Request& req, httplib::Response& res) {
+    const webui::asset* a = webui::find(req.path);
+    if (!state.options.webui || !a)
+        throw api_error(404, !state.options.webui ? fmt::format("{} is off: the server runs with --no-webui", req.path)
+                             : webui::assets().empty() ? fmt::format("{}: this strata-server was built without its web "
+                                                                     "pages (-DSTRATA_WEBUI=OFF)", req.path)
+                                                       : fmt::format("Invalid URL (GET {})", req.path),
+                        "not_found_error", "", "not_found");
+    res.status = 200;
+    res.set_content(std::string(a->body), std::string(a->content_type));
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_header("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:");
+}
+
 const std::vector<route>& route_table() {
     static const std::vector<route> table = {
         {"/health", "GET", "health", true, false, handle_health},
@@ -175,6 +193,9 @@ const std::vector<route>& route_table() {
              handle_completion(s, q, r, endpoint::completions);
          }},
         {"/tokenize", "POST", "tokenize", false, false, handle_tokenize},
+        {"/", "GET", "webui", true, true, handle_webui},
+        {"/dashboard", "GET", "webui", true, true, handle_webui},
+        {"/webui/.+", "GET", "webui", true, true, handle_webui},
         {"/detokenize", "POST", "detokenize", false, false, handle_detokenize},
     };
     return table;

@@ -11,6 +11,8 @@ packages=(
   clang-14 libclang-rt-14-dev
   # the numa-vm test lane boots a small VM under software emulation
   qemu-system-x86 busybox-static cpio xz-utils
+  # the web pages embed these browser libraries; the webui test lane drives headless chromium
+  libjs-marked libjs-highlight.js libjs-chart.js chromium chromium-driver python3-selenium
 )
 
 missing=()

@@ -16,7 +16,11 @@ build/tools/strata/strata info "$model"
 cat <<'HOW'
 
 strata-server is starting on the demo model (random weights: the text is gibberish, the pipeline and
-the speed are real). From another terminal:
+the speed are real).
+
+  Chat in a browser:  http://127.0.0.1:8080/            Live view: http://127.0.0.1:8080/dashboard
+
+From another terminal:
 
   curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \
        -d '{"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 32}'

@@ -55,7 +55,20 @@ tools/configure-tests.sh build >/dev/null
 cmake --build build -j"$jobs"
 
 echo "== tests"
-ctest_lane unit+model+server+readme+install --test-dir build --output-on-failure --no-tests=error -j"$jobs" -LE 'numa-vm'
+ctest_lane unit+model+server+readme+install --test-dir build --output-on-failure --no-tests=error -j"$jobs" -LE 'numa-vm|webui'
+
+echo "== the web pages in headless chromium (tests/webui; screenshots in build/tests/webui/artifacts)"
+ctest --test-dir build --output-on-failure --no-tests=error -V -L webui | tee "$log"
+if grep -q '^webui: skipped' "$log"; then
+  why=$(sed -n 's/^.*webui: skipped: //p' "$log" | head -1)
+  echo "== webui lane: skipped: $why"
+  skipped_in_ci webui "$why"
+  record_lane webui "skipped"
+else
+  webui_passed=$(sed -n 's/^.*webui: \([0-9]*\) passed, 0 failed.*$/\1/p' "$log" | tail -1)
+  [ -n "$webui_passed" ] || { echo "== webui lane: the browser test printed no passed count" >&2; exit 1; }
+  record_lane webui "$webui_passed passed"
+fi
 
 echo "== the ISA-dependent tests as a CPU without AVX-512 runs them (STRATA_MAX_ISA=avx2), and the kernel tests without AVX2 (scalar)"
 # The engine suites whose logits go through the kernels: the forward pass, the KV cache, the MoE phases.
