@@ -190,7 +190,8 @@ function requestBody(c) {
   const s = state.settings;
   const messages = [];
   if (s.system.trim()) messages.push({ role: 'system', content: s.system });
-  for (const m of c.messages) if (!m.error || m.content) messages.push({ role: m.role, content: m.content });
+  // An answer that failed or was stopped before its first token is not part of the conversation.
+  for (const m of c.messages) if (m.role !== 'assistant' || m.content) messages.push({ role: m.role, content: m.content });
   const body = { messages, stream: true, stream_options: { include_usage: true } };
   for (const k of ['temperature', 'top_p', 'top_k', 'min_p', 'max_tokens', 'seed'])
     if (s[k] !== '' && s[k] !== null && !Number.isNaN(Number(s[k]))) body[k] = Number(s[k]);

@@ -14,24 +14,33 @@ const strata = (() => {
     return h;
   }
 
-  // Shows the key dialog; resolves true once a key was saved, false when cancelled.
+  // Shows the key dialog; resolves true once a key was saved, false when cancelled. Callers waiting at
+  // the same time share one dialog; after a cancel, only a new page load asks again.
+  let pending = null;
+  let declined = false;
   function askKey(message) {
+    if (declined) return Promise.resolve(false);
+    if (pending) return pending;
     const dialog = document.getElementById('key-dialog');
     const input = dialog.querySelector('input');
     dialog.querySelector('.key-message').textContent = message || 'This server needs an API key.';
     input.value = apiKey();
-    return new Promise((resolve) => {
+    pending = new Promise((resolve) => {
       dialog.onclose = () => {
+        pending = null;
         if (dialog.returnValue === 'save' && input.value.trim()) {
           localStorage.setItem(keyName, input.value.trim());
           resolve(true);
         } else {
+          declined = true;
           resolve(false);
         }
       };
+      dialog.returnValue = '';
       dialog.showModal();
       input.focus();
     });
+    return pending;
   }
 
   // fetch() with the key; a 401 asks for a key and tries once more with it.

@@ -210,6 +210,13 @@ class WebUi(unittest.TestCase):
         self.assertEqual(int(a["cache_n"]), reused[-1], f"page shows cache_n {a['cache_n']}, the server reused {reused}")
         self.assertIn(f"cache_n {a['cache_n']}", a["stats"])
         d.save_screenshot(os.path.join(ARGS.artifacts, "chat.png"))
+        # On a phone's width: no sideways scrolling, the conversation list folded away.
+        d.set_window_size(390, 844)
+        self.wait(lambda: self.js("return window.innerWidth;") <= 400)
+        self.assertLessEqual(self.js("return document.documentElement.scrollWidth;"), self.js("return window.innerWidth;"))
+        self.assertFalse(d.find_element(By.ID, "sidebar").is_displayed())
+        d.save_screenshot(os.path.join(ARGS.artifacts, "chat-phone.png"))
+        d.set_window_size(1280, 900)
         print(f"edited and resent: {a['stats']}")
 
     # ---- the dashboard
