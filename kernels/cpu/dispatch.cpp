@@ -30,6 +30,19 @@ static void set_gemm16(isa_table& t, ggml_type type, gemm16_fn fn, int tokens, b
     t.gemm16_fast[static_cast<size_t>(type)] = fast;
 }
 
+// The AVX2 prompt GEMM kernels (4 tokens per call: 16 registers).
+static void fill_avx2_gemm(isa_table& t) {
+    set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q6_K, gemm16_q6_k_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q4_0, gemm16_q4_0_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q4_1, gemm16_q4_1_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q5_0, gemm16_q5_0_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_avx2, 4, true);
+    set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_avx2, 4, true);
+}
+
 static void fill_avx2(isa_table& t) {
     set_dot(t, ggml_type::Q4_K, dot_q4_k_avx2);
     set_dot(t, ggml_type::Q6_K, dot_q6_k_avx2);
@@ -54,6 +67,7 @@ static void fill_avx2(isa_table& t) {
     t.softmax = softmax_avx2;
     t.to_fp16 = to_fp16_avx2;
     t.attn_tile = attn_tile_avx2;
+    fill_avx2_gemm(t);
 }
 
 // AVX-512 overrides the formats where 512-bit code pays (8 tokens per dot call with 32 registers); the other formats, the activation quantizers

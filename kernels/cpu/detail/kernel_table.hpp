@@ -141,6 +141,15 @@ STRATA_GEMM16(gemm16_q4_1_avx512);
 STRATA_GEMM16(gemm16_q5_0_avx512);
 STRATA_GEMM16(gemm16_q5_1_avx512);
 STRATA_GEMM16(gemm16_iq4_nl_avx512);
+STRATA_GEMM16(gemm16_q4_k_avx2);
+STRATA_GEMM16(gemm16_q5_k_avx2);
+STRATA_GEMM16(gemm16_q6_k_avx2);
+STRATA_GEMM16(gemm16_q8_0_avx2);
+STRATA_GEMM16(gemm16_q4_0_avx2);
+STRATA_GEMM16(gemm16_q4_1_avx2);
+STRATA_GEMM16(gemm16_q5_0_avx2);
+STRATA_GEMM16(gemm16_q5_1_avx2);
+STRATA_GEMM16(gemm16_iq4_nl_avx2);
 #undef STRATA_GEMM16
 
 // The rows16 layouts (kernels/cpu/repack.cpp). A Q4_K group block covers 256 columns of 16 rows:

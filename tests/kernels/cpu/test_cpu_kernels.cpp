@@ -505,7 +505,7 @@ INSTANTIATE_TEST_SUITE_P(FormatsByIsa, RepackTest, ::testing::ValuesIn(repack_ca
 });
 
 TEST(Repack, OnlyWhereTheActiveIsaHasAGemmKernel) {
-    const bool fast = active_isa() == isa::avx512;
+    const bool fast = active_isa() != isa::scalar;  // AVX2 and AVX-512 have the GEMM kernels
     EXPECT_EQ(fast, can_repack(ggml_type::Q4_K, 768));
     EXPECT_EQ(fast, can_repack(ggml_type::Q8_0, 2048));
     for (ggml_type t : {ggml_type::Q4_0, ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL}) {
@@ -521,6 +521,38 @@ TEST(Repack, OnlyWhereTheActiveIsaHasAGemmKernel) {
     EXPECT_EQ(148u * 8, repacked_row_stride(ggml_type::Q4_K, 2048));
     EXPECT_EQ(formats::row_size(ggml_type::Q8_0, 2048), repacked_row_stride(ggml_type::Q8_0, 2048));
     EXPECT_THROW(repacked_row_stride(ggml_type::Q3_K, 256), std::invalid_argument);
+}
+
+// The AVX2 path runs prompts through GEMM kernels on repacked weights (not the matvec ones) for the
+// formats of the bench files and the common K-quants, with the same bits as the AVX-512 kernels.
+TEST(Repack, Avx2PromptPathIsTheGemmOne) {
+    skip_unless_supported(isa::avx2);
+    const auto& t = detail::table_for(isa::avx2);
+    for (ggml_type type : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
+                           ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL}) {
+        const auto id = static_cast<size_t>(type);
+        EXPECT_TRUE(t.gemm16_fast[id]) << formats::info(type).name;
+        EXPECT_NE(t.gemm16[id], detail::table_for(isa::scalar).gemm16[id]) << formats::info(type).name;
+    }
+}
+
+TEST(Repack, Avx2GemmIsBitwiseTheAvx512One) {
+    skip_unless_supported(isa::avx512);
+    const auto& t2 = detail::table_for(isa::avx2);
+    const auto& t5 = detail::table_for(isa::avx512);
+    constexpr int64_t n_cols = 2048, n_rows = 32, n_tok = 13;
+    for (ggml_type type : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
+                           ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL}) {
+        SCOPED_TRACE(formats::info(type).name);
+        const repacked r = make_repacked(type, n_rows, n_cols, 91);
+        const size_t act_stride = activation_row_size(type, n_cols);
+        const auto act = quantize_tokens(type, n_tok, n_cols, act_stride, 92);
+        const matrix m{type, r.packed.data(), n_cols, repacked_row_stride(type, n_cols), weight_layout::rows16};
+        std::vector<float> y2(n_rows * n_tok), y5(n_rows * n_tok);
+        detail::run_rows(t2, m, 0, n_rows, act.data(), act_stride, n_tok, y2.data(), n_rows);
+        detail::run_rows(t5, m, 0, n_rows, act.data(), act_stride, n_tok, y5.data(), n_rows);
+        EXPECT_EQ(0, std::memcmp(y2.data(), y5.data(), y2.size() * sizeof(float)));
+    }
 }
 
 }  // namespace
