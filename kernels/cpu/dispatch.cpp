@@ -30,7 +30,16 @@ static void set_gemm16(isa_table& t, ggml_type type, gemm16_fn fn, int tokens, b
     t.gemm16_fast[static_cast<size_t>(type)] = fast;
 }
 
-// The AVX2 prompt GEMM kernels (4 tokens per call: 16 registers).
+// AVX-VNNI (CPUID leaf 7 subleaf 1, EAX bit 4), unless STRATA_NO_AVX_VNNI is set (to measure the AVX2
+// CPUs without it on one that has it).
+static bool use_avx_vnni() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const char* off = std::getenv("STRATA_NO_AVX_VNNI");
+    return (off == nullptr || *off == '\0') && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) != 0;
+}
+
+// The AVX2 prompt GEMM kernels (4 tokens per call: 16 registers); where the CPU has AVX-VNNI, its
+// vpdpbusd for the formats where it saves the most (the same bits either way).
 static void fill_avx2_gemm(isa_table& t) {
     set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx2, 4, true);
     set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avx2, 4, true);
@@ -41,6 +50,11 @@ static void fill_avx2_gemm(isa_table& t) {
     set_gemm16(t, ggml_type::Q5_0, gemm16_q5_0_avx2, 4, true);
     set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_avx2, 4, true);
     set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_avx2, 4, true);
+    if (!use_avx_vnni()) return;
+    t.avx_vnni = true;
+    set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avxvnni, 4, true);
+    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avxvnni, 4, true);
+    set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avxvnni, 4, true);
 }
 
 static void fill_avx2(isa_table& t) {
@@ -153,10 +167,12 @@ const isa_table& active_table() {
     static const isa_table* const table = [] {
         const char* forced = std::getenv("STRATA_FORCE_ISA");
         const isa chosen = choose_isa(forced);
-        logger("kernels")->info("CPU kernels use the {} path ({}; this CPU supports: {}).", isa_name(chosen),
+        const isa_table& t = table_for(chosen);
+        logger("kernels")->info("CPU kernels use the {} path{} ({}; this CPU supports: {}).", isa_name(chosen),
+                                chosen == isa::avx2 && t.avx_vnni ? " with AVX-VNNI prompt GEMM kernels" : "",
                                 forced && *forced ? "forced by STRATA_FORCE_ISA" : "chosen from CPUID",
                                 supported_list());
-        return &table_for(chosen);
+        return &t;
     }();
     return *table;
 }

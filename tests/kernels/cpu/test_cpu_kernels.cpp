@@ -536,10 +536,16 @@ TEST(Repack, Avx2PromptPathIsTheGemmOne) {
     }
 }
 
+// Both AVX2 forms of a kernel (plain, and AVX-VNNI where the CPU has it) against the AVX-512 one
+// (or, without AVX-512, against each other).
 TEST(Repack, Avx2GemmIsBitwiseTheAvx512One) {
-    skip_unless_supported(isa::avx512);
+    skip_unless_supported(isa::avx2);
     const auto& t2 = detail::table_for(isa::avx2);
-    const auto& t5 = detail::table_for(isa::avx512);
+    detail::isa_table plain = t2;
+    plain.gemm16[static_cast<size_t>(ggml_type::Q4_K)] = detail::gemm16_q4_k_avx2;
+    plain.gemm16[static_cast<size_t>(ggml_type::Q5_K)] = detail::gemm16_q5_k_avx2;
+    plain.gemm16[static_cast<size_t>(ggml_type::Q8_0)] = detail::gemm16_q8_0_avx2;
+    const auto& ref = cpu_supports(isa::avx512) ? detail::table_for(isa::avx512) : plain;
     constexpr int64_t n_cols = 2048, n_rows = 32, n_tok = 13;
     for (ggml_type type : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
                            ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL}) {
@@ -548,10 +554,13 @@ TEST(Repack, Avx2GemmIsBitwiseTheAvx512One) {
         const size_t act_stride = activation_row_size(type, n_cols);
         const auto act = quantize_tokens(type, n_tok, n_cols, act_stride, 92);
         const matrix m{type, r.packed.data(), n_cols, repacked_row_stride(type, n_cols), weight_layout::rows16};
-        std::vector<float> y2(n_rows * n_tok), y5(n_rows * n_tok);
-        detail::run_rows(t2, m, 0, n_rows, act.data(), act_stride, n_tok, y2.data(), n_rows);
-        detail::run_rows(t5, m, 0, n_rows, act.data(), act_stride, n_tok, y5.data(), n_rows);
-        EXPECT_EQ(0, std::memcmp(y2.data(), y5.data(), y2.size() * sizeof(float)));
+        std::vector<float> want(n_rows * n_tok);
+        detail::run_rows(ref, m, 0, n_rows, act.data(), act_stride, n_tok, want.data(), n_rows);
+        for (const detail::isa_table* t : {&t2, static_cast<const detail::isa_table*>(&plain)}) {
+            std::vector<float> y(n_rows * n_tok);
+            detail::run_rows(*t, m, 0, n_rows, act.data(), act_stride, n_tok, y.data(), n_rows);
+            EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float))) << (t == &t2 ? "table" : "plain AVX2");
+        }
     }
 }
 
