@@ -51,10 +51,40 @@ struct q6_k_gemm16 {
         return _mm256_or_si256(lo, _mm256_and_si256(hi, top2));
     }
 
-    // acc[t] (lane r: row 8h + r) += superblock i of the group's rows times token t's activations.
-    static inline void superblock(const block_q6_Kx16& x, int h, const block_q8_K* const y[NT], int64_t i, __m256 acc[NT]) {
-        __m256i total[NT];  // sum over sub-blocks of sc * (q . a)
-        for (int t = 0; t < NT; ++t) total[t] = _mm256_setzero_si256();
+    // The int sums for one or two tokens: each (ql, ql, qh) load triple gives the codes of all four
+    // quarters (shared shifts), so four sub-blocks' sums run side by side. Same int32 total, exactly.
+    static inline void sums_few(const block_q6_Kx16& x, int h, const block_q8_K* const y[NT], int64_t i, __m256i total[NT]) {
+        const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
+        for (int c = 0; c < 2; ++c)
+            for (int v0 = 0; v0 < 8; v0 += 2) {
+                const int s = v0 / 4;  // sub-blocks 8c + 2k + s
+                __m256i s16[4][NT];
+                for (auto& k : s16)
+                    for (auto& t : k) t = _mm256_setzero_si256();
+                for (int v = v0; v < v0 + 2; ++v) {
+                    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.ql[16 * c + v][8 * h]));
+                    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.ql[16 * c + 8 + v][8 * h]));
+                    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh[8 * c + v][8 * h]));
+                    const __m256i w[4] = {
+                        _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), top2)),
+                        _mm256_or_si256(_mm256_and_si256(b, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), top2)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(hb, top2)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), low4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), top2)),
+                    };
+                    for (int k = 0; k < 4; ++k)
+                        for (int t = 0; t < NT; ++t)
+                            s16[k][t] = _mm256_add_epi16(
+                                s16[k][t], _mm256_maddubs_epi16(w[k], broadcast_dword(y[t][i].qs + 128 * c + 32 * k + 4 * v)));
+                }
+                for (int k = 0; k < 4; ++k) {
+                    const __m256i sc = row_words_twice(x.sc[8 * c + 2 * k + s] + 8 * h);
+                    for (int t = 0; t < NT; ++t) total[t] = _mm256_add_epi32(total[t], _mm256_madd_epi16(s16[k][t], sc));
+                }
+            }
+    }
+
+    // The int sums for more tokens: one quarter's codes at a time (registers).
+    static inline void sums(const block_q6_Kx16& x, int h, const block_q8_K* const y[NT], int64_t i, __m256i total[NT]) {
         for (int c = 0; c < 2; ++c)
             for (int k = 0; k < 4; ++k)
                 for (int s = 0; s < 2; ++s) {
@@ -71,6 +101,16 @@ struct q6_k_gemm16 {
                         for (int t = 0; t < NT; ++t) total[t] = _mm256_add_epi32(total[t], _mm256_madd_epi16(s16[t], sc));
                     }
                 }
+    }
+
+    // acc[t] (lane r: row 8h + r) += superblock i of the group's rows times token t's activations.
+    static inline void superblock(const block_q6_Kx16& x, int h, const block_q8_K* const y[NT], int64_t i, __m256 acc[NT]) {
+        __m256i total[NT];  // sum over sub-blocks of sc * (q . a)
+        for (int t = 0; t < NT; ++t) total[t] = _mm256_setzero_si256();
+        if constexpr (NT <= 2)
+            sums_few(x, h, y, i, total);
+        else
+            sums(x, h, y, i, total);
         // The code offset: dword r of pair p holds sc[2p][r], sc[2p + 1][r], times bsums 2p and 2p + 1.
         __m256i pairs[8];
         for (int p = 0; p < 8; ++p) pairs[p] = row_word_pairs(x.sc[2 * p] + 8 * h, x.sc[2 * p + 1] + 8 * h);
