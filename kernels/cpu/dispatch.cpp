@@ -30,6 +30,36 @@ static void set_gemm16(isa_table& t, ggml_type type, gemm16_fn fn, int tokens, b
     t.gemm16_fast[static_cast<size_t>(type)] = fast;
 }
 
+// AVX-VNNI (CPUID leaf 7 subleaf 1, EAX bit 4), unless STRATA_NO_AVX_VNNI is set (to measure the AVX2
+// CPUs without it on one that has it).
+static bool use_avx_vnni() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const char* off = std::getenv("STRATA_NO_AVX_VNNI");
+    return (off == nullptr || *off == '\0') && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) != 0;
+}
+
+// The AVX2 prompt GEMM kernels (4 tokens per call: 16 registers); where the CPU has AVX-VNNI, its
+// vpdpbusd for the formats where it saves the most (the same bits either way). The K-quants are
+// repacked only where their GEMM form also decodes (one token) as fast as the per-row kernels:
+// Q4_K and Q5_K with AVX-VNNI, Q6_K nowhere on this path (a repacked matrix decodes through gemm16).
+static void fill_avx2_gemm(isa_table& t) {
+    const bool vnni = use_avx_vnni();
+    set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx2, 4, vnni);
+    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avx2, 4, vnni);
+    set_gemm16(t, ggml_type::Q6_K, gemm16_q6_k_avx2, 4, false);
+    set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q4_0, gemm16_q4_0_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q4_1, gemm16_q4_1_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q5_0, gemm16_q5_0_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_avx2, 4, true);
+    set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_avx2, 4, true);
+    if (!vnni) return;
+    t.avx_vnni = true;
+    set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avxvnni, 4, true);
+    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avxvnni, 4, true);
+    set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avxvnni, 4, true);
+}
+
 static void fill_avx2(isa_table& t) {
     set_dot(t, ggml_type::Q4_K, dot_q4_k_avx2);
     set_dot(t, ggml_type::Q6_K, dot_q6_k_avx2);
@@ -54,6 +84,7 @@ static void fill_avx2(isa_table& t) {
     t.softmax = softmax_avx2;
     t.to_fp16 = to_fp16_avx2;
     t.attn_tile = attn_tile_avx2;
+    fill_avx2_gemm(t);
 }
 
 // AVX-512 overrides the formats where 512-bit code pays (8 tokens per dot call with 32 registers); the other formats, the activation quantizers
@@ -140,10 +171,12 @@ const isa_table& active_table() {
     static const isa_table* const table = [] {
         const char* forced = std::getenv("STRATA_FORCE_ISA");
         const isa chosen = choose_isa(forced);
-        logger("kernels")->info("CPU kernels use the {} path ({}; this CPU supports: {}).", isa_name(chosen),
+        const isa_table& t = table_for(chosen);
+        logger("kernels")->info("CPU kernels use the {} path{} ({}; this CPU supports: {}).", isa_name(chosen),
+                                chosen == isa::avx2 && t.avx_vnni ? " with AVX-VNNI prompt GEMM kernels" : "",
                                 forced && *forced ? "forced by STRATA_FORCE_ISA" : "chosen from CPUID",
                                 supported_list());
-        return &table_for(chosen);
+        return &t;
     }();
     return *table;
 }

@@ -12,9 +12,12 @@
 //           Q8_0 / Q8_1 / Q8_K activation quantizers, rms_norm, silu_mul, softmax;
 //   scalar: everything, through the formats' reference code.
 // rope is scalar on every path (it is a few thousand floats per token).
-// Prompt GEMM on repacked weights (weight_layout::rows16, repack_rows): AVX-512 VNNI kernels for Q4_K,
-// Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL; the other paths read that layout through scalar kernels
-// (can_repack says no there).
+// Prompt GEMM on repacked weights (weight_layout::rows16, repack_rows): AVX-512 VNNI and AVX2 kernels
+// (the latter with AVX-VNNI's vpdpbusd for Q4_K, Q5_K and Q8_0 where CPUID has it, unless
+// STRATA_NO_AVX_VNNI is set) for Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL, all giving the
+// same bits; the scalar path reads that layout through scalar kernels (can_repack says no there). On
+// AVX2, can_repack says no for Q6_K, and for Q4_K and Q5_K without AVX-VNNI: a repacked matrix also
+// decodes through the GEMM kernel, which is slower there than the per-row one for a single token.
 //
 // Threading: every function is single-threaded, reentrant and safe to call concurrently from many
 // threads on disjoint outputs. Callers parallelise by row ranges (a pool slice owns [row_begin, row_end)).

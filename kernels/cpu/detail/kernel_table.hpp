@@ -41,6 +41,7 @@ struct isa_table {
     gemm16_fn gemm16[n_type_ids] = {};  // rows16 layout; nullptr: no kernel (never repacked)
     int gemm16_tokens[n_type_ids] = {};
     bool gemm16_fast[n_type_ids] = {};  // a SIMD kernel: repacking pays on this ISA
+    bool avx_vnni = false;              // the avx2 table's GEMM kernels use AVX-VNNI where they have a form for it
     quantize_fn quantize_q8_0 = nullptr;
     quantize_fn quantize_q8_1 = nullptr;
     quantize_fn quantize_q8_K = nullptr;
@@ -141,6 +142,18 @@ STRATA_GEMM16(gemm16_q4_1_avx512);
 STRATA_GEMM16(gemm16_q5_0_avx512);
 STRATA_GEMM16(gemm16_q5_1_avx512);
 STRATA_GEMM16(gemm16_iq4_nl_avx512);
+STRATA_GEMM16(gemm16_q4_k_avx2);
+STRATA_GEMM16(gemm16_q5_k_avx2);
+STRATA_GEMM16(gemm16_q6_k_avx2);
+STRATA_GEMM16(gemm16_q8_0_avx2);
+STRATA_GEMM16(gemm16_q4_0_avx2);
+STRATA_GEMM16(gemm16_q4_1_avx2);
+STRATA_GEMM16(gemm16_q5_0_avx2);
+STRATA_GEMM16(gemm16_q5_1_avx2);
+STRATA_GEMM16(gemm16_iq4_nl_avx2);
+STRATA_GEMM16(gemm16_q4_k_avxvnni);
+STRATA_GEMM16(gemm16_q5_k_avxvnni);
+STRATA_GEMM16(gemm16_q8_0_avxvnni);
 #undef STRATA_GEMM16
 
 // The rows16 layouts (kernels/cpu/repack.cpp). A Q4_K group block covers 256 columns of 16 rows:

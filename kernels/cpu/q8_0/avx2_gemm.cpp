@@ -1,0 +1,72 @@
+// Q8_0 x Q8_0 on the rows16 layout, AVX2: 8 rows (one half of a group) x NT tokens per pass. The
+// stored bytes are w + 128; flipping the top bit gives w back, and vpmaddubsw on |w| and the token's 4
+// activation bytes (broadcast to every row) carrying w's sign makes two exact int16 pair sums per row,
+// widened by vpmaddwd. The unpacking is shared by all NT tokens; one float step per block, the same as
+// the AVX-512 kernel's (its sums are the same integers), so both give the same bits.
+#include "cpu/detail/kernel_table.hpp"
+#include "cpu/detail/x86.hpp"
+#include "formats/blocks.hpp"
+
+namespace strata::kernels::cpu::detail {
+namespace {
+
+using formats::block_q8_0;
+using formats::QK8_0;
+
+static inline __m256i broadcast_dword(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof(v));
+    return _mm256_set1_epi32(v);
+}
+
+template <int NT>
+struct q8_0_gemm16 {
+    static void run(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, float* y,
+                    int64_t y_stride) {
+        const int64_t nb = n / QK8_0;
+        const block_q8_0* act[NT];
+        for (int t = 0; t < NT; ++t) act[t] = static_cast<const block_q8_0*>(a[t]);
+        const __m256i top = _mm256_set1_epi8(static_cast<char>(0x80));
+        const __m256i ones = _mm256_set1_epi16(1);
+        for (int64_t g = 0; g < n_groups; ++g) {
+            const auto* x = reinterpret_cast<const block_q8_0x16*>(static_cast<const uint8_t*>(w) + g * group_bytes);
+            for (int h = 0; h < 2; ++h) {
+                __m256 acc[NT];
+                for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+                for (int64_t b = 0; b < nb; ++b) {
+                    if (h == 0) prefetch_weights<sizeof(block_q8_0x16)>(x + b);
+                    __m256i isum[NT];
+                    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+                    for (int v = 0; v < 8; ++v) {
+                        const __m256i q = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs[v][8 * h])), top);
+                        const __m256i mag = _mm256_sign_epi8(q, q);
+                        for (int t = 0; t < NT; ++t) {
+                            const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(broadcast_dword(act[t][b].qs + 4 * v), q));
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
+                        }
+                    }
+                    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].d + 8 * h)));
+                    for (int t = 0; t < NT; ++t) {
+                        const __m256 da = _mm256_set1_ps(half_to_float(act[t][b].d));
+                        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+                    }
+                }
+                for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + g * 16 + 8 * h, acc[t]);
+            }
+        }
+    }
+};
+
+}  // namespace
+
+void gemm16_q8_0_avx2(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                      float* y, int64_t y_stride) {
+    switch (n_tok) {
+        case 1: q8_0_gemm16<1>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 2: q8_0_gemm16<2>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 3: q8_0_gemm16<3>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 4: q8_0_gemm16<4>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+    }
+}
+
+}  // namespace strata::kernels::cpu::detail
