@@ -20,6 +20,7 @@
 //     of it, from a chunk-aligned start) give the same bits as one call;
 //   - one-token calls (decode) give the bits of the sequential form, within f32 rounding of a prompt that
 //     held the same tokens; so do other splits.
+// With chunk 0 every token takes the sequential form: the same bits for any split whatsoever.
 // Different ISAs (STRATA_FORCE_ISA) round differently.
 //
 // Threading: single-threaded, reentrant; callers run heads in parallel on disjoint states.
@@ -57,6 +58,7 @@ void delta_rule_chunked(float* S, int d_k, int d_v, int n_tok, const float* q, p
 
 // The engine's entry: tokens at absolute positions [pos0, pos0 + n_tok), whole chunk-aligned windows
 // chunked, the rest sequential (the determinism rule above). scratch as for delta_rule_chunked.
+// chunk 0: every token sequential (scratch unused, may be null): the same bits for any split into calls.
 void delta_rule_run(float* S, int64_t pos0, int d_k, int d_v, int n_tok, const float* q, ptrdiff_t q_stride,
                     const float* k, ptrdiff_t k_stride, const float* v, ptrdiff_t v_stride, const float* g,
                     ptrdiff_t g_stride, const float* beta, ptrdiff_t beta_stride, float* o, ptrdiff_t o_stride,

@@ -62,10 +62,14 @@ void delta_rule_run(float* S, int64_t pos0, int d_k, int d_v, int n_tok, const f
                     ptrdiff_t g_stride, const float* beta, ptrdiff_t beta_stride, float* o, ptrdiff_t o_stride,
                     int chunk, float* scratch) {
     check_dims(d_k, d_v, n_tok);
-    check_chunk(chunk);
+    if (chunk != 0) check_chunk(chunk);
     if (pos0 < 0) throw std::invalid_argument("delta rule: negative position " + std::to_string(pos0) + ".");
     const detail::delta_io io{d_k, d_v, q, q_stride, k, k_stride, v, v_stride, g, g_stride, beta, beta_stride, o, o_stride};
     const auto& t = detail::active_table();
+    if (chunk == 0) {
+        t.delta_seq(S, io, n_tok);
+        return;
+    }
     // [0, head): up to the first chunk boundary; [head, tail): whole aligned chunks; [tail, n_tok): the rest.
     const int64_t first_boundary = (pos0 + chunk - 1) / chunk * chunk;
     const int head = static_cast<int>(std::min<int64_t>(n_tok, first_boundary - pos0));
@@ -83,14 +87,24 @@ void causal_conv1d_silu(float* conv_state, const float* x, ptrdiff_t x_stride, c
     const int hist = kernel - 1;
     // Input row r of the window (r < hist: the state's rows, then the tokens).
     auto row = [&](int r) { return r < hist ? conv_state + static_cast<ptrdiff_t>(r) * channels : x + (r - hist) * x_stride; };
-    for (int t = 0; t < n_tok; ++t) {
-        float* out = y + t * y_stride;
-        std::memset(out, 0, sizeof(float) * static_cast<size_t>(channels));
-        for (int j = 0; j < kernel; ++j) {
-            const float* in = row(t + j);
-            for (int c = 0; c < channels; ++c) out[c] += in[c] * w[static_cast<ptrdiff_t>(c) * kernel + j];
+    // Channels in blocks whose weights are first transposed to [kernel][block], so the inner loops run
+    // over consecutive channels; each channel sums its taps in order j = 0..kernel-1.
+    constexpr int block = 256;
+    float wt[16 * block];
+    for (int c0 = 0; c0 < channels; c0 += block) {
+        const int nc = std::min(block, channels - c0);
+        for (int c = 0; c < nc; ++c)
+            for (int j = 0; j < kernel; ++j) wt[j * block + c] = w[static_cast<ptrdiff_t>(c0 + c) * kernel + j];
+        for (int t = 0; t < n_tok; ++t) {
+            float* out = y + t * y_stride + c0;
+            std::memset(out, 0, sizeof(float) * static_cast<size_t>(nc));
+            for (int j = 0; j < kernel; ++j) {
+                const float* in = row(t + j) + c0;
+                const float* wj = wt + j * block;
+                for (int c = 0; c < nc; ++c) out[c] += in[c] * wj[c];
+            }
+            for (int c = 0; c < nc; ++c) out[c] = out[c] / (1.0f + std::exp(-out[c]));
         }
-        for (int c = 0; c < channels; ++c) out[c] = out[c] / (1.0f + std::exp(-out[c]));
     }
     // The last hist inputs become the state (rows still from the old state move up first).
     for (int r = 0; r < hist; ++r) {

@@ -10,7 +10,7 @@ struct delta_chunk_layout {
     static constexpr size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
     size_t c_pad;   // chunk rounded up to 16: the row length of the [chunk][c_pad] matrices and of kt
-    size_t G, A, P, U, W, qd, kd, kt, total;  // offsets in floats
+    size_t G, A, P, U, W, qd, kd, kt, sb, total;  // offsets in floats
 
     delta_chunk_layout(int d_k, int d_v, int chunk) {
         const size_t c = static_cast<size_t>(chunk), dk = static_cast<size_t>(d_k), dv = static_cast<size_t>(d_v);
@@ -23,7 +23,8 @@ struct delta_chunk_layout {
         qd = W + round16(c * dk);         // [chunk][d_k]   exp(G_t) q_t
         kd = qd + round16(c * dk);        // [chunk][d_k]   exp(G_last - G_s) k_s
         kt = kd + round16(c * dk);        // [d_k][c_pad]   k transposed (zero past the chunk's tokens)
-        total = kt + dk * c_pad;
+        sb = kt + dk * c_pad;             // S0 in column blocks of up to 64: [ceil(d_v / 64)][d_k][64] at most
+        total = sb + dk * ((dv + 63) / 64 * 64);
     }
 };
 

@@ -21,23 +21,29 @@ namespace strata::kernels::cpu::detail {
 namespace {
 
 // ---- Sequential form ---------------------------------------------------------------------------------
-// NOTE: the scalar kernel's operations, reordered: a column block of NB vectors of S ([d_k][NB * width],
-// up to 32 KiB) stays in L1 while every token of the call passes over it, and one pass per token both
-// updates the block (S[i] = e^g S[i] + k[i] delta), accumulates o = S^T q and the next token's S^T k.
-// The first token's S^T k is a read-only pass; its sums run in the same order as the fused ones, so a
-// call split anywhere gives the same bits.
+// NOTE: the scalar kernel's operations, reordered. A column block of NB vectors of S ([d_k][NB * width])
+// is copied to a contiguous buffer that stays in L1 while every token of the call passes over it (in
+// place, a block's rows 4 * NB * width bytes apart would map to a fraction of the L1 sets and evict each
+// other); one pass per token updates the block (S[i] = e^g S[i] + k[i] delta), accumulates o = S^T q and
+// the next token's S^T k; the last token's pass writes the block back to S. The first token's S^T k is
+// summed while copying in, in the same order as the fused sums, so a call split anywhere gives the same bits.
 template <class V, int NB>
 void seq_block(float* S, const delta_io& io, int n_tok, int j0) {
     using vec = typename V::type;
-    constexpr int W = V::width;
+    constexpr int W = V::width, BW = NB * W;
     const int dk = io.d_k;
     const ptrdiff_t dv = io.d_v;
+    alignas(64) float blk[delta_rule_max_dim * BW];  // [d_k][BW]
     float* base = S + j0;
     vec sk[NB], delta[NB], o[NB];
     for (int b = 0; b < NB; ++b) sk[b] = V::zero();
     for (int i = 0; i < dk; ++i) {
         const vec ki = V::set1(io.k[i]);
-        for (int b = 0; b < NB; ++b) sk[b] = V::fmadd(ki, V::load(base + i * dv + b * W), sk[b]);
+        for (int b = 0; b < NB; ++b) {
+            const vec s = V::load(base + i * dv + b * W);
+            V::store(blk + i * BW + b * W, s);
+            sk[b] = V::fmadd(ki, s, sk[b]);
+        }
     }
     for (int t = 0; t < n_tok; ++t) {
         const float* q = io.q + t * io.q_stride;
@@ -55,7 +61,7 @@ void seq_block(float* S, const delta_io& io, int n_tok, int j0) {
             for (int i = 0; i < dk; ++i) {
                 const vec ki = V::set1(k[i]), qi = V::set1(q[i]), kn = V::set1(k_next[i]);
                 for (int b = 0; b < NB; ++b) {
-                    float* p = base + i * dv + b * W;
+                    float* p = blk + i * BW + b * W;
                     const vec s = V::fmadd(ki, delta[b], V::mul(eg, V::load(p)));
                     V::store(p, s);
                     o[b] = V::fmadd(qi, s, o[b]);
@@ -66,9 +72,8 @@ void seq_block(float* S, const delta_io& io, int n_tok, int j0) {
             for (int i = 0; i < dk; ++i) {
                 const vec ki = V::set1(k[i]), qi = V::set1(q[i]);
                 for (int b = 0; b < NB; ++b) {
-                    float* p = base + i * dv + b * W;
-                    const vec s = V::fmadd(ki, delta[b], V::mul(eg, V::load(p)));
-                    V::store(p, s);
+                    const vec s = V::fmadd(ki, delta[b], V::mul(eg, V::load(blk + i * BW + b * W)));
+                    V::store(base + i * dv + b * W, s);
                     o[b] = V::fmadd(qi, s, o[b]);
                 }
             }
@@ -141,11 +146,13 @@ enum class tri { none, lower_a, lower_c };
 // C [m][n] (n a multiple of the width) as gemm_tile says, over tiles of 4 rows x gemm_nb vectors, column
 // blocks outermost so a block of B stays in L1 while every row passes. lower_a: A is lower triangular
 // (row r uses p <= r); lower_c: only C's columns c <= r are wanted (whole vectors past them are skipped).
+// b_block: floats from one column block of B (gemm_nb vectors wide) to the next; 0: B is row-major.
 template <class V, bool Sub>
 void gemm(int m, int n, int p_len, const float* A, ptrdiff_t a_r, ptrdiff_t a_p, const float* B, ptrdiff_t ldb, float* C,
-          ptrdiff_t ldc, float scale_c, tri shape = tri::none) {
+          ptrdiff_t ldc, float scale_c, tri shape = tri::none, ptrdiff_t b_block = 0) {
     constexpr int W = V::width, NB = V::gemm_nb;
     for (int c0 = 0; c0 < n; c0 += NB * W) {
+        const float* Bc = B + (b_block > 0 ? c0 / (NB * W) * b_block : c0);
         for (int r0 = 0; r0 < m; r0 += kGemmRows) {
             const int rows = std::min(kGemmRows, m - r0);
             int cols = std::min(NB * W, n - c0);
@@ -155,10 +162,10 @@ void gemm(int m, int n, int p_len, const float* A, ptrdiff_t a_r, ptrdiff_t a_p,
             const float* a = A + r0 * a_r;
             float* c = C + r0 * ldc + c0;
             switch (rows) {
-                case 1: gemm_rows<V, 1, Sub>(cols / W, pl, a, a_r, a_p, B + c0, ldb, c, ldc, scale_c); break;
-                case 2: gemm_rows<V, 2, Sub>(cols / W, pl, a, a_r, a_p, B + c0, ldb, c, ldc, scale_c); break;
-                case 3: gemm_rows<V, 3, Sub>(cols / W, pl, a, a_r, a_p, B + c0, ldb, c, ldc, scale_c); break;
-                default: gemm_rows<V, 4, Sub>(cols / W, pl, a, a_r, a_p, B + c0, ldb, c, ldc, scale_c); break;
+                case 1: gemm_rows<V, 1, Sub>(cols / W, pl, a, a_r, a_p, Bc, ldb, c, ldc, scale_c); break;
+                case 2: gemm_rows<V, 2, Sub>(cols / W, pl, a, a_r, a_p, Bc, ldb, c, ldc, scale_c); break;
+                case 3: gemm_rows<V, 3, Sub>(cols / W, pl, a, a_r, a_p, Bc, ldb, c, ldc, scale_c); break;
+                default: gemm_rows<V, 4, Sub>(cols / W, pl, a, a_r, a_p, Bc, ldb, c, ldc, scale_c); break;
             }
         }
     }
@@ -233,9 +240,16 @@ void delta_chunk_simd(float* S, const delta_io& io, int n, int chunk, float* scr
         gemm<V, true>(1, dv, t, A + t * cp, 0, 1, U, dv, U + t * dv, dv, 1.0f);
         gemm<V, true>(1, dk, t, A + t * cp, 0, 1, Wm, dk, Wm + t * dk, dk, 1.0f);
     }
-    // D = U - W S0 (in U); O = Qd S0 + P D; S = e^{G_last} S0 + Kd^T D.
-    gemm<V, true>(n, dv, dk, Wm, dk, 1, S, dv, U, dv, 1.0f);
-    gemm<V, false>(n, dv, dk, qd, dk, 1, S, dv, io.o, io.o_stride, 0.0f);
+    // D = U - W S0 (in U); O = Qd S0 + P D; S = e^{G_last} S0 + Kd^T D. S0 is read from a copy in column
+    // blocks ([d_v / BW][d_k][BW]): in place, a block's rows would share a fraction of the L1 sets.
+    constexpr int BW = V::gemm_nb * W;
+    float* sb = scratch + L.sb;
+    for (int c0 = 0; c0 < dv; c0 += BW) {
+        const int w = std::min(BW, dv - c0);
+        for (int i = 0; i < dk; ++i) std::memcpy(sb + c0 * dk + i * BW, S + i * dv + c0, sizeof(float) * w);
+    }
+    gemm<V, true>(n, dv, dk, Wm, dk, 1, sb, BW, U, dv, 1.0f, tri::none, ptrdiff_t{dk} * BW);
+    gemm<V, false>(n, dv, dk, qd, dk, 1, sb, BW, io.o, io.o_stride, 0.0f, tri::none, ptrdiff_t{dk} * BW);
     gemm<V, false>(n, dv, n, P, cp, 1, U, dv, io.o, io.o_stride, 1.0f, tri::lower_a);
     gemm<V, false>(dk, dv, n, kd, 1, dk, U, dv, S, dv, std::exp(g_last));  // e^{G_last} == 0: S0 forgotten
 }

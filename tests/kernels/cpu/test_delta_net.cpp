@@ -298,6 +298,16 @@ TEST(DeltaRuleRun, SplitsAtAbsoluteChunkBoundaries) {
     }
 }
 
+TEST(DeltaRuleRun, ChunkZeroIsTheSequentialFormForAnySplit) {
+    const problem pb(128, 128, 150, {-0.5f, 0.0f}, 12);
+    public_run whole(pb), pieces(pb), seq(pb);
+    whole.run(5, 0, pb.n_tok, 0);
+    for (int t0 = 0; t0 < pb.n_tok; t0 += 37) pieces.run(5, t0, std::min(37, pb.n_tok - t0), 0);
+    seq.sequential(0, pb.n_tok);
+    EXPECT_TRUE(whole.same_as(seq));
+    EXPECT_TRUE(pieces.same_as(seq));
+}
+
 TEST(DeltaRuleRun, RejectsBadSizes) {
     float S[4] = {}, x[4] = {}, scratch[4] = {};
     EXPECT_THROW(delta_rule_sequential(S, 0, 2, 1, x, 0, x, 0, x, 0, x, 0, x, 0, x, 0), std::invalid_argument);
@@ -306,12 +316,14 @@ TEST(DeltaRuleRun, RejectsBadSizes) {
     EXPECT_THROW(delta_rule_chunked(S, 2, 2, 1, x, 0, x, 0, x, 0, x, 0, x, 0, x, 0, 0, scratch), std::invalid_argument);
     EXPECT_THROW(delta_rule_chunked_scratch(128, 128, delta_rule_max_chunk + 1), std::invalid_argument);
     EXPECT_THROW(delta_rule_run(S, -1, 2, 2, 1, x, 0, x, 0, x, 0, x, 0, x, 0, x, 0, 64, scratch), std::invalid_argument);
+    EXPECT_THROW(delta_rule_run(S, 0, 2, 2, 1, x, 0, x, 0, x, 0, x, 0, x, 0, x, 0, -64, scratch), std::invalid_argument);
     EXPECT_THROW(causal_conv1d_silu(S, x, 0, x, 1, 1, 0, x, 0), std::invalid_argument);
 }
 
 // Conv: y_t[c] = silu(sum_j w[c][j] x_{t-K+1+j}[c]) in double over the history and the tokens.
-TEST(CausalConv1dSilu, MatchesReferenceAndCarriesStateAcrossCalls) {
-    const int channels = 37, kernel = 4, n_tok = 23, hist = kernel - 1;
+void check_conv(int channels) {
+    SCOPED_TRACE(std::to_string(channels) + " channels");
+    const int kernel = 4, n_tok = 23, hist = kernel - 1;
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> x(size_t(n_tok) * channels * 2), w(size_t(channels) * kernel), state0(size_t(hist) * channels);
@@ -346,6 +358,11 @@ TEST(CausalConv1dSilu, MatchesReferenceAndCarriesStateAcrossCalls) {
         EXPECT_EQ(0, std::memcmp(y.data(), y_all.data(), y.size() * sizeof(float))) << piece << " tokens per call";
         EXPECT_EQ(0, std::memcmp(state.data(), state_all.data(), state.size() * sizeof(float))) << piece;
     }
+}
+
+// Channels: fewer than one block of the kernel's channel loop, and several blocks with a ragged last one.
+TEST(CausalConv1dSilu, MatchesReferenceAndCarriesStateAcrossCalls) {
+    for (const int channels : {37, 600}) check_conv(channels);
 }
 
 TEST(L2NormalizeRows, ScalesRowsToUnitNormTimesScaleAndKeepsZeroRows) {
