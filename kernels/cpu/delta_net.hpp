@@ -23,6 +23,10 @@
 // With chunk 0 every token takes the sequential form: the same bits for any split whatsoever.
 // Different ISAs (STRATA_FORCE_ISA) round differently.
 //
+// Speed: the sequential form does 7 d_k d_v flops per token from L1 (a column block of S is copied to
+// up to 64 KiB of stack), the chunked one 6 d_k d_v + 2.5 chunk (d_k + d_v) as GEMM tiles; on the CPU the
+// sequential form is the faster (strata-bench kernels, DeltaNet rows).
+//
 // Threading: single-threaded, reentrant; callers run heads in parallel on disjoint states.
 #pragma once
 

@@ -120,9 +120,9 @@ void causal_conv1d_silu(float* conv_state, const float* x, ptrdiff_t x_stride, c
 void l2_normalize_rows(float* x, int n_rows, int dim, ptrdiff_t stride, float eps, float scale) {
     for (int r = 0; r < n_rows; ++r) {
         float* row = x + r * stride;
-        float ss = 0;
-        for (int i = 0; i < dim; ++i) ss += row[i] * row[i];
-        const float f = scale / std::max(std::sqrt(ss), eps);
+        double ss = 0;  // in double, as ggml_l2_norm sums
+        for (int i = 0; i < dim; ++i) ss += double{row[i] * row[i]};
+        const float f = scale / std::max(std::sqrt(static_cast<float>(ss)), eps);
         for (int i = 0; i < dim; ++i) row[i] *= f;
     }
 }
