@@ -90,14 +90,19 @@ void delta_seq_simd(float* S, const delta_io& io, int n_tok) {
         delta_seq_scalar(S, io, n_tok);
         return;
     }
-    if (n_tok == 0) return;
-    int j0 = 0;
-    for (; io.d_v - j0 >= NB * W; j0 += NB * W) seq_block<V, NB>(S, io, n_tok, j0);
-    switch ((io.d_v - j0) / W) {
-        case 1: seq_block<V, 1>(S, io, n_tok, j0); break;
-        case 2: if constexpr (NB > 2) seq_block<V, 2>(S, io, n_tok, j0); break;
-        case 3: if constexpr (NB > 3) seq_block<V, 3>(S, io, n_tok, j0); break;
-        default: break;
+    // Tiles of tokens, so a tile's q, k, v rows stay in L2 while each column block passes over them.
+    constexpr int token_tile = 64;
+    for (int t0 = 0; t0 < n_tok; t0 += token_tile) {
+        const delta_io tile = io.from(t0);
+        const int n = std::min(token_tile, n_tok - t0);
+        int j0 = 0;
+        for (; io.d_v - j0 >= NB * W; j0 += NB * W) seq_block<V, NB>(S, tile, n, j0);
+        switch ((io.d_v - j0) / W) {
+            case 1: seq_block<V, 1>(S, tile, n, j0); break;
+            case 2: if constexpr (NB > 2) seq_block<V, 2>(S, tile, n, j0); break;
+            case 3: if constexpr (NB > 3) seq_block<V, 3>(S, tile, n, j0); break;
+            default: break;
+        }
     }
 }
 
