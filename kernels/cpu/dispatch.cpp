@@ -84,6 +84,8 @@ static void fill_avx2(isa_table& t) {
     t.softmax = softmax_avx2;
     t.to_fp16 = to_fp16_avx2;
     t.attn_tile = attn_tile_avx2;
+    t.delta_seq = delta_seq_avx2;
+    t.delta_chunk = delta_chunk_avx2;
     fill_avx2_gemm(t);
 }
 
@@ -113,6 +115,8 @@ static void fill_avx512(isa_table& t) {
     set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_avx512, 8, true);
     set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_avx512, 8, true);
     t.attn_tile = attn_tile_avx512;
+    t.delta_seq = delta_seq_avx512;
+    t.delta_chunk = delta_chunk_avx512;
 }
 
 static isa_table build_table(isa which) {
