@@ -24,7 +24,7 @@ struct grid_book {
 
 namespace {
 
-constexpr int kNear = 16;
+constexpr int kNear = 8;
 
 template <typename Entry>
 grid_book make_book(const Entry* table, int n_entries, int dim, bool is_signed) {
@@ -149,9 +149,10 @@ float fit_signed(const grid_book& b, bool even, const float* x, int n) {
     signed_group g;
     // A sweep with the largest magnitude near the top level, then one candidate per lower level (flat
     // blocks fit those best).
-    for (int k = 0; k < 14 + b.n_levels - 1; ++k) {
-        const float scale = k < 14 ? amax / (book_max_level(b) * (0.65f + 0.05f * static_cast<float>(k)))
-                                   : amax / std::max(1.0f, b.levels[static_cast<size_t>(k - 14)]);
+    constexpr int sweep = 8;
+    for (int k = 0; k < sweep + b.n_levels - 1; ++k) {
+        const float scale = k < sweep ? amax / (book_max_level(b) * (0.7f + 0.08f * static_cast<float>(k)))
+                                      : amax / std::max(1.0f, b.levels[static_cast<size_t>(k - sweep)]);
         float xq = 0.0f, qq = 0.0f;
         for (int i = 0; i < n; i += 8) encode_signed8(b, even, x + i, scale, g, xq, qq);
         if (qq > 0.0f && xq > 0.0f && xq * xq / qq > best_score) {

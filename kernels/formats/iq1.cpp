@@ -116,8 +116,8 @@ float fit_iq1(const float* x, int span, bool per_group, bool* neg) {
     const float amax = max_abs(span, x);
     if (amax == 0.0f) return 0.0f;
     float best_score = -1.0f, best_scale = 0.0f;
-    for (int k = 0; k < 12; ++k) {
-        const float scale = amax / ((1.0f + IQ1S_DELTA) * (0.6f + 0.1f * static_cast<float>(k)));
+    for (int k = 0; k < 7; ++k) {
+        const float scale = amax / ((1.0f + IQ1S_DELTA) * (0.6f + 0.15f * static_cast<float>(k)));
         for (const bool n : {false, true}) {
             if (per_group && n) break;
             float xq = 0.0f, qq = 0.0f;

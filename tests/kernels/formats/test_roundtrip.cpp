@@ -63,8 +63,8 @@ TEST_P(RoundTrip, RelativeRmsErrorWithinBound) {
 // Measured on this data (g++ 12, x86-64): F16 0.021%, BF16 0.167%, Q8_0 / Q8_1 0.54% (max-abs / 127 over
 // 32 elements: the quantization step alone gives ~0.5%), Q8_K 0.68% (one scale per 256), Q6_K 1.72%,
 // Q5_0 4.01%, Q5_1 3.34%, Q5_K 3.55%, Q4_0 8.04%, Q4_1 6.92%, Q4_K 7.07%, IQ4_NL 7.42%, IQ4_XS 7.49%,
-// Q3_K 14.4%, Q2_K 26.6%, MXFP4 11.1%, IQ3_S 13.0%, IQ3_XXS 17.9%, IQ2_S 23.9%, IQ2_XS 28.5%,
-// IQ2_XXS 33.2%, IQ1_M 41.4%, IQ1_S 45.0% (the IQ quantizers search without importance weights).
+// Q3_K 14.4%, Q2_K 26.6%, MXFP4 11.1%, IQ3_S 13.0%, IQ3_XXS 17.9%, IQ2_S 24.1%, IQ2_XS 28.7%,
+// IQ2_XXS 33.7%, IQ1_M 41.8%, IQ1_S 45.5% (the IQ quantizers search without importance weights).
 INSTANTIATE_TEST_SUITE_P(Formats, RoundTrip,
                          ::testing::Values(bound{ggml_type::F32, 1e-9}, bound{ggml_type::F16, 0.0003},
                                            bound{ggml_type::BF16, 0.002}, bound{ggml_type::Q8_0, 0.006},
