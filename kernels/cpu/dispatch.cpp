@@ -76,6 +76,15 @@ static void fill_avx2(isa_table& t) {
     set_dot(t, ggml_type::F32, dot_f32_avx2);
     set_dot(t, ggml_type::F16, dot_f16_avx2);
     set_dot(t, ggml_type::BF16, dot_bf16_avx2);
+    // The code book formats (AVX-512 CPUs use these too).
+    set_dot(t, ggml_type::IQ2_XXS, dot_iq2_xxs_avx2);
+    set_dot(t, ggml_type::IQ2_XS, dot_iq2_xs_avx2);
+    set_dot(t, ggml_type::IQ2_S, dot_iq2_s_avx2);
+    set_dot(t, ggml_type::IQ3_XXS, dot_iq3_xxs_avx2);
+    set_dot(t, ggml_type::IQ3_S, dot_iq3_s_avx2);
+    set_dot(t, ggml_type::IQ1_S, dot_iq1_s_avx2);
+    set_dot(t, ggml_type::IQ1_M, dot_iq1_m_avx2);
+    set_dot(t, ggml_type::MXFP4, dot_mxfp4_avx2);
     t.quantize_q8_0 = quantize_q8_0_avx2;
     t.quantize_q8_1 = quantize_q8_1_avx2;
     t.quantize_q8_K = quantize_q8_K_avx2;

@@ -6,9 +6,10 @@
 //
 // Paths per weight format:
 //   avx512 (F, BW, VL, DQ, VNNI): Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F32, F16,
-//           BF16; the other formats (Q2_K, Q3_K), the activation quantizers and the vector ops use their
-//           AVX2 kernels on an AVX-512 CPU;
+//           BF16; the other formats (Q2_K, Q3_K, the IQ1 / IQ2 / IQ3 code book formats, MXFP4), the
+//           activation quantizers and the vector ops use their AVX2 kernels on an AVX-512 CPU;
 //   avx2 (+ FMA, F16C): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F32, F16, BF16,
+//           IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, MXFP4,
 //           Q8_0 / Q8_1 / Q8_K activation quantizers, rms_norm, silu_mul, softmax;
 //   scalar: everything, through the formats' reference code.
 // rope is scalar on every path (it is a few thousand floats per token).

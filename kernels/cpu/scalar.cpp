@@ -96,6 +96,14 @@ void fill_scalar(isa_table& t) {
     set_scalar(t, ggml_type::Q6_K, dot_reference<ggml_type::Q6_K>);
     set_scalar(t, ggml_type::IQ4_NL, dot_reference<ggml_type::IQ4_NL>);
     set_scalar(t, ggml_type::IQ4_XS, dot_reference<ggml_type::IQ4_XS>);
+    set_scalar(t, ggml_type::IQ2_XXS, dot_reference<ggml_type::IQ2_XXS>);
+    set_scalar(t, ggml_type::IQ2_XS, dot_reference<ggml_type::IQ2_XS>);
+    set_scalar(t, ggml_type::IQ2_S, dot_reference<ggml_type::IQ2_S>);
+    set_scalar(t, ggml_type::IQ3_XXS, dot_reference<ggml_type::IQ3_XXS>);
+    set_scalar(t, ggml_type::IQ3_S, dot_reference<ggml_type::IQ3_S>);
+    set_scalar(t, ggml_type::IQ1_S, dot_reference<ggml_type::IQ1_S>);
+    set_scalar(t, ggml_type::IQ1_M, dot_reference<ggml_type::IQ1_M>);
+    set_scalar(t, ggml_type::MXFP4, dot_reference<ggml_type::MXFP4>);
     set_scalar(t, ggml_type::F32, dot_f32_scalar);
     set_scalar(t, ggml_type::F16, dot_f16_scalar);
     set_scalar(t, ggml_type::BF16, dot_bf16_scalar);

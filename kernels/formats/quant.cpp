@@ -39,6 +39,14 @@ constexpr std::array kFormats = {
     format_ops{ggml_type::Q8_K, dequantize_q8_K, quantize_q8_K, ggml_type::Q8_K, vec_dot_q8_K},
     format_ops{ggml_type::IQ4_NL, dequantize_iq4_nl, quantize_iq4_nl, ggml_type::Q8_0, vec_dot_iq4_nl},
     format_ops{ggml_type::IQ4_XS, dequantize_iq4_xs, quantize_iq4_xs, ggml_type::Q8_K, vec_dot_iq4_xs},
+    format_ops{ggml_type::IQ2_XXS, dequantize_iq2_xxs, quantize_iq2_xxs, ggml_type::Q8_K, vec_dot_iq2_xxs},
+    format_ops{ggml_type::IQ2_XS, dequantize_iq2_xs, quantize_iq2_xs, ggml_type::Q8_K, vec_dot_iq2_xs},
+    format_ops{ggml_type::IQ2_S, dequantize_iq2_s, quantize_iq2_s, ggml_type::Q8_K, vec_dot_iq2_s},
+    format_ops{ggml_type::IQ3_XXS, dequantize_iq3_xxs, quantize_iq3_xxs, ggml_type::Q8_K, vec_dot_iq3_xxs},
+    format_ops{ggml_type::IQ3_S, dequantize_iq3_s, quantize_iq3_s, ggml_type::Q8_K, vec_dot_iq3_s},
+    format_ops{ggml_type::IQ1_S, dequantize_iq1_s, quantize_iq1_s, ggml_type::Q8_K, vec_dot_iq1_s},
+    format_ops{ggml_type::IQ1_M, dequantize_iq1_m, quantize_iq1_m, ggml_type::Q8_K, vec_dot_iq1_m},
+    format_ops{ggml_type::MXFP4, dequantize_mxfp4, quantize_mxfp4, ggml_type::Q8_0, vec_dot_mxfp4},
 };
 
 std::string type_name(ggml_type type) {

@@ -2,6 +2,7 @@
 // bitwise identical across pool configurations, batch sizes and KV layouts where the algorithm says so.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -251,7 +252,17 @@ INSTANTIATE_TEST_SUITE_P(
                       parity_case{arch::deepseek2, ggml_type::Q4_K, ggml_type::F16, 0.045},
                       parity_case{arch::deepseek2, ggml_type::Q6_K, ggml_type::Q8_0, 0.05, shape::tiny, kv_type::int8},
                       parity_case{arch::deepseek2, ggml_type::Q8_0, ggml_type::Q8_0, 0.045, shape::lite},
-                      parity_case{arch::deepseek2, ggml_type::Q5_K, ggml_type::Q8_0, 0.05, shape::lite, kv_type::int8}),
+                      parity_case{arch::deepseek2, ggml_type::Q5_K, ggml_type::Q8_0, 0.05, shape::lite, kv_type::int8},
+                      // The code book formats (routed and shared experts): the same file's weights in the
+                      // reference, so only the activations' 8-bit rounding separates the two.
+                      parity_case{arch::qwen2moe, ggml_type::IQ2_XXS, ggml_type::Q8_0, 0.03},
+                      parity_case{arch::qwen2moe, ggml_type::IQ2_XS, ggml_type::Q8_0, 0.03},
+                      parity_case{arch::qwen2moe, ggml_type::IQ2_S, ggml_type::Q8_0, 0.03},
+                      parity_case{arch::qwen2moe, ggml_type::IQ3_XXS, ggml_type::Q8_0, 0.03},
+                      parity_case{arch::qwen2moe, ggml_type::IQ3_S, ggml_type::Q8_0, 0.03},
+                      parity_case{arch::qwen2moe, ggml_type::IQ1_S, ggml_type::Q8_0, 0.03},
+                      parity_case{arch::qwen2moe, ggml_type::IQ1_M, ggml_type::Q8_0, 0.03},
+                      parity_case{arch::qwen2moe, ggml_type::MXFP4, ggml_type::Q8_0, 0.03}),
     [](const auto& info) {
         const parity_case& c = info.param;
         const char* sh = c.sh == shape::tiny           ? "tiny"
@@ -331,6 +342,48 @@ TEST(Forward, BitwiseAcrossPoolModesWorkersAndBatches) {
                     kv_type_name(kv), compared);
     }
 }
+
+// Each code book format as the experts' type: logits bitwise the same across pool modes, workers and
+// batch sizes, and greedy decoding token by token picks the batch's argmax at every step.
+class ForwardCodeBookFormats : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(ForwardCodeBookFormats, BitwiseAcrossPoolModesAndGreedyStable) {
+    make_model::model_spec spec = make_model::preset("tiny", arch::qwen2moe);
+    spec.type_experts = spec.type_shexp = GetParam();
+    auto m = load(spec);
+    const auto tokens = some_tokens(m->hp.n_vocab, 16);
+    auto base_pool = make_pool("off", 1);
+    const std::vector<float> base = run(*m, *base_pool, tokens, kv_type::f16, 512);
+    ASSERT_TRUE(std::all_of(base.begin(), base.end(), [](float x) { return std::isfinite(x); }));
+    for (const std::string mode : {"off", "test:2", "test:3"})
+        for (int workers : {1, 3})
+            for (int n_batch : {1, 7, 512}) {
+                auto pool = make_pool(mode, workers);
+                const std::vector<float> got = run(*m, *pool, tokens, kv_type::f16, n_batch);
+                ASSERT_EQ(std::memcmp(got.data(), base.data(), base.size() * sizeof(float)), 0)
+                    << mode << " workers " << workers << " batch " << n_batch;
+            }
+    // Greedy: feed each step's argmax; every pool mode produces the same token sequence.
+    std::vector<std::vector<int32_t>> greedy;
+    for (const std::string mode : {"off", "test:3"}) {
+        auto pool = make_pool(mode, 2);
+        forward_pass fwd(*pool, m->hp, m->w, *m->rows);
+        kv_cache cache = make_cache(m->hp, 64, kv_type::f16);
+        std::vector<float> logits(static_cast<size_t>(m->hp.n_vocab));
+        std::vector<int32_t> seq{tokens[0]};
+        for (int p = 0; p < 24; ++p) {
+            fwd.eval(std::span(seq).subspan(static_cast<size_t>(p), 1), p, cache, logits.data());
+            seq.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+        }
+        greedy.push_back(seq);
+    }
+    EXPECT_EQ(greedy[0], greedy[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ForwardCodeBookFormats,
+                         ::testing::Values(ggml_type::IQ2_XXS, ggml_type::IQ2_XS, ggml_type::IQ2_S, ggml_type::IQ3_XXS,
+                                           ggml_type::IQ3_S, ggml_type::IQ1_S, ggml_type::IQ1_M, ggml_type::MXFP4),
+                         [](const auto& info) { return std::string(formats::info(info.param).name); });
 
 // Weights repacked for the prompt GEMM kernels (dense matrices by repack_dense, experts by the expert
 // store), where the ISA has them: bitwise identical across pool modes, workers and batch sizes (single

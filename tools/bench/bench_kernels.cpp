@@ -343,7 +343,9 @@ int run(int argc, char** argv) {
                              "Single-token matvec GB/s per format vs read bandwidth, and batched matmul tokens/s.");
     options.add_options()
         ("formats", "comma-separated weight formats",
-         cxxopts::value<std::string>()->default_value("Q4_K,Q6_K,Q8_0,IQ4_XS,Q5_K,Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,Q2_K,Q3_K,F16,BF16,F32"))
+         cxxopts::value<std::string>()->default_value(
+             "Q4_K,Q6_K,Q8_0,IQ4_XS,Q5_K,Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,Q2_K,Q3_K,F16,BF16,F32,"
+             "IQ1_S,IQ1_M,IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S,MXFP4"))
         ("mib", "weight matrix (and read buffer) size in MiB", cxxopts::value<int64_t>()->default_value("256"))
         ("cols", "elements per row", cxxopts::value<int64_t>()->default_value("4096"))
         ("threads", "comma-separated thread counts", cxxopts::value<std::string>()->default_value("1,2"))

@@ -414,6 +414,14 @@ uint32_t llama_file_type(formats::ggml_type type) {
         case formats::ggml_type::Q6_K: return 18;    // MOSTLY_Q6_K
         case formats::ggml_type::IQ4_NL: return 25;  // MOSTLY_IQ4_NL
         case formats::ggml_type::IQ4_XS: return 30;  // MOSTLY_IQ4_XS
+        case formats::ggml_type::IQ2_XXS: return 19;  // MOSTLY_IQ2_XXS
+        case formats::ggml_type::IQ2_XS: return 20;   // MOSTLY_IQ2_XS
+        case formats::ggml_type::IQ3_XXS: return 23;  // MOSTLY_IQ3_XXS
+        case formats::ggml_type::IQ1_S: return 24;    // MOSTLY_IQ1_S
+        case formats::ggml_type::IQ3_S: return 26;    // MOSTLY_IQ3_S
+        case formats::ggml_type::IQ2_S: return 28;    // MOSTLY_IQ2_S
+        case formats::ggml_type::IQ1_M: return 31;    // MOSTLY_IQ1_M
+        case formats::ggml_type::MXFP4: return 38;    // MOSTLY_MXFP4_MOE
         case formats::ggml_type::BF16: return 32;    // MOSTLY_BF16
         default: break;
     }

@@ -21,7 +21,8 @@ ggml_type parse_type(const std::string& flag, const std::string& name) {
     const auto t = strata::formats::type_from_name(name);
     if (!t || (*t != ggml_type::F32 && !strata::formats::can_quantize(*t)))
         throw std::invalid_argument(fmt::format("--{} {}: not a type strata can write (try F32, F16, BF16, Q8_0, "
-                                                "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)",
+                                                "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ1_S, IQ1_M, "
+                                                "IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, MXFP4)",
                                                 flag, name));
     return *t;
 }

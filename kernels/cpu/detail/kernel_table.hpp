@@ -123,6 +123,15 @@ STRATA_DOT(dot_q8_0_avx2);
 STRATA_DOT(dot_q8_0_avx512);
 STRATA_DOT(dot_iq4_xs_avx2);
 STRATA_DOT(dot_iq4_xs_avx512);
+// The code book formats (iq/avx2.cpp).
+STRATA_DOT(dot_iq2_xxs_avx2);
+STRATA_DOT(dot_iq2_xs_avx2);
+STRATA_DOT(dot_iq2_s_avx2);
+STRATA_DOT(dot_iq3_xxs_avx2);
+STRATA_DOT(dot_iq3_s_avx2);
+STRATA_DOT(dot_iq1_s_avx2);
+STRATA_DOT(dot_iq1_m_avx2);
+STRATA_DOT(dot_mxfp4_avx2);
 STRATA_DOT(dot_q5_k_avx2);
 STRATA_DOT(dot_q5_k_avx512);
 STRATA_DOT(dot_q2_k_avx2);

@@ -199,7 +199,9 @@ std::vector<matvec_case> all_matvec_cases() {
     std::vector<matvec_case> cases;
     for (ggml_type t : {ggml_type::Q4_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::IQ4_XS, ggml_type::Q5_K,
                         ggml_type::Q4_0, ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::Q2_K,
-                        ggml_type::Q3_K, ggml_type::IQ4_NL, ggml_type::F32, ggml_type::F16, ggml_type::BF16})
+                        ggml_type::Q3_K, ggml_type::IQ4_NL, ggml_type::F32, ggml_type::F16, ggml_type::BF16,
+                        ggml_type::IQ2_XXS, ggml_type::IQ2_XS, ggml_type::IQ2_S, ggml_type::IQ3_XXS, ggml_type::IQ3_S,
+                        ggml_type::IQ1_S, ggml_type::IQ1_M, ggml_type::MXFP4})
         for (isa i : {isa::scalar, isa::avx2, isa::avx512}) cases.push_back({t, i});
     return cases;
 }

@@ -26,16 +26,17 @@ std::vector<float> f(1024);
 std::vector<uint8_t> bytes(4096);
 
 TEST(Errors, UnsupportedTypeNamesItAndListsTheSupported) {
-    const auto msg = message_of([] { dequantize_row(ggml_type::IQ2_XXS, bytes.data(), f.data(), 256); });
-    EXPECT_NE(msg.find("IQ2_XXS"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("16"), std::string::npos) << msg;
-    for (const char* name : {"F32", "BF16", "Q4_0", "Q5_1", "Q2_K", "Q6_K", "IQ4_NL", "IQ4_XS"})
+    const auto msg = message_of([] { dequantize_row(ggml_type::TQ1_0, bytes.data(), f.data(), 256); });
+    EXPECT_NE(msg.find("TQ1_0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("34"), std::string::npos) << msg;
+    for (const char* name : {"F32", "BF16", "Q4_0", "Q5_1", "Q2_K", "Q6_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ1_M", "MXFP4"})
         EXPECT_NE(msg.find(name), std::string::npos) << name << " missing from: " << msg;
 
-    EXPECT_FALSE(can_quantize(ggml_type::MXFP4));
+    EXPECT_FALSE(can_quantize(ggml_type::TQ2_0));
     EXPECT_TRUE(can_quantize(ggml_type::Q4_K));
-    const auto qmsg = message_of([] { quantize_row(ggml_type::MXFP4, f.data(), bytes.data(), 32); });
-    EXPECT_NE(qmsg.find("MXFP4"), std::string::npos) << qmsg;
+    EXPECT_TRUE(can_quantize(ggml_type::MXFP4));
+    const auto qmsg = message_of([] { quantize_row(ggml_type::TQ2_0, f.data(), bytes.data(), 256); });
+    EXPECT_NE(qmsg.find("TQ2_0"), std::string::npos) << qmsg;
 
     const auto umsg = message_of([] { dequantize_row(static_cast<ggml_type>(99), bytes.data(), f.data(), 32); });
     EXPECT_NE(umsg.find("99"), std::string::npos) << umsg;

@@ -63,7 +63,8 @@ TEST_P(RoundTrip, RelativeRmsErrorWithinBound) {
 // Measured on this data (g++ 12, x86-64): F16 0.021%, BF16 0.167%, Q8_0 / Q8_1 0.54% (max-abs / 127 over
 // 32 elements: the quantization step alone gives ~0.5%), Q8_K 0.68% (one scale per 256), Q6_K 1.72%,
 // Q5_0 4.01%, Q5_1 3.34%, Q5_K 3.55%, Q4_0 8.04%, Q4_1 6.92%, Q4_K 7.07%, IQ4_NL 7.42%, IQ4_XS 7.49%,
-// Q3_K 14.4%, Q2_K 26.6%.
+// Q3_K 14.4%, Q2_K 26.6%, MXFP4 11.1%, IQ3_S 13.0%, IQ3_XXS 17.9%, IQ2_S 24.1%, IQ2_XS 28.7%,
+// IQ2_XXS 33.7%, IQ1_M 41.8%, IQ1_S 45.5% (the IQ quantizers search without importance weights).
 INSTANTIATE_TEST_SUITE_P(Formats, RoundTrip,
                          ::testing::Values(bound{ggml_type::F32, 1e-9}, bound{ggml_type::F16, 0.0003},
                                            bound{ggml_type::BF16, 0.002}, bound{ggml_type::Q8_0, 0.006},
@@ -73,13 +74,17 @@ INSTANTIATE_TEST_SUITE_P(Formats, RoundTrip,
                                            bound{ggml_type::Q4_0, 0.088}, bound{ggml_type::Q4_1, 0.076},
                                            bound{ggml_type::Q4_K, 0.078}, bound{ggml_type::IQ4_NL, 0.082},
                                            bound{ggml_type::IQ4_XS, 0.082}, bound{ggml_type::Q3_K, 0.16},
-                                           bound{ggml_type::Q2_K, 0.29}),
+                                           bound{ggml_type::Q2_K, 0.29}, bound{ggml_type::MXFP4, 0.123},
+                                           bound{ggml_type::IQ3_S, 0.143}, bound{ggml_type::IQ3_XXS, 0.197},
+                                           bound{ggml_type::IQ2_S, 0.263}, bound{ggml_type::IQ2_XS, 0.315},
+                                           bound{ggml_type::IQ2_XXS, 0.365}, bound{ggml_type::IQ1_M, 0.455},
+                                           bound{ggml_type::IQ1_S, 0.495}),
                          [](const auto& p) { return std::string(formats::info(p.param.type).name); });
 
 TEST(RoundTrip, ZeroAndConstantBlocks) {
     for (ggml_type t : {ggml_type::Q4_0, ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::Q8_0,
                         ggml_type::Q2_K, ggml_type::Q3_K, ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K,
-                        ggml_type::Q8_K, ggml_type::IQ4_NL, ggml_type::IQ4_XS}) {
+                        ggml_type::Q8_K, ggml_type::IQ4_NL, ggml_type::IQ4_XS, ggml_type::MXFP4}) {
         std::vector<float> zero(512, 0.0f), y(512, 1.0f);
         std::vector<uint8_t> q(row_size(t, 512));
         quantize_row(t, zero.data(), q.data(), 512);
@@ -90,6 +95,24 @@ TEST(RoundTrip, ZeroAndConstantBlocks) {
             quantize_row(t, constant.data(), q.data(), 512);
             dequantize_row(t, q.data(), y.data(), 512);
             for (float v : y) ASSERT_NEAR(v, c, 0.05f) << info(t).name;
+        }
+    }
+}
+
+// The code book formats: an all-zero block comes back zero, a constant one within a few percent.
+TEST(RoundTrip, CodeBookFormatsZeroAndConstantBlocks) {
+    for (ggml_type t : {ggml_type::IQ2_XXS, ggml_type::IQ2_XS, ggml_type::IQ2_S, ggml_type::IQ3_XXS, ggml_type::IQ3_S,
+                        ggml_type::IQ1_S, ggml_type::IQ1_M}) {
+        std::vector<float> zero(512, 0.0f), y(512, 1.0f);
+        std::vector<uint8_t> q(row_size(t, 512));
+        quantize_row(t, zero.data(), q.data(), 512);
+        dequantize_row(t, q.data(), y.data(), 512);
+        for (float v : y) ASSERT_EQ(v, 0.0f) << info(t).name;
+        for (float c : {-3.0f, 3.0f}) {
+            std::vector<float> constant(512, c);
+            quantize_row(t, constant.data(), q.data(), 512);
+            dequantize_row(t, q.data(), y.data(), 512);
+            for (float v : y) ASSERT_NEAR(v, c, 0.1f) << info(t).name;
         }
     }
 }

@@ -60,18 +60,21 @@ INSTANTIATE_TEST_SUITE_P(Formats, VecDot,
                                            ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::Q8_0,
                                            ggml_type::Q2_K, ggml_type::Q3_K, ggml_type::Q4_K, ggml_type::Q5_K,
                                            ggml_type::Q6_K, ggml_type::Q8_K, ggml_type::IQ4_NL,
-                                           ggml_type::IQ4_XS),
+                                           ggml_type::IQ4_XS, ggml_type::IQ2_XXS, ggml_type::IQ2_XS,
+                                           ggml_type::IQ2_S, ggml_type::IQ3_XXS, ggml_type::IQ3_S, ggml_type::IQ1_S,
+                                           ggml_type::IQ1_M, ggml_type::MXFP4),
                          [](const auto& p) { return std::string(formats::info(p.param).name); });
 
 TEST(VecDotType, PerFormat) {
     EXPECT_EQ(vec_dot_type(ggml_type::F32), ggml_type::F32);
     EXPECT_EQ(vec_dot_type(ggml_type::F16), ggml_type::F32);
     EXPECT_EQ(vec_dot_type(ggml_type::BF16), ggml_type::F32);
-    for (ggml_type t : {ggml_type::Q4_0, ggml_type::Q5_0, ggml_type::Q8_0, ggml_type::IQ4_NL})
+    for (ggml_type t : {ggml_type::Q4_0, ggml_type::Q5_0, ggml_type::Q8_0, ggml_type::IQ4_NL, ggml_type::MXFP4})
         EXPECT_EQ(vec_dot_type(t), ggml_type::Q8_0) << info(t).name;
     for (ggml_type t : {ggml_type::Q4_1, ggml_type::Q5_1}) EXPECT_EQ(vec_dot_type(t), ggml_type::Q8_1);
     for (ggml_type t : {ggml_type::Q2_K, ggml_type::Q3_K, ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K,
-                        ggml_type::Q8_K, ggml_type::IQ4_XS})
+                        ggml_type::Q8_K, ggml_type::IQ4_XS, ggml_type::IQ2_XXS, ggml_type::IQ2_XS, ggml_type::IQ2_S,
+                        ggml_type::IQ3_XXS, ggml_type::IQ3_S, ggml_type::IQ1_S, ggml_type::IQ1_M})
         EXPECT_EQ(vec_dot_type(t), ggml_type::Q8_K) << info(t).name;
 }
 

@@ -1,0 +1,238 @@
+// The code book formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) x Q8_K and MXFP4 x Q8_0,
+// AVX2. Each IQ format decodes a sub-block of 32 into signed int8 weights w (grid entries gathered by
+// index, signs applied; IQ1: w = 8 * value + delta sign) and int16 scales (one per 16 elements, a
+// 128-bit lane each); every format then shares one loop: maddubs(|w|, sign(a, w)) times the scales,
+// int32 sums per super-block, scaled by d_w * d_a in f32, and the format's unit (1/8, 1/4, 1) at the end.
+#include "cpu/detail/kernel_table.hpp"
+#include "cpu/detail/x86.hpp"
+#include "cpu/iq/sign_tables.hpp"
+#include "formats/blocks.hpp"
+#include "formats/iq_grids.hpp"
+
+namespace strata::kernels::cpu::detail {
+namespace {
+
+using namespace formats;
+
+static inline __m256i grid64(const uint64_t* grid, int i0, int i1, int i2, int i3) {
+    return _mm256_set_epi64x(static_cast<int64_t>(grid[i3]), static_cast<int64_t>(grid[i2]),
+                             static_cast<int64_t>(grid[i1]), static_cast<int64_t>(grid[i0]));
+}
+static inline __m256i signs64(uint64_t s0, uint64_t s1, uint64_t s2, uint64_t s3) {
+    return _mm256_set_epi64x(static_cast<int64_t>(s3), static_cast<int64_t>(s2), static_cast<int64_t>(s1),
+                             static_cast<int64_t>(s0));
+}
+static inline __m256i scale_pair(int lo, int hi) {
+    return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(hi)), _mm_set1_epi16(static_cast<short>(lo)));
+}
+
+struct iq2_xxs_dec {
+    using block = block_iq2_xxs;
+    static constexpr float unit = 0.125f;
+    static float d(const block& b) { return half_to_float(b.d); }
+    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+        uint32_t idx, meta;
+        std::memcpy(&idx, b.qs + 4 * ib, 4);
+        std::memcpy(&meta, b.qs + 4 * ib + 2, 4);
+        const __m256i mag = grid64(iq2xxs_grid, idx & 255, (idx >> 8) & 255, (idx >> 16) & 255, idx >> 24);
+        w = _mm256_sign_epi8(mag, signs64(sign_even[meta & 127], sign_even[(meta >> 7) & 127], sign_even[(meta >> 14) & 127],
+                                          sign_even[(meta >> 21) & 127]));
+        sc = _mm256_set1_epi16(static_cast<short>(2 * (meta >> 28) + 1));
+    }
+};
+
+struct iq2_xs_dec {
+    using block = block_iq2_xs;
+    static constexpr float unit = 0.125f;
+    static float d(const block& b) { return half_to_float(b.d); }
+    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+        const uint16_t* q = b.qs + 4 * ib;
+        const __m256i mag = grid64(iq2xs_grid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
+        w = _mm256_sign_epi8(mag, signs64(sign_even[q[0] >> 9], sign_even[q[1] >> 9], sign_even[q[2] >> 9], sign_even[q[3] >> 9]));
+        sc = scale_pair(2 * (b.scales[ib] & 15) + 1, 2 * (b.scales[ib] >> 4) + 1);
+    }
+};
+
+struct iq2_s_dec {
+    using block = block_iq2_s;
+    static constexpr float unit = 0.125f;
+    static float d(const block& b) { return half_to_float(b.d); }
+    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+        const uint8_t* q = b.qs + 4 * ib;
+        const int h = b.qh[ib];
+        const __m256i mag = grid64(iq2s_grid, q[0] | ((h & 3) << 8), q[1] | ((h & 12) << 6), q[2] | ((h & 48) << 4),
+                                   q[3] | ((h & 192) << 2));
+        const uint8_t* s = b.qs + QK_K / 8 + 4 * ib;
+        w = _mm256_sign_epi8(mag, signs64(sign_pm1[s[0]], sign_pm1[s[1]], sign_pm1[s[2]], sign_pm1[s[3]]));
+        sc = scale_pair(2 * (b.scales[ib] & 15) + 1, 2 * (b.scales[ib] >> 4) + 1);
+    }
+};
+
+struct iq3_xxs_dec {
+    using block = block_iq3_xxs;
+    static constexpr float unit = 0.25f;
+    static float d(const block& b) { return half_to_float(b.d); }
+    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+        const uint8_t* q = b.qs + 8 * ib;
+        uint32_t meta;
+        std::memcpy(&meta, b.qs + QK_K / 4 + 4 * ib, 4);
+        const __m256i mag = _mm256_setr_epi32(
+            static_cast<int>(iq3xxs_grid[q[0]]), static_cast<int>(iq3xxs_grid[q[1]]), static_cast<int>(iq3xxs_grid[q[2]]),
+            static_cast<int>(iq3xxs_grid[q[3]]), static_cast<int>(iq3xxs_grid[q[4]]), static_cast<int>(iq3xxs_grid[q[5]]),
+            static_cast<int>(iq3xxs_grid[q[6]]), static_cast<int>(iq3xxs_grid[q[7]]));
+        w = _mm256_sign_epi8(mag, signs64(sign_even[meta & 127], sign_even[(meta >> 7) & 127], sign_even[(meta >> 14) & 127],
+                                          sign_even[(meta >> 21) & 127]));
+        sc = _mm256_set1_epi16(static_cast<short>(2 * (meta >> 28) + 1));
+    }
+};
+
+struct iq3_s_dec {
+    using block = block_iq3_s;
+    static constexpr float unit = 1.0f;
+    static float d(const block& b) { return half_to_float(b.d); }
+    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+        const uint8_t* q = b.qs + 8 * ib;
+        const int h = b.qh[ib];
+        int v[8];
+        for (int k = 0; k < 8; ++k) v[k] = static_cast<int>(iq3s_grid[q[k] | (((h >> k) & 1) << 8)]);
+        const __m256i mag = _mm256_setr_epi32(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+        const uint8_t* s = b.signs + 4 * ib;
+        w = _mm256_sign_epi8(mag, signs64(sign_pm1[s[0]], sign_pm1[s[1]], sign_pm1[s[2]], sign_pm1[s[3]]));
+        sc = _mm256_set1_epi16(static_cast<short>(2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 15) + 1));
+    }
+};
+
+// IQ1: w = 8 * value + delta sign (value in -1, 0, 1), so |w| <= 9 and the unit is 1/8.
+static inline __m256i iq1_weights(const __m256i grid, const __m256i delta) {
+    return _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), grid), delta);
+}
+
+struct iq1_s_dec {
+    using block = block_iq1_s;
+    static constexpr float unit = 0.125f;
+    static float d(const block& b) { return half_to_float(b.d); }
+    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+        const uint8_t* q = b.qs + 4 * ib;
+        const int h = b.qh[ib];
+        const __m256i grid = grid64(iq1s_grid, q[0] | ((h & 7) << 8), q[1] | ((h & 0x38) << 5), q[2] | ((h & 0x1c0) << 2),
+                                    q[3] | ((h & 0xe00) >> 1));
+        w = iq1_weights(grid, _mm256_set1_epi8(h & 0x8000 ? -1 : 1));
+        sc = _mm256_set1_epi16(static_cast<short>(2 * ((h >> 12) & 7) + 1));
+    }
+};
+
+struct iq1_m_dec {
+    using block = block_iq1_m;
+    static constexpr float unit = 0.125f;
+    static float d(const block& b) {
+        uint16_t sc[4];
+        std::memcpy(sc, b.scales, sizeof sc);
+        return half_to_float(static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) |
+                                                   (sc[3] & 0xf000)));
+    }
+    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+        const uint8_t* q = b.qs + 4 * ib;
+        const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
+        const __m256i grid = grid64(iq1s_grid, q[0] | ((h0 & 7) << 8), q[1] | ((h0 & 0x70) << 4), q[2] | ((h1 & 7) << 8),
+                                    q[3] | ((h1 & 0x70) << 4));
+        const auto delta = [](int nibble) { return nibble & 8 ? ~uint64_t{0} : uint64_t{0x0101010101010101}; };
+        w = iq1_weights(grid, signs64(delta(h0), delta(h0 >> 4), delta(h1), delta(h1 >> 4)));
+        uint16_t s;
+        std::memcpy(&s, b.scales + 2 * (ib / 2), 2);
+        const int bits = s >> (6 * (ib % 2));
+        sc = scale_pair(2 * (bits & 7) + 1, 2 * ((bits >> 3) & 7) + 1);
+    }
+};
+
+template <class F>
+struct iq_avx2 {
+    template <int NT>
+    struct kernel {
+        static void run(int64_t n, const void* w, const void* const* a, float* out) {
+            const auto* x = static_cast<const typename F::block*>(w);
+            const block_q8_K* y[NT];
+            for (int t = 0; t < NT; ++t) y[t] = static_cast<const block_q8_K*>(a[t]);
+            __m256 acc[NT];
+            for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n / QK_K; ++i) {
+                prefetch_weights<sizeof(typename F::block)>(x + i);
+                __m256i sumi[NT];
+                for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+                for (int ib = 0; ib < QK_K / 32; ++ib) {
+                    __m256i wv, sc;
+                    F::sub(x[i], ib, wv, sc);
+                    const __m256i aw = _mm256_sign_epi8(wv, wv);
+                    for (int t = 0; t < NT; ++t) {
+                        const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs + 32 * ib));
+                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(q8, wv)), sc));
+                    }
+                }
+                const float d = F::d(x[i]);
+                for (int t = 0; t < NT; ++t)
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * y[t][i].d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            }
+            for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) * F::unit;
+        }
+    };
+};
+
+// MXFP4 x Q8_0: nibbles through the 16-entry doubled E2M1 table (pshufb), one block of 32 per step.
+template <int NT>
+struct mxfp4_avx2 {
+    static void run(int64_t n, const void* w, const void* const* a, float* out) {
+        const auto* x = static_cast<const block_mxfp4*>(w);
+        const block_q8_0* y[NT];
+        for (int t = 0; t < NT; ++t) y[t] = static_cast<const block_q8_0*>(a[t]);
+        const __m128i values = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_mxfp4));
+        const __m128i low4 = _mm_set1_epi8(0x0F);
+        const __m256i ones = _mm256_set1_epi16(1);
+        __m256 acc[NT];
+        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < n / QK_MXFP4; ++i) {
+            prefetch_weights<sizeof(block_mxfp4)>(x + i);
+            const __m128i q4 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs));
+            const __m256i wv = _mm256_set_m128i(_mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q4, 4), low4)),
+                                                _mm_shuffle_epi8(values, _mm_and_si128(q4, low4)));
+            const __m256i aw = _mm256_sign_epi8(wv, wv);
+            // 2^(e - 128) as a float: e >= 2 is a normal exponent field of e - 1; e < 2 a subnormal.
+            const uint32_t bits = x[i].e < 2 ? 0x00200000u << x[i].e : static_cast<uint32_t>(x[i].e - 1) << 23;
+            float d;
+            std::memcpy(&d, &bits, sizeof d);
+            for (int t = 0; t < NT; ++t) {
+                const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs));
+                const __m256i sumi = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(q8, wv)), ones);
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * half_to_float(y[t][i].d)), _mm256_cvtepi32_ps(sumi), acc[t]);
+            }
+        }
+        for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+    }
+};
+
+}  // namespace
+
+void dot_iq2_xxs_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    call_with_tokens<iq_avx2<iq2_xxs_dec>::kernel>(n, w, a, n_tok, out);
+}
+void dot_iq2_xs_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    call_with_tokens<iq_avx2<iq2_xs_dec>::kernel>(n, w, a, n_tok, out);
+}
+void dot_iq2_s_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    call_with_tokens<iq_avx2<iq2_s_dec>::kernel>(n, w, a, n_tok, out);
+}
+void dot_iq3_xxs_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    call_with_tokens<iq_avx2<iq3_xxs_dec>::kernel>(n, w, a, n_tok, out);
+}
+void dot_iq3_s_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    call_with_tokens<iq_avx2<iq3_s_dec>::kernel>(n, w, a, n_tok, out);
+}
+void dot_iq1_s_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    call_with_tokens<iq_avx2<iq1_s_dec>::kernel>(n, w, a, n_tok, out);
+}
+void dot_iq1_m_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    call_with_tokens<iq_avx2<iq1_m_dec>::kernel>(n, w, a, n_tok, out);
+}
+void dot_mxfp4_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    call_with_tokens<mxfp4_avx2>(n, w, a, n_tok, out);
+}
+
+}  // namespace strata::kernels::cpu::detail
