@@ -23,8 +23,10 @@ namespace {
 #define LEAD_NO_LPS R"re((?:[^\r\n\p{L}\p{P}\p{S}]|~))re"
 #define ASCII_PUNCT_WORD R"re([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+)re"
 
-constexpr std::string_view kGpt2 = R"re('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)re";
-constexpr std::string_view kLlama3 = CONTR R"re(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*)re" WS_TAIL;
+constexpr std::string_view kGpt2 =
+    R"re('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)re";
+constexpr std::string_view kLlama3 =
+    CONTR R"re(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*)re" WS_TAIL;
 constexpr std::string_view kQwen2 = CONTR R"re(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*)re" WS_TAIL;
 
 // DeepSeek LLM's letters: the cased letters its tokenizer.json lists (U+1F7D, U+1FBE, U+2126, U+212A
@@ -54,7 +56,9 @@ constexpr std::string_view kDeepseek3Main =
 constexpr std::string_view kBloom =
     R"re( ?[^(\s|.,!?\x{2026}\x{3002}\x{FF0C}\x{3001}\x{0964}\x{06D4}\x{060C})]+)re";
 // Kimi K2's Han ranges (llama.cpp's unicode_cpt_is_han).
-#define HAN R"re([\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2EBEF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}])re"
+#define HAN                                                                                 \
+    R"re([\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2EBEF}\x{F900}-\x{FAFF})re" \
+    R"re(\x{2F800}-\x{2FA1F}])re"
 
 const pre_family kFamilies[] = {
     {"gpt2", {{kGpt2}}},
@@ -85,7 +89,8 @@ const pre_family kFamilies[] = {
       {R"re(\p{N})re"}}},
     {"youtu",
      {{R"re([\x{AC00}-\x{D7A3}\x{3131}-\x{318E}]+)re"
-       R"re(|[\x{FF01}\x{2026}\x{201C}\x{201D}\x{2018}\x{2019}\x{2014}\x{FF1A}\x{FF1B}\x{FF0C}\x{3001}-\x{303F}\x{FE30}-\x{FE4F}]+)re"
+       R"re(|[\x{FF01}\x{2026}\x{201C}\x{201D}\x{2018}\x{2019}\x{2014}\x{FF1A}\x{FF1B}\x{FF0C})re"
+       R"re(\x{3001}-\x{303F}\x{FE30}-\x{FE4F}]+)re"
        R"re(|[\x{3105}-\x{312F}]+|[\x{4E00}-\x{9FA5}\x{3040}-\x{30FF}]+)re"},
       {R"re([^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+)re" CONTR R"re(?|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*)re" WS_TAIL}}},
     {"bloom", {{kBloom}}},

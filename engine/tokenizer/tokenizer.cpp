@@ -196,7 +196,9 @@ std::vector<std::string> tokenizer::pre_split(std::string_view text) const {
 
 std::string_view tokenizer::pre_name() const { return impl_->v.pre_name; }
 
-std::string_view tokenizer::pre_family() const { return impl_->splitter ? impl_->splitter->family() : std::string_view{}; }
+std::string_view tokenizer::pre_family() const {
+    return impl_->splitter ? impl_->splitter->family() : std::string_view{};
+}
 
 // ---- stream_decoder ----
 

@@ -15,7 +15,10 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/fmt/ranges.h>
 
+#include "generate.hpp"
 #include "gguf/gguf_reader.hpp"
+#include "model_spec.hpp"
+#include "strata/engine.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace strata::tok {
@@ -106,6 +109,28 @@ TEST_P(RealVocab, MatchesLlamaCppIds) {
                 texts.size(), std::string(t.pre_name()).c_str());
 }
 
+// strata-make-model --vocab-from: a generated model carries the real vocabulary and tokenizes as it.
+TEST_P(RealVocab, GeneratedModelCarriesTheVocabulary) {
+    const fs::path gguf = vocab_dir() / fmt::format("ggml-vocab-{}.gguf", GetParam());
+    make_model::model_spec spec = make_model::preset("tiny");
+    spec.vocab_from = gguf.string();
+    spec.tie_embeddings = true;  // a real vocabulary's embedding rows, written once and unquantized: quick
+    spec.type_embd = formats::ggml_type::F16;
+    const gguf::reader made = gguf::reader::from_bytes(make_model::build_model(spec).write_to_memory());
+    const gguf::reader vocab_file = gguf::reader::open(gguf.string());
+    const tokenizer real = tokenizer::from_gguf(vocab_file), copied = tokenizer::from_gguf(made);
+    EXPECT_EQ(copied.n_vocab(), real.n_vocab());
+    EXPECT_EQ(copied.pre_name(), real.pre_name());
+    const auto embd = std::find_if(made.tensors().begin(), made.tensors().end(),
+                                    [](const gguf::tensor_info& t) { return t.name == "token_embd.weight"; });
+    ASSERT_NE(embd, made.tensors().end());
+    EXPECT_EQ(embd->ne[1], real.n_vocab());
+    const std::vector<std::string> texts = read_texts(gguf.string() + ".inp");
+    const std::vector<std::vector<int32_t>> expected = read_ids(gguf.string() + ".out");
+    for (size_t i = 0; i < texts.size(); ++i)
+        EXPECT_EQ(copied.encode(texts[i], {.add_special = false}), expected[i]) << "text " << i;
+}
+
 INSTANTIATE_TEST_SUITE_P(Realdata, RealVocab, ::testing::ValuesIn(vocab_names()),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                              std::string n = p.param;
@@ -113,6 +138,29 @@ INSTANTIATE_TEST_SUITE_P(Realdata, RealVocab, ::testing::ValuesIn(vocab_names())
                              return n;
                          });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(RealVocab);
+
+// The engine loads a generated model with a real vocabulary, and --override-pre replaces its
+// pre-tokenizer (gpt2 keeps a run of digits together, deepseek-coder cuts every digit apart).
+TEST(RealdataVocab, EngineLoadsGeneratedModelAndOverridesPre) {
+    const fs::path gguf = vocab_dir() / "ggml-vocab-gpt-2.gguf";
+    if (!fs::exists(gguf)) GTEST_SKIP() << gguf << " is missing (RealdataVocab.FolderHasVocabularies says why)";
+    make_model::model_spec spec = make_model::preset("tiny");
+    spec.vocab_from = gguf.string();
+    spec.tie_embeddings = true;  // a real vocabulary's embedding rows, written once and unquantized: quick
+    spec.type_embd = formats::ggml_type::F16;
+    const fs::path path = fs::temp_directory_path() / "strata_realdata_gpt2.gguf";
+    make_model::build_model(spec).write_file(path.string());
+    model_options o;
+    o.path = path.string();
+    o.numa_pool = "off";
+    const auto m = model::load(o);
+    EXPECT_LT(m->tokenize("12345", false).size(), 5u);
+    o.override_pre = "deepseek-coder";
+    EXPECT_EQ(model::load(o)->tokenize("12345", false).size(), 5u);
+    o.override_pre = "no-such-pre";
+    EXPECT_THROW(model::load(o), std::runtime_error);
+    fs::remove(path);
+}
 
 }  // namespace
 }  // namespace strata::tok
