@@ -318,7 +318,7 @@ model::impl::impl(const model_options& o)
       hp(engine::read_hparams(file, engine::rope_overrides_from(o))),
       weights(engine::bind_weights(file, hp)),
       moe_layers(engine::moe_layers(weights)),
-      tokenizer(tok::tokenizer::from_gguf(file)),
+      tokenizer(tok::tokenizer::from_gguf(file, {.override_pre = o.override_pre})),
       kv(engine::parse_kv_type(o.kv_type)) {
     ctx_from_file = o.n_ctx == 0;
     options = checked(o, hp.n_ctx_train);

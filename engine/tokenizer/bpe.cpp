@@ -38,11 +38,12 @@ void encode_word(const vocab& v, const byte_unicode_map& bytes, std::string_view
             out.push_back(it->second);
             continue;
         }
-        // A merge whose result is not a token: spell the symbol's bytes one by one (load_vocab checked
-        // that every byte has its token).
+        // A merge whose result is not a token: spell the symbol's bytes one by one; a byte without a
+        // token is dropped, as llama.cpp does.
         for (size_t pos = s.begin; pos < s.begin + s.length;) {
             const utf8_seq q = utf8_next(mapped, pos);
-            out.push_back(v.piece_to_id.at(mapped.substr(pos, q.length)));
+            key.assign(mapped, pos, q.length);
+            if (const auto it = v.piece_to_id.find(key); it != v.piece_to_id.end()) out.push_back(it->second);
             pos += q.length;
         }
     }

@@ -90,15 +90,15 @@ tokenizer::tokenizer(tokenizer&&) noexcept = default;
 tokenizer& tokenizer::operator=(tokenizer&&) noexcept = default;
 tokenizer::~tokenizer() = default;
 
-tokenizer tokenizer::from_gguf(const gguf::reader& r) {
+tokenizer tokenizer::from_gguf(const gguf::reader& r, const tokenizer_options& opt) {
     auto m = std::make_unique<impl>();
-    m->v = load_vocab(r);
-    if (m->v.kind == vocab_kind::bpe) m->splitter.emplace(m->v.pre);
+    m->v = load_vocab(r, opt);
+    if (m->v.kind == vocab_kind::bpe) m->splitter.emplace(m->v.pre->family);
     m->build_pieces();
     logger("engine")->debug("Tokenizer: {} with {} tokens ({} merges, {} special tokens, pre-split {}), bos {}, eos {}.",
                             m->v.kind == vocab_kind::bpe ? "byte-level BPE" : "SentencePiece BPE", m->v.n_vocab(),
                             m->v.merge_rank.size(), m->v.specials.size(),
-                            m->splitter ? pre_kind_name(m->v.pre) : "none", m->v.bos, m->v.eos);
+                            m->splitter ? m->v.pre_name : "none", m->v.bos, m->v.eos);
     return tokenizer(std::move(m));
 }
 
@@ -114,7 +114,11 @@ std::vector<int32_t> tokenizer::encode(std::string_view text, encode_options opt
             prev_special = true;
             continue;
         }
-        if (v.kind == vocab_kind::bpe) {
+        if (v.kind == vocab_kind::bpe && v.missing_bytes && !utf8_valid(f.text)) {
+            // Bytes that are not UTF-8 become U+FFFD, as llama.cpp reads all text, when the
+            // vocabulary cannot spell every byte.
+            bpe_encode(v, *impl_->splitter, impl_->bytes, replace_invalid_utf8(f.text), out);
+        } else if (v.kind == vocab_kind::bpe) {
             bpe_encode(v, *impl_->splitter, impl_->bytes, f.text, out);
         } else {
             escaped.clear();
@@ -190,8 +194,10 @@ std::vector<std::string> tokenizer::pre_split(std::string_view text) const {
     return out;
 }
 
-std::string_view tokenizer::pre_name() const {
-    return impl_->splitter ? pre_kind_name(impl_->v.pre) : std::string_view{};
+std::string_view tokenizer::pre_name() const { return impl_->v.pre_name; }
+
+std::string_view tokenizer::pre_family() const {
+    return impl_->splitter ? impl_->splitter->family() : std::string_view{};
 }
 
 // ---- stream_decoder ----

@@ -52,12 +52,18 @@ struct decode_options {
     bool strip_space_prefix = true;
 };
 
+struct tokenizer_options {
+    // A tokenizer.ggml.pre name to use instead of the file's (llama.cpp's names; byte-level BPE only).
+    std::string override_pre;
+};
+
 class tokenizer {
 public:
     // Reads tokenizer.ggml.* from the file. Throws std::runtime_error naming the key and the numbers
     // for a missing or inconsistent vocabulary (lengths that disagree, merges naming absent tokens,
     // special ids beyond the vocabulary, an unsupported tokenizer model).
-    static tokenizer from_gguf(const gguf::reader& r);
+    // An unknown tokenizer.ggml.pre is an error naming it (tokenizer_options::override_pre picks one).
+    static tokenizer from_gguf(const gguf::reader& r, const tokenizer_options& opt = {});
 
     tokenizer(tokenizer&&) noexcept;
     tokenizer& operator=(tokenizer&&) noexcept;
@@ -84,7 +90,8 @@ public:
 
     // The BPE pre-tokenizer's pieces for a text (tests, diagnostics). Throws std::logic_error for spm.
     std::vector<std::string> pre_split(std::string_view text) const;
-    std::string_view pre_name() const;  // the pattern in use: "gpt2", "llama3", "qwen2"; "" for spm
+    std::string_view pre_name() const;    // tokenizer.ggml.pre in effect ("llama-bpe", ...); "" for spm
+    std::string_view pre_family() const;  // its split patterns ("llama3", ...); "" for spm
 
 private:
     struct impl;

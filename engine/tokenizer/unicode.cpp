@@ -49,6 +49,22 @@ bool utf8_valid(std::string_view s) {
     return true;
 }
 
+std::string replace_invalid_utf8(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (size_t pos = 0; pos < s.size();) {
+        const utf8_seq q = utf8_next(s, pos);
+        if (q.status == utf8_status::ok) {
+            out.append(s, pos, q.length);
+            pos += q.length;
+        } else {
+            out += kReplacementChar;
+            pos += 1;
+        }
+    }
+    return out;
+}
+
 char32_t utf8_decode(std::string_view s, size_t pos, size_t length) {
     const auto byte = [&](size_t i) { return static_cast<char32_t>(static_cast<uint8_t>(s[pos + i])); };
     switch (length) {

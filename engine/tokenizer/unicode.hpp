@@ -26,6 +26,9 @@ size_t utf8_incomplete_tail(std::string_view s);
 
 bool utf8_valid(std::string_view s);
 
+// s with every byte that does not belong to a valid sequence replaced by U+FFFD.
+std::string replace_invalid_utf8(std::string_view s);
+
 // The code point of a sequence utf8_next reported ok.
 char32_t utf8_decode(std::string_view s, size_t pos, size_t length);
 

@@ -86,6 +86,7 @@ void read_tokens(const gguf::reader& r, vocab& v) {
 
 void read_merges(const gguf::reader& r, vocab& v) {
     const auto* merges = find_array(r, "tokenizer.ggml.merges");
+    if (!merges && v.pre->merges_optional) return;
     if (!merges) fail("tokenizer.ggml.model is gpt2 but the file has no tokenizer.ggml.merges");
     v.merge_rank.reserve(merges->size());
     for (size_t i = 0; i < merges->size(); ++i) {
@@ -105,14 +106,33 @@ void read_merges(const gguf::reader& r, vocab& v) {
     }
 }
 
-// Byte-level BPE spells any text with its 256 byte symbols, so all of them must be tokens.
-void check_byte_symbols(const vocab& v) {
+// Byte-level BPE spells any text with its 256 byte symbols. Some real vocabularies lack a few (bytes
+// UTF-8 never uses, rare control characters); llama.cpp loads them and drops those bytes, and so do we.
+void check_byte_symbols(vocab& v) {
     const byte_unicode_map bytes;
+    std::string missing;
     for (int b = 0; b < 256; ++b)
         if (!v.piece_to_id.count(bytes.encode(static_cast<uint8_t>(b))))
-            fail(fmt::format("tokenizer.ggml.tokens has no token for byte 0x{:02X} (symbol '{}'); a byte-level BPE "
-                             "vocabulary needs all 256",
-                             b, bytes.encode(static_cast<uint8_t>(b))));
+            missing += fmt::format("{}0x{:02X}", missing.empty() ? "" : " ", b);
+    v.missing_bytes = !missing.empty();
+    if (v.missing_bytes)
+        logger("engine")->debug("The vocabulary has no token for bytes {}; text holding them loses those bytes.",
+                                missing);
+}
+
+// tokenizer.ggml.pre (or the override) to its pre-tokenizer; an unknown name is an error.
+void read_pre(const gguf::reader& r, const tokenizer_options& opt, vocab& v) {
+    v.pre_name = opt.override_pre.empty() ? r.get_string("tokenizer.ggml.pre", "default") : opt.override_pre;
+    try {
+        v.pre = find_pre_tokenizer(v.pre_name);
+    } catch (const std::runtime_error& e) {
+        fail(e.what());
+    }
+    if (!v.pre)
+        fail(fmt::format("{} '{}' is not a pre-tokenizer strata knows (--override-pre NAME picks one of: {})",
+                         opt.override_pre.empty() ? "tokenizer.ggml.pre" : "--override-pre", v.pre_name,
+                         known_pre_tokenizer_names()));
+    v.ignore_merges = v.pre->ignore_merges;
 }
 
 void read_byte_tokens(vocab& v) {
@@ -142,7 +162,7 @@ void collect_eog_and_specials(vocab& v) {
 
 }  // namespace
 
-vocab load_vocab(const gguf::reader& r) {
+vocab load_vocab(const gguf::reader& r, const tokenizer_options& opt) {
     vocab v;
     const gguf::value* model_v = r.find("tokenizer.ggml.model");
     if (!model_v) fail("the file has no tokenizer.ggml.model (no vocabulary)");
@@ -158,17 +178,13 @@ vocab load_vocab(const gguf::reader& r) {
     read_tokens(r, v);
     const int32_t n = v.n_vocab();
     if (v.kind == vocab_kind::bpe) {
+        read_pre(r, opt, v);
         check_byte_symbols(v);
         read_merges(r, v);
-        const std::string pre = r.get_string("tokenizer.ggml.pre", "default");
-        bool known = false;
-        v.pre = parse_pre(pre, known);
-        if (!known)
-            logger("engine")->warn("The tokenizer's pre-tokenizer '{}' (tokenizer.ggml.pre) is not one strata knows; "
-                                   "using the GPT-2 pattern, so some texts may split differently than intended.",
-                                   pre);
-        v.ignore_merges = v.pre == pre_kind::llama3;
     } else {
+        if (!opt.override_pre.empty())
+            logger("engine")->warn("--override-pre {} is ignored: a SentencePiece vocabulary has no pre-tokenizer.",
+                                   opt.override_pre);
         read_byte_tokens(v);
     }
 
@@ -184,7 +200,7 @@ vocab load_vocab(const gguf::reader& r) {
         if (v.bos < 0 && n > 1) v.bos = 1;
         if (v.eos < 0 && n > 2) v.eos = 2;
     }
-    v.add_bos = read_bool(r, "tokenizer.ggml.add_bos_token", spm || v.pre == pre_kind::llama3);
+    v.add_bos = read_bool(r, "tokenizer.ggml.add_bos_token", spm || (v.pre && v.pre->add_bos));
     v.add_eos = read_bool(r, "tokenizer.ggml.add_eos_token", false);
     v.add_space_prefix = spm && read_bool(r, "tokenizer.ggml.add_space_prefix", true);
     if (v.add_bos && v.bos < 0)

@@ -16,7 +16,8 @@ namespace strata::tok {
 
 struct vocab {
     vocab_kind kind = vocab_kind::bpe;
-    pre_kind pre = pre_kind::gpt2;               // bpe only
+    std::string pre_name;                        // bpe: tokenizer.ggml.pre in effect (the file's or the override)
+    const pre_tokenizer_info* pre = nullptr;     // bpe: what that name selects
     std::vector<std::string> text;               // [n_vocab] token text as stored
     std::vector<token_type> type;                // [n_vocab]
     std::vector<float> score;                    // [n_vocab] spm merge priority (higher first); 0 for bpe
@@ -29,7 +30,8 @@ struct vocab {
     int32_t bos = -1, eos = -1, eot = -1, unk = -1, pad = -1;
     bool add_bos = false, add_eos = false;
     bool add_space_prefix = false;  // spm: a space in front of the text (and after each special token)
-    bool ignore_merges = false;     // bpe llama3: a pre-split word that is a token is taken whole
+    bool ignore_merges = false;     // bpe (llama3 and others): a pre-split word that is a token is taken whole
+    bool missing_bytes = false;     // bpe: some byte symbols have no token (their bytes are dropped, as llama.cpp does)
 
     std::vector<int32_t> eog;       // sorted
     std::vector<int32_t> specials;  // control and user-defined tokens matched in text, longest first
@@ -38,6 +40,6 @@ struct vocab {
 };
 
 // Throws std::runtime_error naming the key and the numbers.
-vocab load_vocab(const gguf::reader& r);
+vocab load_vocab(const gguf::reader& r, const tokenizer_options& opt);
 
 }  // namespace strata::tok

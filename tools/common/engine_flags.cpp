@@ -24,6 +24,9 @@ void add_model_flags(cxxopts::Options& o) {
                       "IQ4_NL experts, and dense matrices without a GPU, repacked for the prompt GEMM kernels)")
         ("cache-ram", "MiB for parked conversation snapshots (default: the smaller of 25 % of MemAvailable and "
                       "8 GiB; 0: off)", cxxopts::value<int>());
+    o.add_options("model")("override-pre", "pre-tokenizer to use instead of the file's tokenizer.ggml.pre (llama.cpp's "
+                                           "names: llama-bpe, qwen2, deepseek-v3, ...)",
+                           cxxopts::value<std::string>());
     o.add_options("rope")
         ("rope-scaling", "RoPE scaling: none | linear | yarn (default: the model's)", cxxopts::value<std::string>())
         ("rope-scale", "RoPE context scaling factor N: angles divided by N (default: the model's)",
@@ -110,6 +113,7 @@ model_options model_options_from(const cxxopts::ParseResult& a) {
             throw std::invalid_argument(fmt::format("--pool-workers must be 0 or positive, got {}", *m.pool_workers));
     }
     if (a.count("chat-template")) m.chat_template = a["chat-template"].as<std::string>();
+    if (a.count("override-pre")) m.override_pre = a["override-pre"].as<std::string>();
     m.numa_hot_node = a["numa-hot-node"].as<std::string>();
     m.mmap_experts = a.count("mmap-experts") > 0;
     m.repack = a.count("no-repack") == 0;

@@ -10,7 +10,8 @@ namespace strata::cli {
 
 void add_model_flags(cxxopts::Options& options);     // -m, --ctx, --batch, --kv, --numa-pool, --pool-workers,
                                                      // --chat-template, --numa-hot-node, --mmap-experts,
-                                                     // GPU flags, --rope-scaling, --rope-scale, --yarn-*
+                                                     // GPU flags, --rope-scaling, --rope-scale, --yarn-*,
+                                                     // --override-pre
 void add_sampling_flags(cxxopts::Options& options);  // --temp, --top-k, --top-p, --min-p, penalties, --seed
 
 // Throws std::invalid_argument naming the flag when a value is out of range.

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -11,6 +12,7 @@
 #include "bpe_trainer.hpp"
 #include "corpus.hpp"
 #include "formats/quant.hpp"
+#include "gguf/gguf_reader.hpp"
 
 namespace strata::make_model {
 
@@ -445,8 +447,29 @@ formats::ggml_type dominant_type(const std::vector<tensor_spec>& tensors) {
     return best->first;
 }
 
-gguf::writer build_model(const model_spec& spec) {
+// --vocab-from: every tokenizer.* key of another GGUF file (a vocabulary-only file, or a model).
+void copy_tokenizer(gguf::writer& w, const gguf::reader& from) {
+    int copied = 0;
+    for (const auto& [key, v] : from.metadata())
+        if (key.starts_with("tokenizer.")) {
+            w.set(key, v);
+            ++copied;
+        }
+    if (!from.find("tokenizer.ggml.tokens"))
+        throw std::invalid_argument(fmt::format("--vocab-from {}: the file has no tokenizer.ggml.tokens ({} tokenizer "
+                                                "keys)",
+                                                from.path(), copied));
+}
+
+gguf::writer build_model(const model_spec& in) {
     using gguf::value;
+    model_spec spec = in;
+    std::optional<gguf::reader> vocab_file;
+    if (!spec.vocab_from.empty()) {
+        vocab_file.emplace(gguf::reader::open(spec.vocab_from));
+        if (const gguf::value* tokens = vocab_file->find("tokenizer.ggml.tokens"))
+            spec.n_vocab = static_cast<int>(tokens->as_array("tokenizer.ggml.tokens").size());
+    }
     if (spec.n_head % spec.n_head_kv != 0)
         throw std::invalid_argument(fmt::format("{} attention heads cannot be grouped over {} kv heads", spec.n_head,
                                                 spec.n_head_kv));
@@ -474,7 +497,9 @@ gguf::writer build_model(const model_spec& spec) {
     w.set("general.file_type", value::u32(llama_file_type(dominant_type(tensors))));
     w.set("general.alignment", value::u32(32));
     set_hparams(w, spec);
-    if (resolve_tokenizer(spec) == tokenizer_kind::llama)
+    if (vocab_file)
+        copy_tokenizer(w, *vocab_file);
+    else if (resolve_tokenizer(spec) == tokenizer_kind::llama)
         set_llama_tokenizer(w, spec);
     else
         set_gpt2_tokenizer(w, spec);

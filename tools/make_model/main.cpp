@@ -80,6 +80,9 @@ int run(int argc, char** argv) {
         ("split-experts", "mixtral: one tensor per expert (blk.N.ffn_gate.E.weight), as older files have")
         ("tokenizer", "gpt2 (byte-level BPE, ChatML) | llama (SentencePiece, Mistral [INST]); default: llama "
          "for mixtral, gpt2 otherwise", cxxopts::value<std::string>())
+        ("vocab-from", "take the tokenizer (vocabulary, merges, chat template: every tokenizer.* key) from this GGUF "
+         "file, e.g. one of llama.cpp's vocabulary-only files; --vocab is then its token count",
+         cxxopts::value<std::string>())
         ("h,help", "show help");
     const auto a = opts.parse(argc, argv);
     if (a.count("help")) {
@@ -135,6 +138,11 @@ int run(int argc, char** argv) {
     s.tie_embeddings = a.count("tie-embeddings") > 0;
     s.split_experts = a.count("split-experts") > 0;
     if (a.count("tokenizer")) s.tokenizer = parse_tokenizer(a["tokenizer"].as<std::string>());
+    if (a.count("vocab-from")) {
+        if (a.count("vocab") || a.count("tokenizer"))
+            throw std::invalid_argument("--vocab-from sets the vocabulary: leave out --vocab and --tokenizer");
+        s.vocab_from = a["vocab-from"].as<std::string>();
+    }
     if (a.count("rope-scaling")) s.rope_scaling = parse_rope_scaling(a["rope-scaling"].as<std::string>());
     const bool scaled = s.rope_scaling == rope_scaling_type::linear || s.rope_scaling == rope_scaling_type::yarn;
     if (a.count("rope-factor") && !scaled)

@@ -62,6 +62,9 @@ struct model_spec {
     bool tie_embeddings = false;       // no output.weight; the head reuses token_embd
     bool split_experts = false;        // mixtral only: older per-expert tensors blk.N.ffn_gate.E.weight
     tokenizer_kind tokenizer = tokenizer_kind::arch_default;
+    // --vocab-from FILE: the tokenizer.* keys (vocabulary, merges, chat template) of this GGUF file
+    // instead of a learned vocabulary; n_vocab becomes its token count.
+    std::string vocab_from;
     uint64_t seed = 42;
     formats::ggml_type type_experts = formats::ggml_type::Q4_K;
     formats::ggml_type type_shexp = formats::ggml_type::Q8_0;

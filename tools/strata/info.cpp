@@ -8,6 +8,7 @@
 
 #include "commands.hpp"
 #include "model_info.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace strata::cli {
 
@@ -20,7 +21,36 @@ std::string human_bytes(uint64_t b) {
     return fmt::format("{} B", b);
 }
 
-void print_table(const gguf::reader& file, const model_summary& s) {
+// The tokenizer as the engine would load it: its pre-tokenizer, or why it does not load.
+struct tokenizer_facts {
+    bool loads = false;
+    std::string error;
+    std::string pre_name;    // tokenizer.ggml.pre in effect; empty for SentencePiece
+    std::string pre_family;  // the split patterns that name selects
+};
+
+tokenizer_facts read_tokenizer(const gguf::reader& file) {
+    tokenizer_facts f;
+    if (!file.find("tokenizer.ggml.model")) return f;
+    try {
+        const tok::tokenizer t = tok::tokenizer::from_gguf(file);
+        f.loads = true;
+        f.pre_name = t.pre_name();
+        f.pre_family = t.pre_family();
+    } catch (const std::exception& e) {
+        f.error = e.what();
+    }
+    return f;
+}
+
+std::string describe_pre(const model_summary& s, const tokenizer_facts& t) {
+    if (!t.error.empty())
+        return fmt::format("{} (does not load: {})", s.tokenizer_pre.empty() ? "-" : s.tokenizer_pre, t.error);
+    if (s.tokenizer_model == "llama") return "none (SentencePiece)";
+    return t.pre_name == t.pre_family ? t.pre_name : fmt::format("{} (patterns of {})", t.pre_name, t.pre_family);
+}
+
+void print_table(const gguf::reader& file, const model_summary& s, const tokenizer_facts& tf) {
     fmt::print("file:           {} (GGUF v{}, {}, alignment {})\n", file.path(), file.version(),
                human_bytes(file.file_size()), file.alignment());
     fmt::print("architecture:   {}{}\n", s.architecture.empty() ? "(none)" : s.architecture,
@@ -36,15 +66,17 @@ void print_table(const gguf::reader& file, const model_summary& s) {
     for (const auto& [cls, c] : s.bytes_by_class)
         fmt::print("  {:<14} {:>12}  {:5.1f} %  ({} tensors)\n", cls, human_bytes(c.n_bytes),
                    s.tensor_bytes ? 100.0 * double(c.n_bytes) / double(s.tensor_bytes) : 0.0, c.n_tensors);
-    if (s.vocab_size > 0)
-        fmt::print("vocabulary:     {} tokens (tokenizer {}{})\n", s.vocab_size, s.tokenizer_model,
-                   s.tokenizer_pre.empty() ? "" : ", pre-split " + s.tokenizer_pre);
-    else
+    if (s.vocab_size > 0) {
+        fmt::print("vocabulary:     {} tokens (tokenizer {})\n", s.vocab_size, s.tokenizer_model);
+        fmt::print("pre-tokenizer:  {}\n", describe_pre(s, tf));
+    } else {
         fmt::print("vocabulary:     none\n");
+    }
+    // Chat template facts (family, thinking, tool calls) belong right after this line.
     fmt::print("chat template:  {}\n", s.has_chat_template ? "present" : "absent");
 }
 
-void print_json(const gguf::reader& file, const model_summary& s) {
+void print_json(const gguf::reader& file, const model_summary& s, const tokenizer_facts& tf) {
     nlohmann::ordered_json j;
     j["file"] = file.path();
     j["gguf_version"] = file.version();
@@ -61,6 +93,8 @@ void print_json(const gguf::reader& file, const model_summary& s) {
     j["vocab_size"] = s.vocab_size;
     j["tokenizer_model"] = s.tokenizer_model;
     j["tokenizer_pre"] = s.tokenizer_pre;
+    j["pre_tokenizer_family"] = tf.pre_family;
+    if (!tf.error.empty()) j["tokenizer_error"] = tf.error;
     j["chat_template"] = s.has_chat_template;
     fmt::print("{}\n", j.dump(2));
 }
@@ -80,10 +114,11 @@ int run_info(int argc, char** argv) {
     }
     const gguf::reader file = gguf::reader::open(args["file"].as<std::string>());
     const model_summary s = summarize(file);
+    const tokenizer_facts tf = read_tokenizer(file);
     if (args.count("json"))
-        print_json(file, s);
+        print_json(file, s, tf);
     else
-        print_table(file, s);
+        print_table(file, s, tf);
     return 0;
 }
 

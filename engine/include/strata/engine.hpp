@@ -29,6 +29,7 @@ struct model_options {
     std::string numa_pool;            // "auto" | "off" | "on" | "test" | "test:N"; empty: STRATA_NUMA_POOL
     std::optional<int> pool_workers;  // empty: TBB_NUM_THREADS, else the pool plan's default
     std::string chat_template;        // "chatml" | "mistral" | "llama3"; empty: from the model
+    std::string override_pre;         // --override-pre NAME: tokenizer.ggml.pre to use instead of the file's
     // Split-off pool on a multi-node machine: claim the resident experts on this NUMA node before
     // anything else reads the model ("N"; "auto": the NUMA node of --gpu, off without one); "off" or
     // empty: not one NUMA system call.

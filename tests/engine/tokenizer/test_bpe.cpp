@@ -14,8 +14,8 @@ using testing::gpt2_tokenizer;
 using testing::id_of;
 using Pieces = std::vector<std::string>;
 
-Pieces split(pre_kind k, std::string_view text) {
-    const pre_splitter s(k);
+Pieces split(std::string_view family, std::string_view text) {
+    const pre_splitter s(family);
     Pieces out;
     for (std::string_view p : s.split(text)) out.emplace_back(p);
     return out;
@@ -51,6 +51,7 @@ TEST(Bpe, LongRunsRoundTrip) {
 TEST(Bpe, CommonWordsAreSingleTokens) {
     const tokenizer& t = gpt2_tokenizer();
     EXPECT_EQ(t.pre_name(), "qwen2");
+    EXPECT_EQ(t.pre_family(), "qwen2");
     EXPECT_FALSE(t.add_bos());
     const auto the = t.encode(" the");
     ASSERT_EQ(the.size(), 1u);
@@ -115,63 +116,71 @@ TEST(Bpe, OutOfRangeIdsThrow) {
 
 // Expected pieces are what llama.cpp's pre-tokenizers (and the Hugging Face originals) give.
 TEST(PreSplit, Qwen2DigitsOneByOne) {
-    EXPECT_EQ(split(pre_kind::qwen2, "abc 12345 def"), (Pieces{"abc", " ", "1", "2", "3", "4", "5", " def"}));
-    EXPECT_EQ(split(pre_kind::qwen2, "x=3.14"), (Pieces{"x", "=", "3", ".", "1", "4"}));
+    EXPECT_EQ(split("qwen2", "abc 12345 def"), (Pieces{"abc", " ", "1", "2", "3", "4", "5", " def"}));
+    EXPECT_EQ(split("qwen2", "x=3.14"), (Pieces{"x", "=", "3", ".", "1", "4"}));
 }
 
 TEST(PreSplit, Qwen2Contractions) {
-    EXPECT_EQ(split(pre_kind::qwen2, "I'm don't YOU'RE we'll"),
+    EXPECT_EQ(split("qwen2", "I'm don't YOU'RE we'll"),
               (Pieces{"I", "'m", " don", "'t", " YOU", "'RE", " we", "'ll"}));
     // Only the listed suffixes: "'x" is punctuation followed by a word.
-    EXPECT_EQ(split(pre_kind::qwen2, "o'xford"), (Pieces{"o", "'xford"}));
+    EXPECT_EQ(split("qwen2", "o'xford"), (Pieces{"o", "'xford"}));
 }
 
 TEST(PreSplit, Qwen2PunctuationNewlinesAndSpaces) {
-    EXPECT_EQ(split(pre_kind::qwen2, "Hello, world!!\n\nNew"), (Pieces{"Hello", ",", " world", "!!\n\n", "New"}));
-    EXPECT_EQ(split(pre_kind::qwen2, "a   b"), (Pieces{"a", "  ", " b"}));
-    EXPECT_EQ(split(pre_kind::qwen2, "end  \n\n  x"), (Pieces{"end", "  \n\n", " ", " x"}));
-    EXPECT_EQ(split(pre_kind::qwen2, "trailing   "), (Pieces{"trailing", "   "}));
-    EXPECT_EQ(split(pre_kind::qwen2, "(hi)"), (Pieces{"(hi", ")"}));
+    EXPECT_EQ(split("qwen2", "Hello, world!!\n\nNew"), (Pieces{"Hello", ",", " world", "!!\n\n", "New"}));
+    EXPECT_EQ(split("qwen2", "a   b"), (Pieces{"a", "  ", " b"}));
+    EXPECT_EQ(split("qwen2", "end  \n\n  x"), (Pieces{"end", "  \n\n", " ", " x"}));
+    EXPECT_EQ(split("qwen2", "trailing   "), (Pieces{"trailing", "   "}));
+    EXPECT_EQ(split("qwen2", "(hi)"), (Pieces{"(hi", ")"}));
 }
 
 TEST(PreSplit, Qwen2UnicodeLettersAndEmoji) {
     // "héllo мир 你好 👋": letters of any script are \p{L}; the emoji is neither letter nor number.
-    EXPECT_EQ(split(pre_kind::qwen2, "h\xC3\xA9llo \xD0\xBC\xD0\xB8\xD1\x80 \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x91\x8B"),
+    EXPECT_EQ(split("qwen2", "h\xC3\xA9llo \xD0\xBC\xD0\xB8\xD1\x80 \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x91\x8B"),
               (Pieces{"h\xC3\xA9llo", " \xD0\xBC\xD0\xB8\xD1\x80", " \xE4\xBD\xA0\xE5\xA5\xBD", " \xF0\x9F\x91\x8B"}));
     // Non-ASCII digits are \p{N} too (Arabic-Indic ٣٤).
-    EXPECT_EQ(split(pre_kind::qwen2, "\xD9\xA3\xD9\xA4"), (Pieces{"\xD9\xA3", "\xD9\xA4"}));
+    EXPECT_EQ(split("qwen2", "\xD9\xA3\xD9\xA4"), (Pieces{"\xD9\xA3", "\xD9\xA4"}));
 }
 
 TEST(PreSplit, Llama3GroupsDigitsInThrees) {
-    EXPECT_EQ(split(pre_kind::llama3, "12345 abc"), (Pieces{"123", "45", " abc"}));
-    EXPECT_EQ(split(pre_kind::llama3, "I'm 1000000"), (Pieces{"I", "'m", " ", "100", "000", "0"}));
+    EXPECT_EQ(split("llama3", "12345 abc"), (Pieces{"123", "45", " abc"}));
+    EXPECT_EQ(split("llama3", "I'm 1000000"), (Pieces{"I", "'m", " ", "100", "000", "0"}));
 }
 
 TEST(PreSplit, Gpt2Pattern) {
-    EXPECT_EQ(split(pre_kind::gpt2, "12345 abc"), (Pieces{"12345", " abc"}));
-    EXPECT_EQ(split(pre_kind::gpt2, "I'm DON'T"), (Pieces{"I", "'m", " DON", "'", "T"}));  // lower case only
+    EXPECT_EQ(split("gpt2", "12345 abc"), (Pieces{"12345", " abc"}));
+    EXPECT_EQ(split("gpt2", "I'm DON'T"), (Pieces{"I", "'m", " DON", "'", "T"}));  // lower case only
     // \s+(?!\S) leaves the last whitespace character to the next match, which the fallback \s+ takes.
-    EXPECT_EQ(split(pre_kind::gpt2, "Hello, world!!\n\nNew"),
+    EXPECT_EQ(split("gpt2", "Hello, world!!\n\nNew"),
               (Pieces{"Hello", ",", " world", "!!", "\n", "\n", "New"}));
-    EXPECT_EQ(split(pre_kind::gpt2, "a   b"), (Pieces{"a", "  ", " b"}));
+    EXPECT_EQ(split("gpt2", "a   b"), (Pieces{"a", "  ", " b"}));
 }
 
 TEST(PreSplit, InvalidBytesBecomeTheirOwnPieces) {
-    const Pieces p = split(pre_kind::qwen2, "ab\xFF\xFEgh");
+    const Pieces p = split("qwen2", "ab\xFF\xFEgh");
     std::string joined;
     for (const auto& s : p) joined += s;
     EXPECT_EQ(joined, "ab\xFF\xFEgh");
     EXPECT_NE(std::find(p.begin(), p.end(), "ab"), p.end());
 }
 
-TEST(PreSplit, NamesMapToPatterns) {
-    bool known = false;
-    EXPECT_EQ(parse_pre("llama-bpe", known), pre_kind::llama3);
-    EXPECT_TRUE(known);
-    EXPECT_EQ(parse_pre("qwen2", known), pre_kind::qwen2);
-    EXPECT_EQ(parse_pre("gpt-2", known), pre_kind::gpt2);
-    EXPECT_EQ(parse_pre("no-such-pre", known), pre_kind::gpt2);
-    EXPECT_FALSE(known);
+TEST(PreSplit, NamesMapToFamiliesAndDefaults) {
+    const pre_tokenizer_info* llama = find_pre_tokenizer("llama-bpe");
+    ASSERT_NE(llama, nullptr);
+    EXPECT_EQ(llama->family, "llama3");
+    EXPECT_TRUE(llama->ignore_merges);
+    EXPECT_TRUE(llama->add_bos);
+    const pre_tokenizer_info* dbrx = find_pre_tokenizer("dbrx");  // llama3's pattern without its defaults
+    ASSERT_NE(dbrx, nullptr);
+    EXPECT_EQ(dbrx->family, "llama3");
+    EXPECT_FALSE(dbrx->ignore_merges);
+    EXPECT_EQ(find_pre_tokenizer("gpt-2")->family, "gpt2");
+    EXPECT_EQ(find_pre_tokenizer("refact")->family, "starcoder");
+    EXPECT_EQ(find_pre_tokenizer("grok-2")->family, "qwen2");
+    EXPECT_EQ(find_pre_tokenizer("no-such-pre"), nullptr);
+    EXPECT_THROW(find_pre_tokenizer("gemma4"), std::runtime_error);  // known to llama.cpp, not byte-level
+    EXPECT_NE(known_pre_tokenizer_names().find("deepseek-coder"), std::string::npos);
 }
 
 }  // namespace

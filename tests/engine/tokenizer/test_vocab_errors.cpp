@@ -107,11 +107,46 @@ TEST(VocabErrors, MergeNamingAnAbsentToken) {
     expect_error(v.writer(), {"tokenizer.ggml.merges[2]", "not two tokens"});
 }
 
-TEST(VocabErrors, MissingMergesOrByteSymbols) {
+TEST(VocabErrors, MissingMerges) {
     mini_vocab v;
     expect_error(v.writer(false), {"tokenizer.ggml.merges"});
-    v.tokens[10] = "ten";  // byte 0x0A's symbol replaced
-    expect_error(v.writer(), {"0x0A", "256"});
+    gguf::writer w = v.writer(false);
+    w.set("tokenizer.ggml.pre", value::str("kimi-k2"));  // llama.cpp lets kimi-k2 files go without merges
+    EXPECT_EQ(load(w).encode("ab").size(), 2u);
+}
+
+TEST(VocabErrors, UnknownPreTokenizerNamesIt) {
+    gguf::writer w = mini_vocab().writer();
+    w.set("tokenizer.ggml.pre", value::str("martian"));
+    expect_error(w, {"tokenizer.ggml.pre", "'martian'", "--override-pre", "deepseek-llm"});
+    w.set("tokenizer.ggml.pre", value::str("gemma4"));
+    expect_error(w, {"'gemma4'", "does not run"});
+    // The override replaces the file's name, and is checked the same way.
+    const tokenizer t = tokenizer::from_gguf(gguf::reader::from_bytes(mini_vocab().writer().write_to_memory()),
+                                             {.override_pre = "deepseek-coder"});
+    EXPECT_EQ(t.pre_name(), "deepseek-coder");
+    EXPECT_EQ(t.pre_family(), "deepseek-coder");
+    try {
+        tokenizer::from_gguf(gguf::reader::from_bytes(mini_vocab().writer().write_to_memory()),
+                             {.override_pre = "venusian"});
+        ADD_FAILURE() << "no error for --override-pre venusian";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("--override-pre 'venusian'"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Fallbacks, MissingByteSymbolsDropThoseBytes) {
+    // Real vocabularies (falcon, starcoder, ...) lack some byte symbols; llama.cpp loads them and drops
+    // bytes it cannot spell.
+    mini_vocab v;
+    const byte_unicode_map bytes;
+    v.tokens[0x03] = "<unused-3>";   // byte 0x03's symbol replaced
+    v.tokens[0xFF] = "<unused-ff>";  // and 0xFF's, a byte UTF-8 never uses
+    const tokenizer t = load(v.writer());
+    EXPECT_EQ(t.encode("a\x03" "b"), (std::vector<int32_t>{v.id("a"), v.id("b")}));
+    // Bytes that are not UTF-8 become U+FFFD (EF BF BD) first, as llama.cpp reads all text.
+    EXPECT_EQ(t.encode("\xFF"), (std::vector<int32_t>{v.id(bytes.encode(0xEF)), v.id(bytes.encode(0xBF)),
+                                                       v.id(bytes.encode(0xBD))}));
 }
 
 TEST(VocabErrors, SpecialIdBeyondTheVocabulary) {
@@ -151,14 +186,6 @@ TEST(SpecialTokens, EndOfGenerationIncludesEot) {
     EXPECT_EQ(t.eog_ids(), (std::vector<int32_t>{v.id("<x><y>"), v.id("<|eot|>"), v.id("<|im_end|>")}));
 }
 
-TEST(Fallbacks, UnknownPreTokenizerUsesGpt2) {
-    gguf::writer w = mini_vocab().writer();
-    w.set("tokenizer.ggml.pre", value::str("martian"));
-    const tokenizer t = load(w);
-    EXPECT_EQ(t.pre_name(), "gpt2");
-    EXPECT_EQ(t.pre_split("12345 abc"), (std::vector<std::string>{"12345", " abc"}));
-}
-
 TEST(Fallbacks, Llama3PreTokenizerTakesWholeWordsAndAddsBos) {
     mini_vocab v;
     v.add("xyz", 1);  // a token no merge builds: taken whole because llama3 ignores merges for known words
@@ -166,7 +193,8 @@ TEST(Fallbacks, Llama3PreTokenizerTakesWholeWordsAndAddsBos) {
     w.set("tokenizer.ggml.pre", value::str("llama-bpe"));
     w.set("tokenizer.ggml.bos_token_id", value::u32(static_cast<uint32_t>(v.id("<x>"))));
     const tokenizer t = load(w);
-    EXPECT_EQ(t.pre_name(), "llama3");
+    EXPECT_EQ(t.pre_name(), "llama-bpe");
+    EXPECT_EQ(t.pre_family(), "llama3");
     EXPECT_TRUE(t.add_bos());  // llama.cpp's default for llama3 vocabularies
     EXPECT_EQ(t.encode("xyz"), (std::vector<int32_t>{v.id("<x>"), v.id("xyz")}));
     EXPECT_EQ(t.pre_split("12345"), (std::vector<std::string>{"123", "45"}));
