@@ -238,6 +238,15 @@ generation_result session::generate(std::span<const int32_t> prompt, const gener
     generation_result result;
     impl_->cancel.store(false);
     impl_->m.thread.run([&] {
+        // Afterwards (also after a failure) the cache keeps the chunks holding this conversation, which
+        // its next turn reuses, and gives the rest back.
+        struct trim_after {
+            impl& s;
+            ~trim_after() {
+                if (!s.m.hybrid) s.kv.shrink(static_cast<int>(s.cached.size()));
+                s.kv_bytes.store(s.allocated_kv());
+            }
+        } trim{*impl_};
         const engine::gpu::cache_stats before = impl_->expert_cache_stats();
         result = impl_->generate(prompt, options, on_token);
         const engine::gpu::cache_stats after = impl_->expert_cache_stats();

@@ -6,10 +6,11 @@
 
 namespace strata::server {
 
-// Marks the calling thread as answering a request that arrived on `fd`, until destroyed.
+// Marks the calling thread as answering a request that arrived on `fd`, until destroyed. http10: the
+// request is HTTP/1.0 (no informational answers may be sent to it).
 class connection_scope {
 public:
-    explicit connection_scope(int fd);
+    explicit connection_scope(int fd, bool http10 = false);
     ~connection_scope();
     connection_scope(const connection_scope&) = delete;
     connection_scope& operator=(const connection_scope&) = delete;
@@ -34,7 +35,15 @@ int current_connection_socket(int remote_port);
 // length or chunks): the connection is closed after it.
 void close_after_answer();
 
-// True once the peer has closed or reset the connection (POLLRDHUP/POLLHUP/POLLERR); never blocks.
+// Called before the first byte of the answer on `fd` is written.
+void answer_starts(int fd);
+
+// True once the client can no longer read the answer: the connection was reset, or the client closed
+// it whole. A client that only shut down its sending side (half-close) still gets its answer: when
+// the end of its request stream is seen before any answer was written, an informational
+// "100 Continue" is sent, which such a client skips and a closed socket answers with a reset, seen
+// at the next call. On HTTP/1.0, which has no informational answers, only a failed write tells.
+// Never blocks.
 bool peer_closed(int fd);
 
 }  // namespace strata::server

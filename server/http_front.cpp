@@ -33,6 +33,17 @@ constexpr auto sweep_period = std::chrono::milliseconds(50);
 constexpr auto linger_time = std::chrono::seconds(2);
 constexpr auto log_window = std::chrono::seconds(60);
 
+// The peer's address without its port: the key of the per-client cap.
+std::string address_of(int fd) {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    char host[NI_MAXHOST];
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 ||
+        getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0)
+        return {};
+    return host;
+}
+
 std::string peer_of(int fd) {
     sockaddr_storage a{};
     socklen_t len = sizeof a;
@@ -49,6 +60,54 @@ double seconds(std::chrono::milliseconds d) { return static_cast<double>(d.count
 // Best effort on a non-blocking socket: a short answer fits the empty send buffer.
 void send_some(int fd, const std::string& bytes) { (void)!::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL); }
 
+// The front's caps, shared by the event thread and the workers.
+class admission {
+public:
+    explicit admission(const front_options& o) : opt_(o) {}
+
+    // 0: admitted; else the status to refuse the connection with.
+    int admit(const std::string& client) {
+        std::lock_guard lock(mutex_);
+        if (opt_.max_connections > 0 && live_ >= opt_.max_connections) return 503;
+        int& mine = per_client_[client];
+        if (opt_.max_connections_per_client > 0 && mine >= opt_.max_connections_per_client) {
+            if (mine == 0) per_client_.erase(client);
+            return 429;
+        }
+        ++mine;
+        ++live_;
+        return 0;
+    }
+    void leave(const std::string& client) {
+        std::lock_guard lock(mutex_);
+        --live_;
+        const auto it = per_client_.find(client);
+        if (it != per_client_.end() && --it->second <= 0) per_client_.erase(it);
+    }
+    bool reserve(size_t bytes) {
+        std::lock_guard lock(mutex_);
+        if (opt_.max_bytes_in_flight > 0 && bytes > opt_.max_bytes_in_flight - std::min(in_flight_, opt_.max_bytes_in_flight))
+            return false;
+        in_flight_ += bytes;
+        return true;
+    }
+    void unreserve(size_t bytes) {
+        std::lock_guard lock(mutex_);
+        in_flight_ -= std::min(bytes, in_flight_);
+    }
+    size_t in_flight() const {
+        std::lock_guard lock(mutex_);
+        return in_flight_;
+    }
+
+private:
+    const front_options& opt_;
+    mutable std::mutex mutex_;
+    int live_ = 0;
+    size_t in_flight_ = 0;
+    std::unordered_map<std::string, int> per_client_;
+};
+
 struct connection {
     int fd;
     request_reader reader;
@@ -56,8 +115,28 @@ struct connection {
     clock_type::time_point deadline;  // of the current wait; the event thread closes or answers 408 then
     bool between_requests = false;    // kept alive after an answer, nothing of the next request yet
     bool lingering = false;           // answered with an error; draining until the client closes
+    bool quick = false;               // the screen sent the request being read to the quick workers
     int served = 0;
-    connection(int f, size_t max_body) : fd(f), reader(max_body) {}
+    admission& caps;
+    std::string client;               // the peer's address, counted in `caps` while `admitted`
+    bool admitted = false;
+    size_t reserved = 0;              // bytes of the current request reserved in `caps`
+
+    connection(int f, size_t max_body, admission& a) : fd(f), reader(max_body, true), caps(a) {}
+    ~connection() { release(); }
+    connection(const connection&) = delete;
+    connection& operator=(const connection&) = delete;
+
+    void unreserve() {
+        caps.unreserve(reserved);
+        reserved = 0;
+    }
+    // Gives back everything counted in the caps (the connection closes, or only lingers now).
+    void release() {
+        unreserve();
+        if (admitted) caps.leave(client);
+        admitted = false;
+    }
 };
 
 // Connections closed at a deadline: the first is logged at once with its details, the rest are
@@ -102,18 +181,22 @@ struct http_front::impl {
     front_options opt;
     serve_fn serve;
     reject_fn reject;
+    screen_fn screen;
     std::shared_ptr<spdlog::logger> log;
+    std::unique_ptr<admission> caps;
 
     int epoll_fd = -1, wake_fd = -1;
     std::thread events;
     std::vector<std::thread> workers;
 
-    std::mutex mutex;  // guards the four members below
-    std::condition_variable work_ready;
+    using work_queue = std::deque<std::pair<std::unique_ptr<connection>, front_request>>;
+    std::mutex mutex;  // guards the members below
+    std::condition_variable work_ready, quick_ready;
     bool stopping = false;
     std::vector<int> accepted;                                             // adopt() -> event thread
     std::vector<std::unique_ptr<connection>> returned;                     // workers -> event thread
-    std::deque<std::pair<std::unique_ptr<connection>, front_request>> work;  // event thread -> workers
+    work_queue work;                                                       // event thread -> workers
+    work_queue quick_work;                                                 // event thread -> quick workers
 
     // The event thread's own.
     std::unordered_map<int, std::unique_ptr<connection>> open;
@@ -159,9 +242,20 @@ struct http_front::impl {
         const auto now = clock_type::now();
         for (const int fd : fresh) {
             fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-            auto c = std::make_unique<connection>(fd, opt.max_body_bytes);
+            auto c = std::make_unique<connection>(fd, opt.max_body_bytes, *caps);
             c->deadline = now + opt.header_timeout;
+            c->client = address_of(fd);
+            const int refused = caps->admit(c->client);
+            c->admitted = refused == 0;
+            connection& ref = *c;
             watch(std::move(c));
+            if (refused == 0 || !open.count(fd)) continue;
+            answer_error(ref, refused == 503
+                ? request_error{503, fmt::format("the server has {} connections open, its limit (--max-connections); "
+                                                 "retry later", opt.max_connections), "too_many_connections", 1}
+                : request_error{429, fmt::format("{} has {} connections open, the limit per client address "
+                                                 "(--max-connections-per-client); retry later", ref.client,
+                                                 opt.max_connections_per_client), "too_many_connections", 1});
         }
         for (auto& c : back) {
             c->between_requests = true;
@@ -193,11 +287,37 @@ struct http_front::impl {
         advance(c, eof);
     }
 
+    // A head just arrived whole: the screen's verdict, then its bytes reserved; false: refused.
+    bool admit_request(connection& c) {
+        screening verdict = screen(c.reader.head());
+        c.quick = verdict.quick;
+        if (verdict.refuse) {
+            answer_error(c, *verdict.refuse);
+            return false;
+        }
+        const size_t want = c.reader.head().size() + static_cast<size_t>(
+            c.reader.chunked() ? opt.max_body_bytes : c.reader.body_expected());
+        if (!caps->reserve(want)) {
+            answer_error(c, {503, fmt::format("the server is reading or answering {} MiB of requests, near its limit of "
+                                              "{} MiB (--max-bytes-in-flight); retry later",
+                                              caps->in_flight() >> 20, opt.max_bytes_in_flight >> 20),
+                             "server_busy", 1});
+            return false;
+        }
+        c.reserved = want;
+        return true;
+    }
+
     // Reads what arrived into the request; hands a whole one to a worker, answers an error, or waits.
     void advance(connection& c, bool eof) {
         const auto now = clock_type::now();
         const phase before = c.reader.at();
         c.in.erase(0, c.reader.feed(c.in));
+        if ((before == phase::idle || before == phase::head) &&
+            (c.reader.at() == phase::body || c.reader.at() == phase::done)) {
+            if (!admit_request(c)) return;
+            c.in.erase(0, c.reader.feed(c.in));  // the body that came with the head
+        }
         const phase after = c.reader.at();
         if (before == phase::idle && after != phase::idle && c.between_requests) {
             c.between_requests = false;
@@ -217,7 +337,8 @@ struct http_front::impl {
     }
 
     void answer_error(connection& c, const request_error& e) {
-        send_some(c.fd, reject(e, peer_of(c.fd)));
+        send_some(c.fd, reject(e, c.reader.head(), peer_of(c.fd)));
+        c.release();
         ::shutdown(c.fd, SHUT_WR);
         c.lingering = true;
         c.deadline = clock_type::now() + linger_time;
@@ -232,11 +353,24 @@ struct http_front::impl {
         front_request r{owned->fd, std::move(owned->reader.head()), std::move(owned->reader.body()),
                         ++owned->served >= opt.max_requests_per_connection};
         owned->reader.next();
+        const bool quick = owned->quick;
+        size_t waiting = 0;
         {
             std::lock_guard lock(mutex);
-            work.emplace_back(std::move(owned), std::move(r));
+            waiting = work.size();
+            if (quick || opt.max_waiting_requests <= 0 || waiting < size_t(opt.max_waiting_requests))
+                (quick ? quick_work : work).emplace_back(std::move(owned), std::move(r));
         }
-        work_ready.notify_one();
+        if (!owned) return (quick ? quick_ready : work_ready).notify_one();
+        // Every worker is busy and the line for them is full: refused, and the connection closes.
+        connection& back = *owned;
+        std::swap(back.reader.head(), r.head);
+        back.in.clear();
+        watch(std::move(owned));
+        if (open.count(back.fd))
+            answer_error(back, {503, fmt::format("{} requests are waiting for one of the server's {} request threads "
+                                                 "(--http-threads), the limit; retry later", waiting, opt.workers),
+                                "server_busy", 1});
     }
 
     void on_deadline(connection& c, clock_type::time_point now) {
@@ -312,17 +446,17 @@ struct http_front::impl {
         open.clear();
     }
 
-    void run_worker() {
+    void run_worker(work_queue& queue, std::condition_variable& ready) {
         for (;;) {
             std::unique_ptr<connection> c;
             front_request r;
             {
                 std::unique_lock lock(mutex);
-                work_ready.wait(lock, [this] { return stopping || !work.empty(); });
-                if (work.empty()) return;  // stopping, and every request taken
-                c = std::move(work.front().first);
-                r = std::move(work.front().second);
-                work.pop_front();
+                ready.wait(lock, [this, &queue] { return stopping || !queue.empty(); });
+                if (queue.empty()) return;  // stopping, and every request taken
+                c = std::move(queue.front().first);
+                r = std::move(queue.front().second);
+                queue.pop_front();
             }
             bool keep = false;
             try {
@@ -330,6 +464,8 @@ struct http_front::impl {
             } catch (const std::exception& e) {
                 log->error("A request from {} failed outside its handler: {}", peer_of(c->fd), e.what());
             }
+            r.body = std::string();
+            c->unreserve();
             if (keep) {
                 std::lock_guard lock(mutex);
                 if (stopping) keep = false;
@@ -341,12 +477,15 @@ struct http_front::impl {
     }
 };
 
-http_front::http_front(front_options o, serve_fn serve, reject_fn reject, std::shared_ptr<spdlog::logger> log)
+http_front::http_front(front_options o, serve_fn serve, reject_fn reject, screen_fn screen,
+                       std::shared_ptr<spdlog::logger> log)
     : impl_(std::make_unique<impl>()) {
     impl& m = *impl_;
     m.opt = o;
     m.serve = std::move(serve);
     m.reject = std::move(reject);
+    m.screen = std::move(screen);
+    m.caps = std::make_unique<admission>(m.opt);
     m.log = std::move(log);
     m.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     m.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -357,7 +496,10 @@ http_front::http_front(front_options o, serve_fn serve, reject_fn reject, std::s
     e.data.fd = m.wake_fd;
     epoll_ctl(m.epoll_fd, EPOLL_CTL_ADD, m.wake_fd, &e);
     m.events = std::thread([&m] { m.run_events(); });
-    for (int i = 0; i < std::max(o.workers, 1); ++i) m.workers.emplace_back([&m] { m.run_worker(); });
+    for (int i = 0; i < std::max(o.workers, 1); ++i)
+        m.workers.emplace_back([&m] { m.run_worker(m.work, m.work_ready); });
+    for (int i = 0; i < std::max(o.quick_workers, 1); ++i)
+        m.workers.emplace_back([&m] { m.run_worker(m.quick_work, m.quick_ready); });
 }
 
 http_front::~http_front() {
@@ -386,6 +528,7 @@ void http_front::stop() {
     }
     m.wake();
     m.work_ready.notify_all();
+    m.quick_ready.notify_all();
     if (m.events.joinable()) m.events.join();
     for (std::thread& w : m.workers)
         if (w.joinable()) w.join();

@@ -5,17 +5,25 @@
 // and it is closed at its deadline. A worker returns a kept-alive connection to the event thread
 // after its answer.
 //
-// Errors the front finds itself (a body over the limit, bad framing, a deadline passed) are answered
-// with the response the server's reject function builds, and the connection is closed after it; the
-// rest of an unread body is drained for a short while first, so the client sees the answer instead
-// of a reset.
+// Each head is screened before its body is read: the server's screen function may refuse it (a
+// wrong API key), and the body's bytes are reserved against a budget for all connections. Requests
+// the screen calls quick (probes, preflights) have their own workers, so they are answered whatever
+// the other workers are waiting for. Caps on connections (in all and per client address), bytes in
+// flight and complete requests waiting for a worker are answered 503 or 429 with Retry-After.
+//
+// Errors the front finds itself (a body over the limit, bad framing, a deadline passed, a cap) are
+// answered with the response the server's reject function builds, and the connection is closed
+// after it; the rest of an unread body is drained for a short while first, so the client sees the
+// answer instead of a reset.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -30,7 +38,18 @@ struct front_options {
     std::chrono::milliseconds keep_alive_timeout{5'000};   // idle between requests
     std::chrono::milliseconds write_timeout{30'000};       // a worker's write to a client that does not read
     int workers = 32;
+    int quick_workers = 2;
     int max_requests_per_connection = 1000;
+    int max_connections = 1024;             // open at once (else 503); 0: no cap
+    int max_connections_per_client = 256;   // open at once from one address (else 429); 0: no cap
+    size_t max_bytes_in_flight = 256u << 20;  // heads and bodies being read or answered (else 503)
+    int max_waiting_requests = 256;         // complete requests waiting for a worker (else 503)
+};
+
+// What the screen says about a request whose head just arrived.
+struct screening {
+    bool quick = false;                   // answered by the quick workers
+    std::optional<request_error> refuse;  // answered at once with this error, the body unread
 };
 
 // A request read whole, handed to a worker.
@@ -45,10 +64,14 @@ class http_front {
 public:
     // Answers one request on a worker thread; false: close the connection afterwards.
     using serve_fn = std::function<bool(front_request&)>;
-    // The bytes of a whole response (status line to body) for an error the front answers itself.
-    using reject_fn = std::function<std::string(const request_error&, const std::string& peer)>;
+    // The bytes of a whole response (status line to body) for an error the front answers itself;
+    // `head` is as much of the request's head as arrived (for its Origin).
+    using reject_fn = std::function<std::string(const request_error&, std::string_view head, const std::string& peer)>;
+    // Looks at a whole head on the event thread: must be quick and must not block.
+    using screen_fn = std::function<screening(std::string_view head)>;
 
-    http_front(front_options o, serve_fn serve, reject_fn reject, std::shared_ptr<spdlog::logger> log);
+    http_front(front_options o, serve_fn serve, reject_fn reject, screen_fn screen,
+               std::shared_ptr<spdlog::logger> log);
     ~http_front();
     http_front(const http_front&) = delete;
     http_front& operator=(const http_front&) = delete;

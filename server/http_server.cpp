@@ -1,3 +1,4 @@
+#include <malloc.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -13,6 +14,7 @@
 #include "api_error.hpp"
 #include "connection.hpp"
 #include "http_front.hpp"
+#include "listener.hpp"
 #include "openai_response.hpp"
 #include "routes.hpp"
 #include "server_state.hpp"
@@ -22,14 +24,6 @@ namespace strata::server {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-// The HTTP front owns every accepted connection; cpp-httplib's accept loop only hands them over, so
-// its task queue runs each hand-over at once on the accepting thread.
-class hand_over_queue : public httplib::TaskQueue {
-public:
-    void enqueue(std::function<void()> fn) override { fn(); }
-    void shutdown() override {}
-};
 
 void address_of(int fd, bool remote, std::string& ip, int& port) {
     sockaddr_storage a{};
@@ -63,6 +57,10 @@ public:
     }
 
     ssize_t write(const char* ptr, size_t size) override {
+        if (!started_) {
+            answer_starts(fd_);
+            started_ = true;
+        }
         const auto deadline = clock_type::now() + write_timeout_;
         size_t sent = 0;
         while (sent < size) {
@@ -94,25 +92,24 @@ private:
     int fd_;
     const std::string& head_;
     size_t pos_ = 0;
+    bool started_ = false;
     std::chrono::milliseconds write_timeout_;
 };
 
-// cpp-httplib's server with the front in place of its per-connection loop. process_and_close_socket
-// is a private virtual of httplib::Server, overridden here to hand each accepted socket to the front.
+// cpp-httplib's server used for routing only: the listener and the connections are ours (listener,
+// http_front), and each request read whole is handed to its protected process_request, which parses
+// the head from memory, runs the route and writes the answer (pinned by test_httplib_contract).
 class front_server : public httplib::Server {
 public:
-    // cpp-httplib 0.11 listens with a backlog of 5: a burst of new connections overflows it and the
-    // dropped SYNs are retried only after a second. listen() again on a listening socket updates it.
-    void raise_backlog() {
-        if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, SOMAXCONN);
-    }
-
-    void attach(http_front* front) { front_ = front; }
+    // Chunked content providers (streams) run only while svr_sock_ holds a socket: the listener's
+    // while serving, none once stopping, which ends every stream at its next chunk.
+    void serving(int listening_fd) { svr_sock_ = listening_fd >= 0 ? listening_fd : INVALID_SOCKET; }
 
     // On a front worker: answers one request; false when the connection must close after it.
     bool answer(front_request& r, std::chrono::milliseconds write_timeout) {
         request_stream stream(r.fd, r.head, write_timeout);
-        const connection_scope scope(r.fd);
+        const std::string_view line = std::string_view(r.head).substr(0, r.head.find("\r\n"));
+        const connection_scope scope(r.fd, line.size() >= 8 && line.substr(line.size() - 8) == "HTTP/1.0");
         bool closed = false;
         const bool ok = process_request(stream, r.last, closed, [&r](httplib::Request& req) {
             // The front read and decoded the body and answered any Expect: nothing of it is left on the
@@ -124,37 +121,56 @@ public:
         });
         return ok && !closed && !scope.close_requested();
     }
-
-private:
-    bool process_and_close_socket(socket_t sock) override {
-        front_->adopt(sock);
-        return true;
-    }
-
-    http_front* front_ = nullptr;
 };
 
 std::string_view reason_phrase(int status) {
     switch (status) {
         case 400: return "Bad Request";
         case 408: return "Request Timeout";
+        case 401: return "Unauthorized";
         case 413: return "Payload Too Large";
+        case 429: return "Too Many Requests";
         case 415: return "Unsupported Media Type";
         case 417: return "Expectation Failed";
         case 431: return "Request Header Fields Too Large";
         case 501: return "Not Implemented";
+        case 503: return "Service Unavailable";
         default: return "Error";
     }
 }
 
-// The whole response for an error the front answers before a handler runs; the connection closes after it.
-std::string rejection(server_state& state, const request_error& e, const std::string& peer) {
-    const std::string body = to_text(error_body(api_error(e.status, e.message, "invalid_request_error", "", e.code)));
+std::string_view error_type(int status) {
+    if (status == 401) return "authentication_error";
+    return status >= 500 || status == 429 ? "unavailable_error" : "invalid_request_error";
+}
+
+// The whole response for an error the front answers before a handler runs; the connection closes
+// after it. CORS headers as on every other answer, so a browser's script can read why.
+std::string rejection(server_state& state, const request_error& e, std::string_view head, const std::string& peer) {
+    const std::string body = to_text(error_body(api_error(e.status, e.message, std::string(error_type(e.status)), "",
+                                                          e.code)));
     state.counters.count_request("rejected", e.status);
-    if (e.status != 408)  // the front sums those up itself
+    if (e.status != 408 && e.status != 401)  // the front sums 408s up itself; 401s are logged by their count
         state.log->info("A request from {} was answered {} before it was read whole: {}", peer, e.status, e.message);
-    return fmt::format("HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close"
-                       "\r\n\r\n{}", e.status, reason_phrase(e.status), body.size(), body);
+    std::string extra;
+    if (const auto origin = cors_origin_for(state, header_value(head, "Origin")))
+        extra += fmt::format("Access-Control-Allow-Origin: {}\r\n{}", *origin, *origin == "*" ? "" : "Vary: Origin\r\n");
+    if (e.retry_after_s > 0) extra += fmt::format("Retry-After: {}\r\n", e.retry_after_s);
+    if (e.status == 401) extra += "WWW-Authenticate: Bearer\r\n";
+    return fmt::format("HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}Connection: "
+                       "close\r\n\r\n{}", e.status, reason_phrase(e.status), body.size(), extra, body);
+}
+
+// Probes, preflights and other reads go to the quick workers; a request without the API key its
+// route needs is refused from its head, before its body is read.
+screening screen_request(const server_state& state, std::string_view head) {
+    const request_line line = parse_request_line(head);
+    screening s;
+    s.quick = line.method == "GET" || line.method == "HEAD" || line.method == "OPTIONS";
+    if (route_is_open(line.method, line.path)) return s;
+    if (auto e = api_key_problem(state, header_value(head, "Authorization"), header_value(head, "x-api-key")))
+        s.refuse = request_error{401, e->what(), e->code, 0};
+    return s;
 }
 
 std::chrono::milliseconds to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
@@ -167,10 +183,14 @@ constexpr int max_requests_per_connection = 1000;
 struct http_server::impl {
     server_state state;
     front_server http;
+    listener accepting;
     std::unique_ptr<http_front> front;  // after http: destroyed (and its workers joined) first
     int port = -1;
 
     explicit impl(server_options o) : state(std::move(o)) {
+        // Request bodies (up to --max-body) get their own mappings, returned when freed: glibc's default
+        // raises this threshold after the first large free, and the next bodies then stay in its heaps.
+        mallopt(M_MMAP_THRESHOLD, 1 << 20);
         const server_options& so = state.options;
         front_options f;
         f.max_body_bytes = so.max_body_bytes;
@@ -181,14 +201,16 @@ struct http_server::impl {
         f.write_timeout = std::chrono::seconds(30);
         f.workers = std::max(so.http_threads, 2);
         f.max_requests_per_connection = max_requests_per_connection;
+        f.max_connections = so.max_connections;
+        f.max_connections_per_client = so.max_connections_per_client;
+        f.max_bytes_in_flight = so.max_bytes_in_flight;
+        f.max_waiting_requests = so.max_waiting_requests;
         front = std::make_unique<http_front>(
             f, [this, wt = f.write_timeout](front_request& r) { return http.answer(r, wt); },
-            [this](const request_error& e, const std::string& peer) { return rejection(state, e, peer); }, state.log);
-        http.attach(front.get());
-        http.new_task_queue = [] { return new hand_over_queue; };
-        // Answers and SSE events are small writes: without TCP_NODELAY, Nagle's algorithm holds each one
-        // back until the client's delayed ACK.
-        http.set_tcp_nodelay(true);
+            [this](const request_error& e, std::string_view head, const std::string& peer) {
+                return rejection(state, e, head, peer);
+            },
+            [this](std::string_view head) { return screen_request(state, head); }, state.log);
         // Only what the Keep-Alive response header announces; the front enforces both.
         http.set_keep_alive_max_count(max_requests_per_connection);
         http.set_keep_alive_timeout(keep_alive_s);
@@ -213,19 +235,16 @@ http_server::~http_server() = default;
 int http_server::bind() {
     const server_options& o = impl_->state.options;
     if (o.port < 0 || o.port > 65535) throw std::runtime_error(fmt::format("--port must be 0..65535, got {}", o.port));
-    const int port = o.port == 0 ? impl_->http.bind_to_any_port(o.host) : (impl_->http.bind_to_port(o.host, o.port) ? o.port : -1);
-    if (port <= 0)
-        throw std::runtime_error(fmt::format("cannot listen on {}:{} (address in use, not local, or not allowed)",
-                                             o.host, o.port));
-    impl_->http.raise_backlog();
-    impl_->port = port;
-    return port;
+    impl_->port = impl_->accepting.bind(o.host, o.port);
+    impl_->http.serving(impl_->accepting.fd());
+    return impl_->port;
 }
 
 void http_server::run() {
     if (impl_->port <= 0) throw std::logic_error("http_server::run() needs a successful bind() first");
-    impl_->http.listen_after_bind();
-    impl_->front->stop();
+    http_front& front = *impl_->front;
+    impl_->accepting.run([&front](int fd) { front.adopt(fd); });
+    front.stop();
 }
 
 void http_server::set_model(std::shared_ptr<model> m) { impl_->state.set_model(std::move(m)); }
@@ -237,7 +256,10 @@ void http_server::begin_shutdown() {
                            q.running ? fmt::format(", request {} stops at its next prompt batch or token", *q.running) : "");
 }
 
-void http_server::stop() { impl_->http.stop(); }
+void http_server::stop() {
+    impl_->http.serving(-1);
+    impl_->accepting.stop();
+}
 
 int http_server::in_flight() const { return impl_->state.in_flight.load(); }
 

@@ -15,6 +15,7 @@
 
 #include "engine_flags.hpp"
 #include "log.hpp"
+#include "request_reader.hpp"
 #include "strata/server.hpp"
 #include "text.hpp"
 
@@ -43,6 +44,15 @@ cxxopts::Options make_options() {
          cxxopts::value<double>()->default_value("10"))
         ("body-timeout", "seconds a client has to send its request body after the headers (else 408)",
          cxxopts::value<double>()->default_value("30"))
+        ("max-connections", "connections open at once; more get 503 with Retry-After (0: no cap)",
+         cxxopts::value<int>()->default_value("1024"))
+        ("max-connections-per-client", "connections open at once from one client address; more get 429 with "
+                                       "Retry-After (0: no cap)", cxxopts::value<int>()->default_value("256"))
+        ("max-bytes-in-flight", "bytes of request heads and bodies being read or answered, all connections "
+                                "together; a request past it gets 503 with Retry-After before its body is read",
+         cxxopts::value<size_t>()->default_value("268435456"))
+        ("max-waiting-requests", "requests read whole and waiting for a request thread; more get 503 with "
+                                 "Retry-After", cxxopts::value<int>()->default_value("256"))
         ("cors-origin", "origins browsers may call from: '*', a comma-separated list, or '' for none (default: '*' "
                         "on a loopback host without an API key, else none)", cxxopts::value<std::string>())
         ("no-webui", "do not serve the chat page (/) and the live view (/dashboard)")
@@ -69,6 +79,17 @@ server::server_options server_options_from(const cxxopts::ParseResult& a) {
     if (!(s.header_timeout_s >= 0.1) || !(s.body_timeout_s >= 0.1))
         throw std::invalid_argument(fmt::format("--header-timeout and --body-timeout must be at least 0.1 s, got {:g} "
                                                 "and {:g}", s.header_timeout_s, s.body_timeout_s));
+    s.max_connections = a["max-connections"].as<int>();
+    s.max_connections_per_client = a["max-connections-per-client"].as<int>();
+    s.max_bytes_in_flight = a["max-bytes-in-flight"].as<size_t>();
+    s.max_waiting_requests = a["max-waiting-requests"].as<int>();
+    if (s.max_connections < 0 || s.max_connections_per_client < 0 || s.max_waiting_requests < 1)
+        throw std::invalid_argument("--max-connections and --max-connections-per-client must be 0 or positive, "
+                                    "--max-waiting-requests at least 1");
+    if (s.max_bytes_in_flight < s.max_body_bytes + server::request_reader::max_head_bytes)
+        throw std::invalid_argument(fmt::format("--max-bytes-in-flight ({}) must hold at least one request of "
+                                                "--max-body ({}) and its head ({})", s.max_bytes_in_flight,
+                                                s.max_body_bytes, server::request_reader::max_head_bytes));
     s.default_sampling = cli::sampling_options_from(a);
     if (a.count("cors-origin")) s.cors_origin = a["cors-origin"].as<std::string>();
     s.special_in_content = a.count("special-in-content") > 0;
@@ -90,16 +111,11 @@ void handle_signals(server::http_server& srv, sigset_t signals) {
     srv.stop();
 }
 
-int serve(const cxxopts::ParseResult& args) {
+int serve(const cxxopts::ParseResult& args, sigset_t signals) {
     const model_options mo = cli::model_options_from(args);
     const server::server_options so = server_options_from(args);
     const auto log = logger("server");
 
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     signal(SIGPIPE, SIG_IGN);
     // Every open connection holds a descriptor, idle ones included: use the hard limit, not the soft 1024.
     if (rlimit nofile{}; getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
@@ -139,6 +155,13 @@ int serve(const cxxopts::ParseResult& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // Blocked before anything else (and so in every thread started later): a stop signal that comes
+    // while the server starts waits for the signal thread instead of being lost or killing the process.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     try {
         auto options = make_options();
         const auto args = options.parse(argc, argv);
@@ -146,7 +169,7 @@ int main(int argc, char** argv) {
             std::printf("%s\n", options.help().c_str());
             return 0;
         }
-        return serve(args);
+        return serve(args, signals);
     } catch (const cxxopts::exceptions::exception& e) {
         std::fprintf(stderr, "strata-server: %s (see --help)\n", e.what());
         return 2;

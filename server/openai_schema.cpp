@@ -8,6 +8,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "api_error.hpp"
+#include "json_body.hpp"
 #include "text.hpp"
 
 namespace strata::server {
@@ -240,59 +241,9 @@ void parse_logprobs(const json& body, endpoint kind, completion_request& r) {
     r.generation.top_logprobs = r.top_logprobs;
 }
 
-// The object keys that lead to the value being parsed ("stream_options.include_usage"), kept from the
-// parser's events so that a number it cannot hold is reported with its field. Array levels add nothing.
-class key_path {
-public:
-    void see(int depth, json::parse_event_t event, const json& parsed) {
-        if (event == json::parse_event_t::key) {
-            while (!keys_.empty() && keys_.back().first >= depth) keys_.pop_back();
-            keys_.emplace_back(depth, parsed.is_string() ? parsed.get<std::string>() : std::string());
-        } else if (event == json::parse_event_t::object_end) {
-            while (!keys_.empty() && keys_.back().first > depth) keys_.pop_back();
-        }
-    }
-    std::string str() const {
-        std::string s;
-        for (const auto& [depth, key] : keys_) s += (s.empty() ? "" : ".") + key;
-        return s;
-    }
-
-private:
-    std::vector<std::pair<int, std::string>> keys_;  // (depth, key) of the open objects, outermost first
-};
-
 }  // namespace
 
-json parse_body(std::string_view body) {
-    if (const auto bad = find_invalid_utf8(body))
-        throw api_error(400, fmt::format("the request body is not valid UTF-8 (first bad byte at offset {})", *bad),
-                        "invalid_request_error", "", "invalid_utf8");
-    json j;
-    key_path path;
-    try {
-        j = json::parse(body, [&path](int depth, json::parse_event_t event, json& parsed) {
-            path.see(depth, event, parsed);
-            return true;
-        });
-    } catch (const json::parse_error& e) {
-        throw api_error(400, fmt::format("the request body is not valid JSON: {}", e.what()), "invalid_request_error", "",
-                        "invalid_json");
-    } catch (const json::out_of_range& e) {
-        // A number beyond a double (1e999): the parser's text says which, the path says where.
-        const std::string where = path.str();
-        const std::string what = e.what();
-        const size_t quote = what.find('\'');
-        const std::string number = quote == std::string::npos ? what : what.substr(quote);
-        if (where.empty())
-            throw api_error(400, fmt::format("the request body holds a number too large for a 64-bit float: {}", number),
-                            "invalid_request_error", "", "invalid_value");
-        throw bad_field(where, fmt::format("'{}' is a number too large for a 64-bit float: {}", where, number));
-    }
-    if (!j.is_object()) throw api_error(400, fmt::format("the request body must be a JSON object, got {}", describe(j)),
-                                        "invalid_request_error", "", "invalid_json");
-    return j;
-}
+json parse_body(std::string_view body) { return parse_json_body(body); }
 
 completion_request parse_completion_request(const json& body, endpoint kind, const model& m,
                                             const sampling_options& defaults, bool special_in_content) {

@@ -46,6 +46,30 @@ bool split_lines(std::string_view head, std::vector<std::string_view>& lines) {
 
 }  // namespace
 
+request_line parse_request_line(std::string_view head) {
+    const std::string_view line = head.substr(0, head.find("\r\n"));
+    const size_t sp1 = line.find(' ');
+    if (sp1 == std::string_view::npos) return {};
+    const size_t sp2 = line.find(' ', sp1 + 1);
+    std::string_view target = line.substr(sp1 + 1, sp2 == std::string_view::npos ? std::string_view::npos : sp2 - sp1 - 1);
+    target = target.substr(0, target.find('?'));
+    return {line.substr(0, sp1), target};
+}
+
+std::optional<std::string_view> header_value(std::string_view head, std::string_view name) {
+    size_t pos = head.find("\r\n");
+    while (pos != std::string_view::npos && pos + 2 < head.size()) {
+        const size_t start = pos + 2;
+        const size_t end = std::min(head.find("\r\n", start), head.size());
+        const std::string_view line = head.substr(start, end - start);
+        const size_t colon = line.find(':');
+        if (colon != std::string_view::npos && equal_ci(line.substr(0, colon), name))
+            return trim(line.substr(colon + 1));
+        pos = end == head.size() ? std::string_view::npos : end;
+    }
+    return std::nullopt;
+}
+
 void request_reader::fail(int status, std::string message, std::string code) {
     phase_ = phase::failed;
     error_ = {status, std::move(message), std::move(code)};
@@ -73,7 +97,10 @@ void request_reader::next() {
 
 size_t request_reader::feed(std::string_view data) {
     size_t used = 0;
-    if (phase_ == phase::idle || phase_ == phase::head) used += feed_head(data);
+    if (phase_ == phase::idle || phase_ == phase::head) {
+        used += feed_head(data);
+        if (pause_after_head_) return used;
+    }
     if (phase_ == phase::body) used += chunked_ ? feed_chunked(data.substr(used)) : feed_body(data.substr(used));
     return used;
 }
@@ -89,6 +116,19 @@ size_t request_reader::feed_head(std::string_view data) {
     const size_t before = head_.size();
     head_.append(data.substr(used));
     const size_t end = head_.find("\r\n\r\n", before < 3 ? 0 : before - 3);
+    // A bare LF or CR is refused as soon as it arrives: a client that ends its lines with LF alone
+    // would otherwise wait for a CRLF CRLF that never comes.
+    const size_t from = before == 0 ? 0 : before - 1;
+    const size_t scan_end = end == std::string::npos ? head_.size() : end + 4;
+    for (size_t i = from; i < scan_end; ++i) {
+        const bool bare_lf = head_[i] == '\n' && (i == 0 || head_[i - 1] != '\r');
+        const bool bare_cr = head_[i] == '\r' && i + 1 < scan_end && head_[i + 1] != '\n';
+        if (bare_lf || bare_cr) {
+            fail(400, fmt::format("the request head has a bare {} at byte {}: lines must end in CRLF",
+                                  bare_lf ? "LF" : "CR", i), "malformed_request");
+            return data.size();
+        }
+    }
     if (end == std::string::npos) {
         if (head_.size() > max_head_bytes)
             fail(431, fmt::format("the request head (request line and headers) is longer than {} bytes", max_head_bytes),

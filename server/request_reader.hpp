@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,7 +22,17 @@ struct request_error {
     int status = 0;
     std::string message;
     std::string code;    // machine-readable reason for the error object
+    int retry_after_s = 0;  // > 0: the answer carries Retry-After (a cap was reached, not a bad request)
 };
+
+// The method and the target's path (without its query) of a head's request line; empty when absent.
+struct request_line {
+    std::string_view method, path;
+};
+request_line parse_request_line(std::string_view head);
+
+// The value of the first header named `name` (any case), trimmed, in a head whole or in part.
+std::optional<std::string_view> header_value(std::string_view head, std::string_view name);
 
 class request_reader {
 public:
@@ -35,10 +46,13 @@ public:
         failed,  // error() says why; the connection cannot be read further
     };
 
-    explicit request_reader(size_t max_body_bytes) : max_body_(max_body_bytes) {}
+    // pause_after_head: feed() returns at the end of the head, so that the request can be screened
+    // (its API key checked, its body's bytes reserved) before any of the body is read.
+    explicit request_reader(size_t max_body_bytes, bool pause_after_head = false)
+        : max_body_(max_body_bytes), pause_after_head_(pause_after_head) {}
 
     // Reads from `data`; returns how many bytes it used. It stops at the end of the request, so the
-    // rest belongs to the next one (a pipelining client).
+    // rest belongs to the next one (a pipelining client), and after the head when pausing there.
     size_t feed(std::string_view data);
 
     phase at() const { return phase_; }
@@ -47,6 +61,7 @@ public:
     const request_error& error() const { return error_; }
     // Body bytes expected (Content-Length), or received so far (chunked).
     uint64_t body_expected() const { return chunked_ ? body_.size() : content_length_; }
+    bool chunked() const { return chunked_; }
     size_t body_received() const { return body_.size(); }
 
     std::string& head() { return head_; }
@@ -67,6 +82,7 @@ private:
     void fail(int status, std::string message, std::string code);
 
     size_t max_body_;
+    bool pause_after_head_;
     phase phase_ = phase::idle;
     request_error error_;
     std::string head_, body_;

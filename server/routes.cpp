@@ -47,38 +47,17 @@ std::shared_ptr<model> require_model(const server_state& state) {
     return m;
 }
 
-// "Authorization: Bearer KEY" or "x-api-key: KEY"; the key is compared in constant time and never logged.
-void check_api_key(const server_state& state, const httplib::Request& req) {
-    const std::string& key = state.options.api_key;
-    if (key.empty()) return;
-    std::string given;
-    if (req.has_header("Authorization")) {
-        const std::string auth = req.get_header_value("Authorization");
-        constexpr std::string_view bearer = "Bearer ";
-        if (auth.size() > bearer.size() && std::equal(bearer.begin(), bearer.end(), auth.begin(), [](char a, char b) {
-                return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
-            }))
-            given = auth.substr(bearer.size());
-    } else if (req.has_header("x-api-key")) {
-        given = req.get_header_value("x-api-key");
-    }
-    if (given.empty())
-        throw api_error(401, "no API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
-                        "authentication_error", "", "invalid_api_key");
-    if (!equal_constant_time(given, key))
-        throw api_error(401, "the API key is not valid", "authentication_error", "", "invalid_api_key");
+std::optional<std::string_view> header_of(const httplib::Request& req, const char* name) {
+    const auto it = req.headers.find(name);
+    return it == req.headers.end() ? std::nullopt : std::optional<std::string_view>(it->second);
 }
 
-// The origin a browser may read this answer from: "*", the request's own Origin when it is on the
-// list, or nothing.
+void check_api_key(const server_state& state, const httplib::Request& req) {
+    if (auto e = api_key_problem(state, header_of(req, "Authorization"), header_of(req, "x-api-key"))) throw *e;
+}
+
 std::optional<std::string> allowed_origin(const server_state& state, const httplib::Request& req) {
-    if (!req.has_header("Origin") || state.cors_origins.empty()) return std::nullopt;
-    const std::string origin = req.get_header_value("Origin");
-    for (const std::string& o : state.cors_origins) {
-        if (o == "*") return o;
-        if (o == origin) return origin;
-    }
-    return std::nullopt;
+    return cors_origin_for(state, header_of(req, "Origin"));
 }
 
 void add_cors_headers(const server_state& state, const httplib::Request& req, httplib::Response& res) {
@@ -241,6 +220,45 @@ httplib::Server::Handler guarded(server_state& state, const route& r) {
 }
 
 }  // namespace
+
+std::optional<api_error> api_key_problem(const server_state& state, std::optional<std::string_view> authorization,
+                                         std::optional<std::string_view> x_api_key) {
+    const std::string& key = state.options.api_key;
+    if (key.empty()) return std::nullopt;
+    std::string_view given;
+    constexpr std::string_view bearer = "Bearer ";
+    if (authorization) {
+        const std::string_view auth = *authorization;
+        if (auth.size() > bearer.size() && std::equal(bearer.begin(), bearer.end(), auth.begin(), [](char a, char b) {
+                return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+            }))
+            given = auth.substr(bearer.size());
+    } else if (x_api_key) {
+        given = *x_api_key;
+    }
+    if (given.empty())
+        return api_error(401, "no API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
+                         "authentication_error", "", "invalid_api_key");
+    if (!equal_constant_time(given, key))
+        return api_error(401, "the API key is not valid", "authentication_error", "", "invalid_api_key");
+    return std::nullopt;
+}
+
+std::optional<std::string> cors_origin_for(const server_state& state, std::optional<std::string_view> origin) {
+    if (!origin || state.cors_origins.empty()) return std::nullopt;
+    for (const std::string& o : state.cors_origins) {
+        if (o == "*") return o;
+        if (o == *origin) return o;
+    }
+    return std::nullopt;
+}
+
+bool route_is_open(std::string_view method, std::string_view path) {
+    if (method == "OPTIONS") return true;
+    for (const route& r : route_table())
+        if (r.open && r.method == method && r.path == path) return true;
+    return false;
+}
 
 void add_routes(httplib::Server& http, server_state& state) {
     for (const route& r : route_table()) {

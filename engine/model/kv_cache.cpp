@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <new>
+#include <string>
 #include <utility>
 
 #include <spdlog/fmt/fmt.h>
@@ -21,6 +24,58 @@ namespace {
 ggml_type element_type(kv_type t) { return t == kv_type::f16 ? ggml_type::F16 : ggml_type::Q8_0; }
 
 int chunks_for(int n_pos) { return (n_pos + kv_cache::chunk_tokens - 1) / kv_cache::chunk_tokens; }
+
+constexpr size_t no_limit = std::numeric_limits<size_t>::max();
+
+// The first number in a file (a cgroup's limit or usage, "max" for none), or no_limit.
+size_t number_in(const std::string& path) {
+    std::ifstream f(path);
+    size_t n = 0;
+    return f >> n ? n : no_limit;
+}
+
+// A value of a "key value" file (/proc/meminfo in KiB, a cgroup's memory.stat in bytes), or no_limit.
+size_t field_of(const std::string& path, const std::string& key) {
+    std::ifstream f(path);
+    std::string k;
+    size_t v = 0;
+    while (f >> k >> v) {
+        if (k == key) return v;
+        f.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+    return no_limit;
+}
+
+// Memory this process can still commit: the system's MemAvailable, and the room under the limit of its
+// cgroup and of each cgroup above it (v2 memory.max, or v1 memory.limit_in_bytes), counting the file
+// pages a cgroup holds as reclaimable.
+size_t available_memory() {
+    const size_t avail_kib = field_of("/proc/meminfo", "MemAvailable:");
+    size_t room = avail_kib == no_limit ? no_limit : avail_kib * 1024;
+    std::ifstream cg("/proc/self/cgroup");
+    std::string line;
+    while (std::getline(cg, line)) {
+        const size_t a = line.find(':'), b = line.find(':', a + 1);
+        if (a == std::string::npos || b == std::string::npos) continue;
+        const std::string controllers = line.substr(a + 1, b - a - 1);
+        const bool v2 = line.compare(0, a, "0") == 0 && controllers.empty();
+        if (!v2 && controllers.find("memory") == std::string::npos) continue;
+        std::string dir = (v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory") + line.substr(b + 1);
+        for (;;) {
+            const size_t limit = number_in(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
+            const size_t used = number_in(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
+            if (limit != no_limit && used != no_limit) {
+                const size_t file = field_of(dir + "/memory.stat", v2 ? "inactive_file" : "total_inactive_file");
+                const size_t in_use = used - std::min(used, file == no_limit ? 0 : file);
+                room = std::min(room, limit > in_use ? limit - in_use : 0);
+            }
+            const size_t slash = dir.rfind('/');
+            if (slash == std::string::npos || dir.size() <= (v2 ? 14u : 21u)) break;  // at the hierarchy's root
+            dir.resize(slash);
+        }
+    }
+    return room;
+}
 
 }  // namespace
 
@@ -84,6 +139,15 @@ void kv_cache::reserve(int n_pos) {
                                         n_ctx_));
     const int want = chunks_for(n_pos);
     if (want <= n_chunks_) return;
+    // Checked before committing (the slabs are zeroed at once): past a memory limit, committing would not
+    // fail but get the process killed.
+    const size_t more = static_cast<size_t>(want - static_cast<int>(slabs_.size())) * n_layer_ * layer_stride();
+    if (const size_t room = available_memory(); more + reserve_margin > room)
+        throw kv_cache_full(fmt::format("not enough memory to grow the KV cache to {} positions: {:.1f} MiB more on "
+                                        "top of {:.1f} MiB, and {:.1f} MiB can be committed (of which {} MiB are "
+                                        "kept free); the context holds {}",
+                                        n_pos, double(more) / (1 << 20), double(bytes()) / (1 << 20),
+                                        double(room) / (1 << 20), reserve_margin >> 20, n_ctx_));
     try {
         slabs_.reserve(static_cast<size_t>(chunks_for(n_ctx_)));
         while (static_cast<int>(slabs_.size()) < want) slabs_.emplace_back(static_cast<size_t>(n_layer_) * layer_stride());

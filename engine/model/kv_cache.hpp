@@ -59,8 +59,10 @@ public:
     // Bytes one position takes over every layer (keys and values), as attention reads them.
     static size_t bytes_per_token(int n_layer, int n_head_kv, int head_dim, kv_type type, bool latent = false);
 
-    // Makes room for positions [0, n_pos). Throws kv_cache_full past n_ctx or when memory runs out.
+    // Makes room for positions [0, n_pos). Throws kv_cache_full past n_ctx, or when the memory it would
+    // commit, plus reserve_margin, is more than the system or this process's cgroup can still give.
     void reserve(int n_pos);
+    static constexpr size_t reserve_margin = size_t(64) << 20;
     // Frees the chunks past those that hold positions [0, n_pos).
     void shrink(int n_pos);
 

@@ -148,6 +148,7 @@ TEST(ServerConnections, SlowAndIdleClientsDoNotDelayOthers) {
     server_options o;
     o.header_timeout_s = 3;
     o.body_timeout_s = 3;
+    o.max_connections_per_client = 0;  // every client here is 127.0.0.1
     test_server s(o);
 
     std::vector<std::unique_ptr<client>> idle, slow;

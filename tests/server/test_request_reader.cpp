@@ -76,6 +76,23 @@ TEST(RequestReader, RefusesAmbiguousFraming) {
     EXPECT_EQ(failure("GET / HTTP/1.1\r\n" + std::string(request_reader::max_head_bytes, 'a')).status, 431);
 }
 
+TEST(RequestReader, BareLineEndingsFailAtOnce) {
+    // No blank line is needed: the first bare LF or CR fails the head, in any pieces.
+    for (const char* head : {"GET /health HTTP/1.1\nHost: x\n", "GET /health HTTP/1.1\r\nHost: x\rY: z"}) {
+        for (const size_t piece : {size_t(1), size_t(5), size_t(100)}) {
+            request_reader r(1024);
+            feed_in_pieces(r, head, piece);
+            EXPECT_EQ(r.at(), phase::failed) << head << " in pieces of " << piece;
+            EXPECT_EQ(r.error().status, 400);
+            EXPECT_NE(r.error().message.find("bare"), std::string::npos) << r.error().message;
+        }
+    }
+    // A body's own line ends are not the head's.
+    request_reader r(1024);
+    r.feed("POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\na\nb");
+    EXPECT_EQ(r.at(), phase::done);
+}
+
 TEST(RequestReader, BodyOverTheLimitBeforeItIsRead) {
     const request_error e = failure("POST / HTTP/1.1\r\nContent-Length: 52428800\r\nExpect: 100-continue\r\n\r\n", 8u << 20);
     EXPECT_EQ(e.status, 413);

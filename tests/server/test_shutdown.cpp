@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -115,6 +116,64 @@ TEST(ServerShutdown, BinaryExitsZeroOnSigterm) {
     EXPECT_NE(log.find("(chat) finished: prompt"), std::string::npos) << log;
     EXPECT_NE(log.find("Received SIGTERM"), std::string::npos) << log;
     EXPECT_EQ(log.find(secret), std::string::npos) << "the API key appears in the log";
+}
+
+// stop() before run() (a signal handled before the server listens) is not lost: run() returns at once.
+TEST(ServerShutdown, StopBeforeRunIsKept) {
+    server_options o;
+    o.port = 0;
+    http_server srv(o);
+    srv.bind();
+    srv.stop();
+    std::atomic<bool> returned{false};
+    std::thread serving([&] {
+        srv.run();
+        returned = true;
+    });
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!returned && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_TRUE(returned) << "run() kept serving after stop()";
+    if (!returned) srv.stop();
+    serving.join();
+}
+
+// SIGTERM while the server starts (before it listens, while it loads): it exits 0 all the same. The
+// child starts with SIGTERM blocked, as strata-server blocks it first thing, so a signal sent before
+// its main() runs waits for it instead of killing it by default action.
+TEST(ServerShutdown, EarlySigtermExitsZero) {
+    std::vector<std::string> args = {STRATA_SERVER_BIN, "-m", tiny_model_path(), "--port", "0", "--ctx", "256",
+                                     "--numa-pool", "off", "--pool-workers", "1"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (const int delay_ms : {0, 10, 50}) {
+        SCOPED_TRACE(delay_ms);
+        const std::string log_path = tiny_model_path() + ".early.log";
+        posix_spawn_file_actions_t actions;
+        posix_spawn_file_actions_init(&actions);
+        posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_adddup2(&actions, 1, 2);
+        posix_spawnattr_t attr;
+        posix_spawnattr_init(&attr);
+        sigset_t term;
+        sigemptyset(&term);
+        sigaddset(&term, SIGTERM);
+        posix_spawnattr_setsigmask(&attr, &term);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+        pid_t pid = 0;
+        ASSERT_EQ(posix_spawn(&pid, STRATA_SERVER_BIN, &actions, &attr, argv.data(), environ), 0);
+        posix_spawn_file_actions_destroy(&actions);
+        posix_spawnattr_destroy(&attr);
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        ASSERT_EQ(kill(pid, SIGTERM), 0);
+        int status = -1;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (std::chrono::steady_clock::now() < until && waitpid(pid, &status, WNOHANG) != pid)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        const bool exited = WIFEXITED(status);
+        if (!exited) kill(pid, SIGKILL), waitpid(pid, &status, 0);
+        EXPECT_TRUE(exited && WEXITSTATUS(status) == 0) << "status " << status << "\n" << read_file(log_path);
+    }
 }
 
 }  // namespace

@@ -28,6 +28,10 @@ struct server_options {
     double header_timeout_s = 10;           // a connection's request head must be whole this long after it
                                             // connects (or, kept alive, after its first byte): else 408
     double body_timeout_s = 30;             // the body must be whole this long after the head: else 408
+    int max_connections = 1024;             // open at once; more get 503 with Retry-After (0: no cap)
+    int max_connections_per_client = 256;   // open at once from one address; more get 429 (0: no cap)
+    size_t max_bytes_in_flight = 256u << 20;  // request heads and bodies being read or answered; past it 503
+    int max_waiting_requests = 256;         // complete requests waiting for a request thread; more get 503
     sampling_options default_sampling;      // for fields a request leaves out
     bool special_in_content = false;        // control tokens written in chat messages count as tokens
     bool webui = true;                      // serve the chat page at / and the live view at /dashboard
@@ -54,7 +58,8 @@ public:
     // From now on new requests get 503, requests waiting in the queue get 503, and the running
     // generation stops at its next token. Idempotent.
     void begin_shutdown();
-    // Closes the listening socket; run() returns when the open connections are done.
+    // Closes the listening socket; run() returns when the open connections are done. Before run()
+    // too: run() then returns at once.
     void stop();
     // Generation requests being handled right now (waiting, generating or streaming their answer).
     int in_flight() const;
