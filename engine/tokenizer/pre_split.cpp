@@ -44,7 +44,9 @@ pre_kind parse_pre(std::string_view name, bool& known) {
     // tokenizer.ggml.pre values llama.cpp maps to the same three patterns.
     for (std::string_view n : {"llama3", "llama-v3", "llama-bpe", "dbrx", "smaug-bpe"})
         if (name == n) return pre_kind::llama3;
-    for (std::string_view n : {"qwen2", "stablelm2", "deepseek-r1-qwen", "hunyuan"})
+    // qwen35 (Qwen3.5): llama.cpp gives it its own pattern; mapped to qwen2's here until the pre-tokenizers
+    // cover it.
+    for (std::string_view n : {"qwen2", "qwen35", "stablelm2", "deepseek-r1-qwen", "hunyuan"})
         if (name == n) return pre_kind::qwen2;
     for (std::string_view n : {"gpt2", "gpt-2", "default", "mpt", "olmo", "jais", "phi-2"})
         if (name == n) return pre_kind::gpt2;

@@ -169,6 +169,8 @@ TEST(PreSplit, NamesMapToPatterns) {
     EXPECT_EQ(parse_pre("llama-bpe", known), pre_kind::llama3);
     EXPECT_TRUE(known);
     EXPECT_EQ(parse_pre("qwen2", known), pre_kind::qwen2);
+    EXPECT_EQ(parse_pre("qwen35", known), pre_kind::qwen2);
+    EXPECT_TRUE(known);
     EXPECT_EQ(parse_pre("gpt-2", known), pre_kind::gpt2);
     EXPECT_EQ(parse_pre("no-such-pre", known), pre_kind::gpt2);
     EXPECT_FALSE(known);
