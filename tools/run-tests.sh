@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds strata and runs every test lane: unit/model/server tests, the real-NUMA VM lane, the
+# Builds strata and runs every test lane: unit/model/server tests, the ISA-dependent tests again as an
+# AVX2-only and a scalar-only CPU runs them (STRATA_MAX_ISA), the real-NUMA VM lane, the
 # address/undefined-behaviour sanitizer build over the unit tests, the thread sanitizer over the
 # pool, engine API and server tests, the CUDA backend's gpu-labelled tests on the CPU emulator
 # (STRATA_CUDA=EMU; the Release build's own gpu tests skip without a device), and 60 s of libFuzzer on
@@ -55,6 +56,15 @@ cmake --build build -j"$jobs"
 
 echo "== tests"
 ctest_lane unit+model+server+readme+install --test-dir build --output-on-failure --no-tests=error -j"$jobs" -LE 'numa-vm'
+
+echo "== the ISA-dependent tests as a CPU without AVX-512 runs them (STRATA_MAX_ISA=avx2), and the kernel tests without AVX2 (scalar)"
+# The engine suites whose logits go through the kernels: the forward pass, the KV cache, the MoE phases.
+isa_engine='^(Archs/)?(Forward|ForwardParity|ForwardRepack|KvCache|MoePhases)[./]'
+STRATA_MAX_ISA=avx2 ctest_lane "" --test-dir build --output-on-failure --no-tests=error -j"$jobs" -L isa-kernels
+isa_passed=$lane_passed isa_skipped=$lane_skipped
+STRATA_MAX_ISA=avx2 ctest_lane "" --test-dir build --output-on-failure --no-tests=error -j"$jobs" -R "$isa_engine"
+record_lane isa-avx2 "$((isa_passed + lane_passed)) passed ($((isa_skipped + lane_skipped)) skipped: the AVX-512 instances)"
+STRATA_MAX_ISA=scalar ctest_lane isa-scalar --test-dir build --output-on-failure --no-tests=error -j"$jobs" -L isa-kernels
 
 if ctest --test-dir build -N -L numa-vm | grep -q 'Total Tests: [1-9]'; then
   echo "== real NUMA lane (VM with 2 and 4 virtual nodes)"

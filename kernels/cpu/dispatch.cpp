@@ -54,6 +54,8 @@ static void fill_avx2(isa_table& t) {
     t.softmax = softmax_avx2;
     t.to_fp16 = to_fp16_avx2;
     t.attn_tile = attn_tile_avx2;
+    t.delta_seq = delta_seq_avx2;
+    t.delta_chunk = delta_chunk_avx2;
 }
 
 // AVX-512 overrides the formats where 512-bit code pays (8 tokens per dot call with 32 registers); the other formats, the activation quantizers
@@ -82,6 +84,8 @@ static void fill_avx512(isa_table& t) {
     set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_avx512, 8, true);
     set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_avx512, 8, true);
     t.attn_tile = attn_tile_avx512;
+    t.delta_seq = delta_seq_avx512;
+    t.delta_chunk = delta_chunk_avx512;
 }
 
 static isa_table build_table(isa which) {
@@ -127,7 +131,8 @@ isa choose_isa(const char* forced) {
         if (isa_name(i) != forced) continue;
         if (!cpu_supports(i))
             throw std::runtime_error("STRATA_FORCE_ISA=" + std::string(forced) +
-                                     " but this CPU lacks it; valid here: " + supported_list() + ".");
+                                     " but this CPU lacks it (or STRATA_MAX_ISA excludes it); valid here: " +
+                                     supported_list() + ".");
         return i;
     }
     throw std::runtime_error("STRATA_FORCE_ISA=" + std::string(forced) +
@@ -257,7 +262,22 @@ static bool cpu_has_f16c() {
     return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
 }
 
+// STRATA_MAX_ISA=scalar|avx2|avx512 caps what cpu_supports reports (read once), so a wide CPU runs
+// what a narrower one runs: the ISAs above it are missing, not merely unchosen (STRATA_FORCE_ISA).
+static isa max_isa() {
+    static const isa cap = [] {
+        const char* v = std::getenv("STRATA_MAX_ISA");
+        if (v == nullptr || *v == '\0') return isa::avx512;
+        for (isa i : {isa::scalar, isa::avx2, isa::avx512})
+            if (isa_name(i) == v) return i;
+        throw std::runtime_error("STRATA_MAX_ISA=" + std::string(v) +
+                                 " is not an ISA strata knows; use one of scalar, avx2, avx512.");
+    }();
+    return cap;
+}
+
 bool cpu_supports(isa which) {
+    if (static_cast<int>(which) > static_cast<int>(max_isa())) return false;
     switch (which) {
         case isa::scalar: return true;
         case isa::avx2:

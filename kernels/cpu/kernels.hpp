@@ -1,7 +1,8 @@
 // CPU kernels: quantized matvec / matmul per weight format, float matvec, and the small vector ops
 // of a forward pass. One ISA path (scalar, AVX2, AVX-512) is chosen once per process from CPUID, or
 // forced with STRATA_FORCE_ISA=scalar|avx2|avx512 (an exception names the valid ISAs if the CPU lacks
-// the forced one); the choice is logged once on the "kernels" logger.
+// the forced one); the choice is logged once on the "kernels" logger. STRATA_MAX_ISA=scalar|avx2 makes
+// cpu_supports() report every path above the one named as missing (tests of a narrower CPU).
 //
 // Paths per weight format:
 //   avx512 (F, BW, VL, DQ, VNNI): Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F32, F16,

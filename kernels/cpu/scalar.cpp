@@ -105,6 +105,8 @@ void fill_scalar(isa_table& t) {
     t.rms_norm = rms_norm_scalar;
     t.silu_mul = silu_mul_scalar;
     t.attn_tile = attn_tile_scalar;
+    t.delta_seq = delta_seq_scalar;
+    t.delta_chunk = delta_chunk_scalar;
     t.softmax = softmax_scalar;
     t.to_fp16 = to_fp16_scalar;
 }

@@ -1,7 +1,9 @@
 // strata-bench kernels: single-token matvec weight bandwidth per format on 1..N threads next to a
 // STREAM-like read bandwidth measured in the same run (same buffer size, same thread counts,
 // alternating repeat by repeat so both see the same machine load), tokens/s of the batched matmul, and
-// the tiled attention on one thread (prompt GFLOP/s, decode GB/s of KV read vs the read bandwidth).
+// the tiled attention on one thread (prompt GFLOP/s, decode GB/s of KV read vs the read bandwidth), and
+// gated DeltaNet's delta rule (decode GB/s of recurrent state vs the read bandwidth; prompt tokens/s of
+// the chunked form vs the sequential one).
 // Formats with a prompt GEMM kernel on this ISA get a second row in the rows16 layout, timed alongside.
 #include <sys/mman.h>
 #include <xmmintrin.h>
@@ -26,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cpu/attention.hpp"
+#include "cpu/delta_net.hpp"
 #include "cpu/kernels.hpp"
 #include "formats/quant.hpp"
 #include "bandwidth.hpp"
@@ -231,6 +234,110 @@ nlohmann::json bench_attention(ggml_type type, int depth, int prompt_tokens, buf
                                        (2.0 * static_cast<double>(row_bytes)))}};
 }
 
+// Gated DeltaNet at Qwen3.5-35B-A3B's shape: 32 V heads of a 128 x 128 f32 state per layer (2 MiB).
+struct delta_shape {
+    static constexpr int n_head_v = 32, n_head_k = 16, d_k = 128, d_v = 128;
+    static constexpr size_t head_floats = size_t{d_k} * d_v;
+    static constexpr size_t layer_bytes = n_head_v * head_floats * sizeof(float);
+};
+
+// Token inputs of n_tok tokens in the engine's layout ([n_tok][n_head][dim]; the K heads broadcast to
+// V heads), q and k unit rows (q times 1/sqrt(d_k)), realistic decays.
+struct delta_tokens {
+    using S = delta_shape;
+    int n_tok;
+    std::vector<float> q, k, v, g, beta, o;
+    explicit delta_tokens(int n)
+        : n_tok(n), q(size_t(n) * S::n_head_k * S::d_k), k(q.size()), v(size_t(n) * S::n_head_v * S::d_v),
+          g(size_t(n) * S::n_head_v), beta(g.size()), o(v.size()) {
+        std::mt19937 rng(4);
+        std::normal_distribution<float> dist(0.0f, 1.0f);
+        std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+        for (auto* b : {&q, &k, &v}) std::generate(b->begin(), b->end(), [&] { return dist(rng); });
+        cpu::l2_normalize_rows(q.data(), n * S::n_head_k, S::d_k, S::d_k, 1e-6f, 1.0f / std::sqrt(float(S::d_k)));
+        cpu::l2_normalize_rows(k.data(), n * S::n_head_k, S::d_k, S::d_k, 1e-6f, 1.0f);
+        for (auto& x : g) x = -0.5f * uni(rng);
+        for (auto& x : beta) x = 1.0f / (1.0f + std::exp(-dist(rng)));
+    }
+    // Head h's tokens [t0, t0 + n) through the sequential or the chunked form.
+    void run(float* state, int h, int t0, int n, bool chunked, float* scratch) {
+        const int hk = h % S::n_head_k;
+        const size_t tq = size_t(t0) * S::n_head_k * S::d_k + size_t(hk) * S::d_k;
+        const size_t tv = size_t(t0) * S::n_head_v * S::d_v + size_t(h) * S::d_v;
+        const size_t tg = size_t(t0) * S::n_head_v + h;
+        const ptrdiff_t qs = S::n_head_k * S::d_k, vs = S::n_head_v * S::d_v, gs = S::n_head_v;
+        if (chunked)
+            cpu::delta_rule_chunked(state, S::d_k, S::d_v, n, q.data() + tq, qs, k.data() + tq, qs, v.data() + tv, vs,
+                                    g.data() + tg, gs, beta.data() + tg, gs, o.data() + tv, vs,
+                                    cpu::delta_rule_default_chunk, scratch);
+        else
+            cpu::delta_rule_sequential(state, S::d_k, S::d_v, n, q.data() + tq, qs, k.data() + tq, qs, v.data() + tv, vs,
+                                       g.data() + tg, gs, beta.data() + tg, gs, o.data() + tv, vs);
+    }
+};
+
+// Decode: one token through every head of as many layers' states as fit in `buf` (so states come from
+// memory, as the engine's 30 layers x 2 MiB do between tokens), heads split over the threads; GB/s of state
+// read + written against the read bandwidth of the same threads, timed in alternation.
+nlohmann::json bench_delta_decode(buffer& buf, buffer& reads, int n_threads, int repeats) {
+    using S = delta_shape;
+    const int n_layers = static_cast<int>(buf.size / S::layer_bytes);
+    auto* states = reinterpret_cast<float*>(buf.data.get());
+    std::mt19937 rng(6);
+    std::normal_distribution<float> dist(0.0f, 0.1f);
+    for (size_t i = 0; i < n_layers * S::n_head_v * S::head_floats; ++i) states[i] = dist(rng);
+    std::vector<delta_tokens> toks;
+    for (int i = 0; i < n_threads; ++i) toks.emplace_back(1);  // each thread's own outputs
+    std::vector<double> t_step, t_read;
+    std::vector<uint64_t> sink(8 * n_threads);
+    for (int r = 0; r < repeats; ++r) {
+        double best_read = 1e30;
+        for (int pf = 0; pf < 2; ++pf)
+            best_read = std::min(best_read, time_parallel(n_threads, 1, [&](int i, int n) {
+                const auto [b, e] = split(static_cast<int64_t>(reads.size / 8), i, n);
+                sink[8 * i] += read_words(reinterpret_cast<const uint64_t*>(reads.data.get()) + b, e - b, pf);
+            })[0]);
+        t_read.push_back(best_read);
+        t_step.push_back(time_parallel(n_threads, 1, [&](int i, int n) {
+            const auto [h0, h1] = split(S::n_head_v, i, n);
+            for (int layer = 0; layer < n_layers; ++layer)
+                for (int h = static_cast<int>(h0); h < h1; ++h)
+                    toks[i].run(states + (size_t(layer) * S::n_head_v + h) * S::head_floats, h, 0, 1, false, nullptr);
+        }, true)[0]);
+    }
+    const double read_gbps = static_cast<double>(reads.size) / median(t_read) / 1e9;
+    const double state_gbps = 2.0 * S::layer_bytes * n_layers / median(t_step) / 1e9;
+    return {{"threads", n_threads}, {"layers", n_layers}, {"state_gbps", state_gbps}, {"read_gbps", read_gbps},
+            {"ratio", state_gbps / read_gbps}, {"us_per_layer", 1e6 * median(t_step) / n_layers}};
+}
+
+// Prompt: n_tok tokens of heads 0..3 on one thread (the engine runs one head per work item), the
+// sequential and the chunked form timed in alternation. Flops counted per form: sequential 7 d_k d_v per
+// token (S^T k, decay, update, S^T q); chunked per chunk of c: 6 c d_k d_v (W S0, Qd S0, Kd^T D) +
+// 2 c^2 d_k (k.k, q.k, lower halves) + c^2 (d_k + d_v) (the two triangular solves) + c^2 d_v (P D).
+nlohmann::json bench_delta_prompt(int n_tok, int repeats) {
+    using S = delta_shape;
+    constexpr int n_heads = 4;
+    delta_tokens toks(n_tok);
+    std::vector<float> state(n_heads * S::head_floats);
+    std::vector<float> scratch(cpu::delta_rule_chunked_scratch(S::d_k, S::d_v, cpu::delta_rule_default_chunk));
+    std::vector<double> times[2];
+    for (int r = 0; r < repeats; ++r)
+        for (int chunked = 0; chunked < 2; ++chunked) {
+            std::fill(state.begin(), state.end(), 0.0f);
+            times[chunked].push_back(time_parallel(1, 1, [&](int, int) {
+                for (int h = 0; h < n_heads; ++h) toks.run(state.data() + h * S::head_floats, h, 0, n_tok, chunked, scratch.data());
+            })[0]);
+        }
+    const double dk = S::d_k, dv = S::d_v, c = cpu::delta_rule_default_chunk;
+    const double seq_flops = 7.0 * dk * dv * n_tok * n_heads;
+    const double chunk_flops = (6 * c * dk * dv + 2 * c * c * dk + c * c * (dk + dv) + c * c * dv) * (n_tok / c) * n_heads;
+    const double t_seq = median(times[0]) / n_heads, t_chunk = median(times[1]) / n_heads;
+    return {{"tokens", n_tok}, {"seq_tokens_per_s", n_tok / t_seq}, {"chunked_tokens_per_s", n_tok / t_chunk},
+            {"seq_gflops", seq_flops / n_heads / t_seq / 1e9}, {"chunked_gflops", chunk_flops / n_heads / t_chunk / 1e9},
+            {"speedup", t_seq / t_chunk}, {"fma_gflops", fma_peak_gflops()}};
+}
+
 int run(int argc, char** argv) {
     cxxopts::Options options("strata-bench kernels",
                              "Single-token matvec GB/s per format vs read bandwidth, and batched matmul tokens/s.");
@@ -248,6 +355,8 @@ int run(int argc, char** argv) {
          cxxopts::value<std::string>()->default_value("4096,16384"))
         ("attn-kv", "comma-separated KV cache types for the attention rows", cxxopts::value<std::string>()->default_value("F16,Q8_0"))
         ("attn-prompt", "prompt tokens after the depth for the attention prompt row", cxxopts::value<int>()->default_value("512"))
+        ("delta-prompt", "comma-separated prompt lengths for the gated DeltaNet rows (empty: skip them)",
+         cxxopts::value<std::string>()->default_value("512,4096"))
         ("json", "print JSON instead of a table")
         ("h,help", "this help");
     const auto args = options.parse(argc, argv);
@@ -292,7 +401,8 @@ int run(int argc, char** argv) {
     const std::string isa(cpu::isa_name(cpu::active_isa()));
     nlohmann::json out = {{"isa", isa}, {"mib", mib}, {"n_cols", n_cols}, {"repeats", repeats},
                           {"matvec", nlohmann::json::array()}, {"matmul", nlohmann::json::array()},
-                          {"attention", nlohmann::json::array()}};
+                          {"attention", nlohmann::json::array()}, {"delta_decode", nlohmann::json::array()},
+                          {"delta_prompt", nlohmann::json::array()}};
     if (!json) {
         std::printf("strata-bench kernels: ISA %s, %lld MiB matrix of %lld columns, one token, median of %d\n",
                     isa.c_str(), static_cast<long long>(mib), static_cast<long long>(n_cols), repeats);
@@ -408,6 +518,13 @@ int run(int argc, char** argv) {
             out["attention"].push_back(
                 bench_attention(type, depth, args["attn-prompt"].as<int>(), weights, reads, repeats, fma_gflops));
 
+    std::vector<int> delta_prompts;
+    for (const auto& n : split_list(args["delta-prompt"].as<std::string>())) delta_prompts.push_back(std::stoi(n));
+    if (!delta_prompts.empty()) {
+        for (const int n_threads : thread_counts) out["delta_decode"].push_back(bench_delta_decode(weights, reads, n_threads, repeats));
+        for (const int n_tok : delta_prompts) out["delta_prompt"].push_back(bench_delta_prompt(n_tok, std::max(1, repeats / 3)));
+    }
+
     if (json) {
         std::printf("%s\n", out.dump(2).c_str());
         return 0;
@@ -436,6 +553,25 @@ int run(int argc, char** argv) {
                         a["depth"].get<int>(), a["prompt_gflops"].get<double>(), a["decode_kv_gbps"].get<double>(),
                         a["read_gbps"].get<double>(), 100.0 * a["ratio"].get<double>(), a["fma_gbps"].get<double>(),
                         a["fma_gbps"].get<double>() > 0 ? 100.0 * a["decode_kv_gbps"].get<double>() / a["fma_gbps"].get<double>() : 0.0);
+    }
+    if (!delta_prompts.empty()) {
+        std::printf("\ngated DeltaNet delta rule, 32 V heads of 128 x 128 f32 state (2 MiB per layer)\n");
+        std::printf("decode: one token through every head of the layers that fit in %lld MiB; GB/s of state read + "
+                    "written vs the read bandwidth of the same threads\n", static_cast<long long>(mib));
+        std::printf("%4s %7s %14s %12s %12s %7s\n", "thr", "layers", "us per layer", "state GB/s", "read GB/s", "ratio");
+        for (const auto& d : out["delta_decode"])
+            std::printf("%4d %7d %14.1f %12.2f %12.2f %6.0f%%\n", d["threads"].get<int>(), d["layers"].get<int>(),
+                        d["us_per_layer"].get<double>(), d["state_gbps"].get<double>(), d["read_gbps"].get<double>(),
+                        100.0 * d["ratio"].get<double>());
+        std::printf("prompt: one head on one thread, sequential form vs chunked form (chunk %d), timed in alternation; "
+                    "FMA peak: one thread's, measured after them\n", cpu::delta_rule_default_chunk);
+        std::printf("%7s %16s %12s %16s %12s %8s %10s\n", "tokens", "seq tokens/s", "seq GFLOP/s", "chunked tokens/s",
+                    "chunk GFLOP/s", "speedup", "FMA peak");
+        for (const auto& d : out["delta_prompt"])
+            std::printf("%7d %16.0f %12.2f %16.0f %12.2f %7.2fx %10.1f\n", d["tokens"].get<int>(),
+                        d["seq_tokens_per_s"].get<double>(), d["seq_gflops"].get<double>(),
+                        d["chunked_tokens_per_s"].get<double>(), d["chunked_gflops"].get<double>(),
+                        d["speedup"].get<double>(), d["fma_gflops"].get<double>());
     }
     return 0;
 }

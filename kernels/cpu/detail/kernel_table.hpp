@@ -34,6 +34,28 @@ using quantize_fn = void (*)(const float* x, void* dst, int64_t n);
 using attn_tile_fn = void (*)(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                               float scale, const attn_state& st);
 
+// One V head's token buffers for the delta rule (cpu/delta_net.hpp): row t of each at ptr + t * stride.
+struct delta_io {
+    int d_k, d_v;
+    const float* q; ptrdiff_t q_stride;  // [n_tok][d_k]
+    const float* k; ptrdiff_t k_stride;  // [n_tok][d_k]
+    const float* v; ptrdiff_t v_stride;  // [n_tok][d_v]
+    const float* g; ptrdiff_t g_stride;  // [n_tok] scalars
+    const float* beta; ptrdiff_t beta_stride;
+    float* o; ptrdiff_t o_stride;        // [n_tok][d_v], written
+    // The same buffers from token t on.
+    delta_io from(int64_t t) const {
+        delta_io r = *this;
+        r.q += t * q_stride, r.k += t * k_stride, r.v += t * v_stride;
+        r.g += t * g_stride, r.beta += t * beta_stride, r.o += t * o_stride;
+        return r;
+    }
+};
+// The sequential form over n_tok tokens; one chunk (1 <= n_tok <= chunk) of the chunked form, with
+// scratch laid out as delta_net/layout.hpp says. S: [d_k][d_v].
+using delta_seq_fn = void (*)(float* S, const delta_io& io, int n_tok);
+using delta_chunk_fn = void (*)(float* S, const delta_io& io, int n_tok, int chunk, float* scratch);
+
 struct isa_table {
     isa id = isa::scalar;
     dot_fn dot[n_type_ids] = {};        // indexed by ggml type id; nullptr: no kernel
@@ -49,6 +71,8 @@ struct isa_table {
     void (*softmax)(float* x, int64_t n) = nullptr;
     void (*to_fp16)(const float* x, uint16_t* out, int64_t n) = nullptr;  // IEEE half, nearest-even
     attn_tile_fn attn_tile = nullptr;
+    delta_seq_fn delta_seq = nullptr;
+    delta_chunk_fn delta_chunk = nullptr;
 };
 
 // The table of one ISA (built once, immutable afterwards). Throws std::runtime_error naming the
@@ -227,5 +251,14 @@ void attn_tile_avx2(const kv_tile& kv, int64_t head_dim, const float* q, int n_r
                     float scale, const attn_state& st);
 void attn_tile_avx512(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                       float scale, const attn_state& st);
+
+// Delta rule (delta_net/): the SIMD kernels take d_v a multiple of their vector width (8 / 16 floats) and
+// pass other shapes to the scalar ones.
+void delta_seq_scalar(float* S, const delta_io& io, int n_tok);
+void delta_chunk_scalar(float* S, const delta_io& io, int n_tok, int chunk, float* scratch);
+void delta_seq_avx2(float* S, const delta_io& io, int n_tok);
+void delta_chunk_avx2(float* S, const delta_io& io, int n_tok, int chunk, float* scratch);
+void delta_seq_avx512(float* S, const delta_io& io, int n_tok);
+void delta_chunk_avx512(float* S, const delta_io& io, int n_tok, int chunk, float* scratch);
 
 }  // namespace strata::kernels::cpu::detail

@@ -102,9 +102,9 @@ exact_dot dot_exact(ggml_type type, const uint8_t* w, const uint8_t* a, int64_t 
 
 std::string isa_label(isa i) { return std::string(isa_name(i)); }
 
-void skip_unless_supported(isa i) {
-    if (!cpu_supports(i)) GTEST_SKIP() << "this CPU lacks the " << isa_name(i) << " path";
-}
+// GTEST_SKIP() only leaves the function it is written in, so this skips from the test body itself.
+#define SKIP_UNLESS_SUPPORTED(i) \
+    if (!cpu_supports(i)) GTEST_SKIP() << "this CPU lacks the " << isa_name(i) << " path"
 
 // ---- matvec per (format, ISA) ----
 
@@ -117,7 +117,7 @@ class MatvecTest : public ::testing::TestWithParam<matvec_case> {};
 
 TEST_P(MatvecTest, MatchesReferenceOverRaggedShapes) {
     const auto [type, path] = GetParam();
-    skip_unless_supported(path);
+    SKIP_UNLESS_SUPPORTED(path);
     const auto& table = detail::table_for(path);
     const int64_t block = formats::info(type).block_size;
     const std::vector<int64_t> widths =
@@ -178,7 +178,7 @@ void expect_batches_match_single_tokens(const detail::isa_table& table, const ma
 
 TEST_P(MatvecTest, MultiTokenAndMatmulAreBitwiseSingleToken) {
     const auto [type, path] = GetParam();
-    skip_unless_supported(path);
+    SKIP_UNLESS_SUPPORTED(path);
     const auto& table = detail::table_for(path);
     const int64_t n_cols = is_float(type) ? 300 : 4 * 256;
     constexpr int64_t n_rows = 19;
@@ -214,7 +214,7 @@ INSTANTIATE_TEST_SUITE_P(FormatsByIsa, MatvecTest, ::testing::ValuesIn(all_matve
 class QuantizerTest : public ::testing::TestWithParam<isa> {};
 
 TEST_P(QuantizerTest, BitwiseEqualToFormatsQuantizeRow) {
-    skip_unless_supported(GetParam());
+    SKIP_UNLESS_SUPPORTED(GetParam());
     const auto& table = detail::table_for(GetParam());
     constexpr int64_t n = 4096;
     auto x = random_floats(n, 5, 3.0f);
@@ -236,7 +236,7 @@ TEST_P(QuantizerTest, BitwiseEqualToFormatsQuantizeRow) {
 // ---- vector ops ----
 
 TEST_P(QuantizerTest, VectorOpsMatchPlainLoops) {
-    skip_unless_supported(GetParam());
+    SKIP_UNLESS_SUPPORTED(GetParam());
     const auto& table = detail::table_for(GetParam());
     for (const int64_t n : {1, 7, 64, 1000, 4096}) {
         SCOPED_TRACE("n " + std::to_string(n));
@@ -268,7 +268,7 @@ TEST_P(QuantizerTest, VectorOpsMatchPlainLoops) {
 }
 
 TEST_P(QuantizerTest, Fp16RowsMatchTheSoftwareConversion) {
-    skip_unless_supported(GetParam());
+    SKIP_UNLESS_SUPPORTED(GetParam());
     const auto& table = detail::table_for(GetParam());
     // Ties at every exponent, overflow to inf, subnormal halves, NaN payloads, signed zeros.
     std::vector<float> x = random_floats(1000, 31, 70000.0f);
@@ -437,7 +437,7 @@ TEST_P(RepackTest, UnpackGivesBackTheGgufRows) {
 
 TEST_P(RepackTest, GemmMatchesReferenceOverShapes) {
     const auto [type, path] = GetParam();
-    skip_unless_supported(path);
+    SKIP_UNLESS_SUPPORTED(path);
     const auto& table = detail::table_for(path);
     const int64_t block = formats::info(type).block_size;
     constexpr int64_t n_rows = 64;
@@ -463,7 +463,7 @@ TEST_P(RepackTest, GemmMatchesReferenceOverShapes) {
 
 TEST_P(RepackTest, MultiTokenAndMatmulAreBitwiseSingleToken) {
     const auto [type, path] = GetParam();
-    skip_unless_supported(path);
+    SKIP_UNLESS_SUPPORTED(path);
     const auto& table = detail::table_for(path);
     constexpr int64_t n_cols = 1024, n_rows = 48, n_tok = 70;
     const repacked r = make_repacked(type, n_rows, n_cols, 77);
@@ -482,7 +482,7 @@ TEST_P(RepackTest, MultiTokenAndMatmulAreBitwiseSingleToken) {
 
 TEST_P(RepackTest, RowRangesOffGroupsAreRefused) {
     const auto [type, path] = GetParam();
-    skip_unless_supported(path);
+    SKIP_UNLESS_SUPPORTED(path);
     const repacked r = make_repacked(type, 32, 256, 5);
     const matrix m{type, r.packed.data(), 256, repacked_row_stride(type, 256), weight_layout::rows16};
     const auto act = quantize_tokens(type, 1, 256, activation_row_size(type, 256), 6);
