@@ -95,7 +95,7 @@ rope_scaling_type parse_rope_scaling(const std::string& name);  // none | linear
 // at n_embd 2048 (about 1.2 GB: 1 dense + 7 MoE layers, 16 heads of 128 + 64, latent 512, 64 experts
 // of 512 in 8 groups, 8 used in 4 groups, 1 shared).
 // qwen35moe, qwen3next: 3 gated DeltaNet layers per gated attention layer; tiny has 4 layers, DeltaNet
-// heads of 32 (2 key, 4 value heads); bench is Qwen3.5-35B-A3B per layer with 8 layers (about 3.7 GB:
+// heads of 32 (2 key, 4 value heads); bench is Qwen3.5-35B-A3B per layer with 8 layers (3.8 GB:
 // n_embd 2048, 16 key / 32 value heads of 128, attention 16 / 2 heads of 256 rotating 64 dims, 256
 // experts of 512, 8 used, a shared expert of 512, context 262144).
 // Sets `architecture` to `a`. Throws std::invalid_argument listing the presets.
