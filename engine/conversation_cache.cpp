@@ -63,6 +63,16 @@ struct conversation_cache::snapshot {
     uint64_t last_use = 0;                        // the cache's use counter
     double last_use_s = 0;
     stream_layout layout{};
+    std::vector<state_checkpoint> states;         // recurrent states by position, the last at tokens.size()
+
+    // The newest position at or before n this snapshot can be restored at.
+    size_t usable(size_t n) const {
+        if (states.empty()) return n;
+        size_t best = 0;
+        for (const state_checkpoint& c : states)
+            if (static_cast<size_t>(c.pos) <= n) best = std::max(best, static_cast<size_t>(c.pos));
+        return best;
+    }
 
     // Copies n bytes between the stream at `offset` and `p`, across segment boundaries.
     template <bool ToStream>
@@ -102,7 +112,7 @@ std::optional<conversation_cache::match> conversation_cache::find(std::span<cons
     for (const snapshot& s : snapshots_) {
         const size_t common = static_cast<size_t>(
             std::mismatch(s.tokens.begin(), s.tokens.end(), prompt.begin(), prompt.end()).first - s.tokens.begin());
-        const size_t n = std::min(common, limit);
+        const size_t n = s.usable(std::min(common, limit));
         if (n <= better_than) continue;
         if (!best || n > best->n_tokens || (n == best->n_tokens && s.last_use > best_use)) {
             best = match{s.id, n};
@@ -124,6 +134,16 @@ void conversation_cache::restore(uint64_t id, size_t from, size_t to, kv_cache& 
         s.copy<false>(offset, rows.data(), (r1 - r0) * s.layout.head_row);
         kv.write_rows(l, c, t, static_cast<int>(r0), static_cast<int>(r1), rows.data());
     });
+    if (!s.states.empty()) {
+        const auto at = std::find_if(s.states.begin(), s.states.end(),
+                                     [&](const state_checkpoint& c) { return static_cast<size_t>(c.pos) == to; });
+        if (at == s.states.end())
+            throw std::logic_error(fmt::format("conversation cache: snapshot {} has no recurrent state at {}", id, to));
+        std::vector<state_checkpoint> before;
+        for (const state_checkpoint& c : s.states)
+            if (static_cast<size_t>(c.pos) < to) before.push_back(c);
+        kv.recurrent().assign(*at, std::move(before));
+    }
     touch(*it);
     counters_.tokens_restored += to - from;
 }
@@ -135,8 +155,13 @@ uint64_t conversation_cache::park(std::span<const int32_t> tokens, const kv_cach
 }
 
 uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const kv_cache& kv) {
+    const recurrent_state& rs = kv.recurrent();
+    if (!rs.empty() && static_cast<size_t>(rs.pos()) != tokens.size())
+        throw std::logic_error(fmt::format("conversation cache: parking {} tokens with a recurrent state at {}",
+                                           tokens.size(), rs.pos()));
     for (snapshot& s : snapshots_)
-        if (s.tokens.size() >= tokens.size() && std::equal(tokens.begin(), tokens.end(), s.tokens.begin())) {
+        if (s.tokens.size() >= tokens.size() && std::equal(tokens.begin(), tokens.end(), s.tokens.begin()) &&
+            s.usable(tokens.size()) == tokens.size()) {
             touch(s);
             return s.id;
         }
@@ -144,6 +169,13 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
     const size_t total = layout.total();
     uint64_t need = 0;
     for (size_t at = 0; at < total; at += segment_bytes) need += mapped_bytes(std::min(segment_bytes, total - at));
+    std::vector<state_checkpoint> states;
+    if (!rs.empty()) {
+        for (const state_checkpoint& c : rs.checkpoints())
+            if (c.pos < rs.pos()) states.push_back(c);
+        states.push_back({rs.pos(), std::vector<float>(rs.data().begin(), rs.data().end())});
+        need += states.size() * rs.bytes();
+    }
     if (need > budget_) {
         logger("engine")->info("A conversation of {} tokens was not parked: its snapshot needs {:.1f} MiB, the "
                                "conversation cache's budget is {:.1f} MiB (--cache-ram).",
@@ -163,6 +195,7 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
     s.id = next_id_;
     s.tokens.assign(tokens.begin(), tokens.end());
     s.layout = layout;
+    s.states = std::move(states);
     try {
         for (size_t at = 0; at < total; at += segment_bytes)
             s.segments.push_back(hot_.allocate_cold(std::min(segment_bytes, total - at),
@@ -184,10 +217,13 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
     bytes_ += need;
     ++counters_.parked;
     const int node = hot_.active() ? hot_.cold_node() : -1;
-    logger("engine")->info("Parked conversation snapshot {}: {} tokens, {:.1f} MiB in {} segment{} ({}); the cache "
+    logger("engine")->info("Parked conversation snapshot {}: {} tokens, {:.1f} MiB in {} segment{} ({}){}; the cache "
                            "holds {} snapshots, {:.1f} of {:.1f} MiB.",
                            s.id, tokens.size(), double(need) / mib, s.segments.size(), s.segments.size() == 1 ? "" : "s",
                            node >= 0 ? fmt::format("node {}", node) : std::string("anonymous memory"),
+                           s.states.empty() ? std::string()
+                                            : fmt::format(", with {} recurrent states of {:.1f} MiB", s.states.size(),
+                                                          double(rs.bytes()) / mib),
                            snapshots_.size() + 1, double(bytes_) / mib, double(budget_) / mib);
     snapshots_.push_back(std::move(s));
     return snapshots_.back().id;
@@ -218,6 +254,8 @@ conversation_cache_stats conversation_cache::stats() const {
     for (const snapshot* sp : by_use) {
         const snapshot& s = *sp;
         st.segments += s.segments.size();
+        st.state_checkpoints += s.states.size();
+        for (const state_checkpoint& c : s.states) st.state_bytes += c.data.size() * sizeof(float);
         st.entries.push_back({s.id, static_cast<int>(s.tokens.size()), s.bytes, s.last_use_s});
         if (st.node < 0) continue;
         for (const auto& seg : s.segments) {

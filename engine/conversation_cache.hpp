@@ -7,7 +7,9 @@
 // 2 * n_head_kv tiles (keys of every kv head, then values) cut to the rows it holds:
 //   [n_layer][chunks of n][2 * n_head_kv][rows of that chunk][head_row]
 // in one byte stream cut into segments of at most segment_bytes. The rows are the cache's bytes
-// verbatim, so a restored prefix is the same as one evaluated again.
+// verbatim, so a restored prefix is the same as one evaluated again. A hybrid model's snapshot also
+// keeps its recurrent state at the parked position and the session's checkpoints before it (on the
+// heap; their bytes count against the budget): it can be restored only at one of those positions.
 //
 // Thread-safety: every member locks; park() and restore() run on the engine thread (they read and
 // write a session's cache), stats() from any thread.
@@ -44,12 +46,15 @@ public:
         uint64_t id = 0;
         size_t n_tokens = 0;  // prefix shared with the prompt (capped)
     };
-    // The snapshot sharing the longest prefix with `prompt`, cut to `limit` tokens, when longer than
-    // `better_than`; ties go to the most recently used. Counts a hit or a miss.
+    // The snapshot sharing the longest prefix with `prompt`, cut to `limit` tokens (and, with a recurrent
+    // state, back to its newest state at or before that), when longer than `better_than`; ties go to
+    // the most recently used. Counts a hit or a miss.
     std::optional<match> find(std::span<const int32_t> prompt, size_t limit, size_t better_than);
 
     // Copies positions [from, to) of snapshot `id` into `kv` (which has room for them) and marks the
-    // snapshot used. The caller's positions [0, from) must hold the same tokens as the snapshot's.
+    // snapshot used. The caller's positions [0, from) must hold the same tokens as the snapshot's. With
+    // a recurrent state, `to` must be a position find() gave: the state there and the checkpoints
+    // before it replace kv's.
     void restore(uint64_t id, size_t from, size_t to, kv_cache& kv);
 
     // Parks `tokens` with their rows of `kv`. A snapshot that these extend (all but fewer than

@@ -100,14 +100,17 @@ model_info describe(const model::impl& m, const arenas::pool_plan& plan) {
     i.kv_type = engine::kv_type_name(m.kv);
     i.chat_format = m.chat ? std::string(m.chat->name()) : "";
     i.file_bytes = m.file.file_size();
-    i.kv_bytes_per_session = engine::kv_cache::bytes_needed(hp.n_layer, m.options.n_ctx, hp.kv_heads(), hp.kv_head_dim(), m.kv,
-                                                               hp.mla());
+    i.kv_bytes_per_session = engine::kv_cache::bytes_needed(hp.n_kv_layer(), m.options.n_ctx, hp.kv_heads(),
+                                                               hp.kv_head_dim(), m.kv, hp.mla());
     i.kv_chunk_tokens = engine::kv_cache::chunk_tokens;
     if (m.hybrid) {  // the keys and values live in VRAM
         i.kv_bytes_per_session = m.hybrid->kv_bytes_max();
         i.kv_chunk_tokens = engine::gpu::hybrid_options{}.kv_grow_tokens;
     }
-    i.kv_bytes_per_token = engine::kv_cache::bytes_per_token(hp.n_layer, hp.kv_heads(), hp.kv_head_dim(), m.kv, hp.mla());
+    i.kv_bytes_per_token = engine::kv_cache::bytes_per_token(hp.n_kv_layer(), hp.kv_heads(), hp.kv_head_dim(), m.kv, hp.mla());
+    i.n_recurrent_layers = hp.hybrid() ? hp.n_recurrent() : 0;
+    i.state_bytes_per_session = engine::recurrent_state_bytes(hp);
+    i.state_checkpoint_interval = hp.hybrid() ? m.options.state_checkpoint_interval : 0;
     i.pool_split = plan.split;
     i.pool_test_mode = plan.test_mode;
     i.pool_reason = plan.reason;
@@ -221,6 +224,7 @@ gpu_choice build_on_engine_thread(model::impl& r) {
                                    packed.copied.size(), double(packed.copied_bytes) / double(1 << 20));
     }
     r.forward = std::make_unique<engine::forward_pass>(*r.pool, r.hp, r.weights, *r.store);
+    r.forward->set_checkpoint_interval(r.options.state_checkpoint_interval);
     return gpu;
 }
 
@@ -234,6 +238,9 @@ model_options checked(model_options o, int n_ctx_train) {
     if (o.n_batch < 1) throw std::runtime_error(fmt::format("the batch size must be positive, got {}", o.n_batch));
     if (o.gpu_sessions < 1)
         throw std::runtime_error(fmt::format("--gpu-sessions must be at least 1, got {}", o.gpu_sessions));
+    if (o.state_checkpoint_interval < 0)
+        throw std::runtime_error(fmt::format("--state-checkpoint-interval must be 0 (off) or a number of tokens, got {}",
+                                             o.state_checkpoint_interval));
     if (o.cache_ram_mib < -1)
         throw std::runtime_error(fmt::format("--cache-ram must be 0 (off) or a number of MiB, got {}", o.cache_ram_mib));
     return o;
@@ -243,12 +250,22 @@ model_options checked(model_options o, int n_ctx_train) {
 std::string hybrid_unsupported(const engine::hparams& hp) {
     if (hp.mla())
         return fmt::format("the GPU hybrid does not run {}'s multi-head latent attention yet", hp.arch.name);
+    if (hp.hybrid())
+        return fmt::format("the GPU hybrid does not run {}'s gated DeltaNet layers and their recurrent state yet",
+                           hp.arch.name);
     return {};
 }
 
 // The file's next-token-prediction layers are not evaluated: one log line saying so.
 void log_nextn_layers(const gguf::reader& f, const engine::hparams& hp) {
     if (hp.n_layer_nextn == 0) return;
+    if (hp.hybrid()) {
+        logger("engine")->info("The file's {} next-token-prediction (MTP) block{} after layer {} {} bound for "
+                               "speculation and not evaluated by the trunk.",
+                               hp.n_layer_nextn, hp.n_layer_nextn == 1 ? "" : "s", hp.n_layer - 1,
+                               hp.n_layer_nextn == 1 ? "is" : "are");
+        return;
+    }
     size_t n_tensors = 0;
     for (const auto& t : f.tensors())
         for (int il = hp.n_layer; il < hp.n_layer + hp.n_layer_nextn; ++il)
@@ -383,6 +400,14 @@ std::shared_ptr<model> model::load(const model_options& options) {
     }
     r.conversations = std::make_unique<engine::conversation_cache>(cache_budget, *r.hot);
     r.info = describe(r, r.pool->plan());
+    if (r.hp.hybrid())
+        logger("engine")->info("{} of the {} layers are gated DeltaNet layers: each session keeps their recurrent "
+                               "state, {:.2f} MiB, beside a KV cache of the {} attention layers ({:.2f} KiB per "
+                               "token); a checkpoint of the state (as large) every {} tokens and where prompts' new "
+                               "tokens start and end, at most {} per session.",
+                               r.hp.n_recurrent(), r.hp.n_layer, double(r.info.state_bytes_per_session) / (1 << 20),
+                               r.hp.n_kv_layer(), double(r.info.kv_bytes_per_token) / 1024,
+                               r.options.state_checkpoint_interval, engine::recurrent_state::default_max_checkpoints);
     logger("engine")->info("Loaded {} ({}, {} layers, {} experts of which {} used, {:.1f} MiB); context {} tokens, "
                            "KV cache {} grown in chunks of {} tokens up to {:.1f} MiB per session; conversation cache {}; "
                            "routed experts: {}.",

@@ -21,6 +21,8 @@ std::string_view tensor_class(std::string_view n) {
             return "experts";
         return "ffn";
     }
+    // Gated DeltaNet layers' mixer (qwen35moe, qwen3next): projections, conv, decay and norm.
+    if (has(".ssm_") || has(".attn_qkv.") || has(".attn_gate.")) return "delta_net";
     if (has("attn_")) return "attention";
     return "other";
 }

@@ -45,11 +45,17 @@ struct session::impl {
     std::atomic<bool> cancel{false};
     std::atomic<size_t> n_cached{0};  // cached.size(), readable from any thread
     std::atomic<size_t> kv_bytes{0};  // allocated_kv(), readable from any thread
+    std::atomic<size_t> n_checkpoints{0}, checkpoint_bytes{0};  // the recurrent state's, from any thread
+
+    void store_state_counts() {
+        n_checkpoints.store(kv.recurrent().checkpoints().size());
+        checkpoint_bytes.store(kv.recurrent().checkpoint_bytes());
+    }
 
     explicit impl(std::shared_ptr<model> o)
         : owner(std::move(o)),
           m(*owner->impl_),
-          kv(m.hp.n_layer, m.options.n_ctx, m.hp.kv_heads(), m.hp.kv_head_dim(), m.kv, m.hp.mla()),
+          kv(engine::make_sequence_state(m.hp, m.options.n_ctx, m.kv)),
           logits(static_cast<size_t>(m.hp.n_vocab)) {}
 
     // Bytes this session's keys and values take: in VRAM with the GPU hybrid, else in kv.
@@ -64,6 +70,7 @@ struct session::impl {
         cached.insert(cached.end(), tokens.begin(), tokens.end());
         n_cached.store(cached.size());
         kv_bytes.store(allocated_kv());
+        store_state_counts();
         m.tokens_evaluated += tokens.size();
     }
 
@@ -96,8 +103,12 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, timings& t) 
     const size_t limit = prompt.size() - 1;
     size_t common = std::mismatch(cached.begin(), cached.end(), prompt.begin(), prompt.end()).first - cached.begin();
     common = std::min(common, limit);
+    // A recurrent state goes back only to one of its checkpoints.
+    engine::recurrent_state& rs = kv.recurrent();
+    if (!rs.empty()) common = static_cast<size_t>(rs.usable(static_cast<int>(common)));
     t.cache_source = common > 0 ? prefix_source::live : prefix_source::none;
     engine::conversation_cache& cc = *m.conversations;
+    bool restored = false;
     if (cc.enabled()) {
         // Park before a prompt discards a tail worth keeping (a regular next turn discards a few tokens).
         if (cached.size() >= common + engine::conversation_cache::min_tail_tokens) cc.park(cached, kv);
@@ -106,6 +117,7 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, timings& t) 
                 kv.reserve(static_cast<int>(best->n_tokens));
                 cc.restore(best->id, common, best->n_tokens, kv);
                 common = best->n_tokens;
+                restored = true;
                 t.cache_source = prefix_source::snapshot;
                 t.cache_snapshot = best->id;
             } catch (const engine::kv_cache_full& e) {
@@ -113,9 +125,13 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, timings& t) 
             }
         }
     }
+    if (!rs.empty() && !restored) rs.cut_back(static_cast<int>(common));
+    // Where this prompt's new tokens start (a new turn): a state to come back to if it is edited.
+    if (!rs.empty() && common > 0) rs.checkpoint();
     cached.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(common));
     n_cached.store(common);
     kv_bytes.store(allocated_kv());
+    store_state_counts();
     t.cache_n = static_cast<int>(common);
     return common;
 }
@@ -147,6 +163,8 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
     }
     result.time.prompt_n = static_cast<int>(prompt.size() - common);
     result.time.prompt_ms = ms_since(t0);
+    kv.recurrent().checkpoint();  // the prompt's end: where a retried answer starts again
+    store_state_counts();
 
     const auto t1 = clock_type::now();
     // Decode passes by part (model_options::phase_timing, CPU forward pass only).
@@ -264,6 +282,7 @@ std::vector<float> session::evaluate(std::span<const int32_t> prompt, bool all) 
     impl_->m.thread.run([&] {
         impl_->cached.clear();
         impl_->n_cached.store(0);
+        impl_->kv.recurrent().reset();
         impl_->eval(prompt, out.data(), all);
     });
     return out;
@@ -280,5 +299,9 @@ uint64_t session::park() {
 size_t session::cached_tokens() const { return impl_->n_cached.load(); }
 
 size_t session::kv_bytes() const { return impl_->kv_bytes.load(); }
+
+size_t session::state_checkpoints() const { return impl_->n_checkpoints.load(); }
+
+size_t session::state_checkpoint_bytes() const { return impl_->checkpoint_bytes.load(); }
 
 }  // namespace strata

@@ -63,6 +63,20 @@ static void render_conversation_cache(std::string& out, const conversation_cache
     out += fmt::format("strata_conversation_cache_bytes {}\n", c.bytes);
     family(out, "strata_conversation_cache_budget_bytes", "gauge", "The conversation cache's budget (0: off).");
     out += fmt::format("strata_conversation_cache_budget_bytes {}\n", c.budget_bytes);
+    family(out, "strata_conversation_cache_state_checkpoints", "gauge",
+           "Recurrent states (hybrid models) the snapshots keep.");
+    out += fmt::format("strata_conversation_cache_state_checkpoints {}\n", c.state_checkpoints);
+}
+
+// Hybrid models' recurrent state: its size per session and the session's checkpoints.
+static void render_recurrent_state(std::string& out, const metrics::gauges& g) {
+    family(out, "strata_state_bytes_per_session", "gauge",
+           "Bytes of one session's recurrent state (gated DeltaNet layers; 0 for pure-attention models).");
+    out += fmt::format("strata_state_bytes_per_session {}\n", g.state_bytes_per_session);
+    family(out, "strata_state_checkpoints", "gauge", "Checkpoints of the recurrent state the session keeps.");
+    out += fmt::format("strata_state_checkpoints {}\n", g.state_checkpoints);
+    family(out, "strata_state_checkpoint_bytes", "gauge", "Bytes of those checkpoints.");
+    out += fmt::format("strata_state_checkpoint_bytes {}\n", g.state_checkpoint_bytes);
 }
 
 std::string metrics::render(const gauges& g) const {
@@ -123,6 +137,7 @@ std::string metrics::render(const gauges& g) const {
     for (const auto& n : g.placement)
         out += fmt::format("strata_placement_bytes{{slice=\"{}\",node=\"{}\"}} {}\n", n.slice, n.node, n.bytes);
     render_conversation_cache(out, g.conversations);
+    render_recurrent_state(out, g);
     return out;
 }
 

@@ -84,8 +84,8 @@ std::string server_state::model_id() const {
 void server_state::take_snapshot(uint64_t request_id) {
     const std::shared_ptr<model> m = loaded_model();
     if (!m) return;
-    engine_snapshot s{m->statistics(), request_id, engine_session().cached_tokens(),
-                      engine_session().kv_bytes()};
+    engine_snapshot s{m->statistics(), request_id, engine_session().cached_tokens(), engine_session().kv_bytes(),
+                      engine_session().state_checkpoints(), engine_session().state_checkpoint_bytes()};
     std::lock_guard lock(snapshot_mutex_);
     snapshot_ = std::move(s);
 }

@@ -54,6 +54,7 @@ struct server_state {
         uint64_t as_of_request = 0;
         size_t cached_tokens = 0;
         size_t kv_bytes = 0;     // the session's KV cache, allocated so far
+        size_t state_checkpoints = 0, state_checkpoint_bytes = 0;  // hybrid models: the recurrent state's
     };
     void take_snapshot(uint64_t request_id);
     std::optional<engine_snapshot> snapshot() const;

@@ -119,6 +119,8 @@ static json conversation_cache_section(const conversation_cache_stats& c) {
             {"tokens_restored", c.tokens_restored},
             {"parked", c.parked},
             {"evictions", c.evictions},
+            {"state_checkpoints", c.state_checkpoints},
+            {"state_bytes", c.state_bytes},
             {"entries", std::move(entries)}};
 }
 
@@ -160,7 +162,12 @@ json status_json(const server_state& state) {
                     {"kv_bytes_per_session", i.kv_bytes_per_session}, {"kv_bytes_max", i.kv_bytes_per_session},
                     {"kv_bytes_allocated", snap ? json(snap->kv_bytes) : json(0)},
                     {"kv_chunk_tokens", i.kv_chunk_tokens},
-                    {"cached_tokens", snap ? json(snap->cached_tokens) : json(0)}};
+                    {"cached_tokens", snap ? json(snap->cached_tokens) : json(0)},
+                    {"recurrent_layers", i.n_recurrent_layers},
+                    {"state_bytes_per_session", i.state_bytes_per_session},
+                    {"state_checkpoint_interval", i.state_checkpoint_interval},
+                    {"state_checkpoints", snap ? json(snap->state_checkpoints) : json(0)},
+                    {"state_checkpoint_bytes", snap ? json(snap->state_checkpoint_bytes) : json(0)}};
     s["pool"] = pool_section(i);
     s["placement"] = placement_section(i);
     s["experts"] = expert_section(i, snap);
@@ -177,10 +184,13 @@ std::string metrics_text(const server_state& state) {
         g.expert_tokens = snap->experts.tokens;
         g.expert_lookups = snap->experts.expert_lookups;
         g.vram_hits = snap->experts.vram_hits;
+        g.state_checkpoints = snap->state_checkpoints;
+        g.state_checkpoint_bytes = snap->state_checkpoint_bytes;
     }
     if (const auto m = state.loaded_model()) {
         g.placement = m->info().placement_nodes;
         g.conversations = m->conversation_statistics();
+        g.state_bytes_per_session = m->info().state_bytes_per_session;
     }
     g.uptime_s = state.uptime_s();
     return state.counters.render(g);

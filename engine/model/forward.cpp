@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 #include <optional>
+#include <stdexcept>
 
 #include <spdlog/fmt/fmt.h>
 
@@ -92,6 +93,12 @@ void route_token(const float* logits, int n_expert, int k, bool normalize, int32
     route_token(logits, nullptr, n_expert, k, {gating_func::softmax, normalize, 0.0f}, ids, weights);
 }
 
+kv_cache make_sequence_state(const hparams& hp, int n_ctx, kv_type kv) {
+    kv_cache c(hp.n_kv_layer(), n_ctx, hp.kv_heads(), hp.kv_head_dim(), kv, hp.mla());
+    c.recurrent() = recurrent_state(hp);
+    return c;
+}
+
 std::vector<arenas::moe_layer> moe_layers(const model_weights& w) {
     std::vector<arenas::moe_layer> layers;
     for (const auto& l : w.layers)
@@ -106,8 +113,10 @@ forward_pass::forward_pass(arenas::expert_pool& pool, const hparams& hp, const m
       w_(w),
       moe_layers_(moe_layers(w)),
       moe_(pool, {hp.n_embd, hp.n_ff_exp, hp.n_expert, hp.n_expert_used}, moe_layers_, rows),
-      attn_(pool, hp) {
+      attn_(pool, hp),
+      dnet_(pool, hp) {
     routing_.counts.assign(static_cast<size_t>(hp.n_layer) * hp.n_expert, 0);
+    for (int il = 0, r = 0; il < hp.n_layer; ++il) rec_index_.push_back(hp.is_recurrent(il) ? r++ : -1);
 }
 
 const char* phase_clock::name(int p) {
@@ -169,9 +178,14 @@ void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv,
     if (pos0 < 0 || int64_t{pos0} + n > kv.n_ctx())
         throw kv_cache_full(fmt::format("positions {}..{} do not fit the context of {}", pos0, int64_t{pos0} + n - 1,
                                         kv.n_ctx()));
+    recurrent_state& rs = kv.recurrent();
+    if (!rs.empty() && rs.pos() != pos0)
+        throw std::logic_error(fmt::format("the recurrent state holds {} positions, the batch starts at {}", rs.pos(), pos0));
     kv.reserve(pos0 + n);
-    for (int first = 0; first < n; first += n_batch) {
-        const int n_tok = std::min(n_batch, n - first);
+    const int every = rs.empty() ? 0 : checkpoint_interval_;
+    for (int first = 0, n_tok = 0; first < n; first += n_tok) {
+        n_tok = std::min(n_batch, n - first);
+        if (every > 0) n_tok = std::min(n_tok, every - (pos0 + first) % every);
         const bool last = first + n_tok == n;
         float* out = nullptr;
         if (all_logits)
@@ -179,6 +193,9 @@ void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv,
         else if (last)
             out = logits;
         eval_batch(tokens.data() + first, n_tok, pos0 + first, kv, out, all_logits);
+        if (rs.empty()) continue;
+        rs.set_pos(pos0 + first + n_tok);
+        if (every > 0 && rs.pos() % every == 0) rs.checkpoint();
     }
 }
 
@@ -207,7 +224,7 @@ void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_ca
     x_.resize(nt * n_embd);
     xn_.resize(nt * n_embd);
     q_.resize(nt * hp_.n_q());
-    att_.resize(nt * std::max(hp_.n_q(), hp_.n_v()));
+    att_.resize(nt * std::max({hp_.n_q(), hp_.n_v(), hp_.ssm_value_dim()}));
     k_.resize(nt * hp_.n_kv());
     v_.resize(nt * hp_.n_kv());
     tmp_.resize(nt * n_embd);
@@ -230,7 +247,9 @@ void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_ca
         const layer_weights& l = w_.layers[static_cast<size_t>(il)];
         for (int t = 0; t < n_tok; ++t)
             cpu::rms_norm(x_.data() + t * n_embd, l.attn_norm, hp_.rms_eps, hp_.n_embd, xn_.data() + t * n_embd);
-        if (hp_.mla())
+        if (hp_.is_recurrent(il))
+            delta_net(il, n_tok, kv.recurrent());
+        else if (hp_.mla())
             mla_attention(il, n_tok, pos0, kv);
         else
             attention(il, n_tok, pos0, kv);
@@ -239,7 +258,9 @@ void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_ca
             matmul(l.wo, n_tok, att_.data(), tmp_.data());
         }
         add_bytes(phase_clock::attn_proj, bytes_of(l.wq) + bytes_of(l.wk) + bytes_of(l.wv) + bytes_of(l.wo) +
-                                              bytes_of(l.wq_a) + bytes_of(l.wq_b) + bytes_of(l.wkv_a));
+                                              bytes_of(l.wq_a) + bytes_of(l.wq_b) + bytes_of(l.wkv_a) +
+                                              bytes_of(l.wqkv) + bytes_of(l.wz) + bytes_of(l.ssm_in) +
+                                              bytes_of(l.ssm_beta) + bytes_of(l.ssm_alpha) + bytes_of(l.ssm_ba));
         for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
 
         for (int t = 0; t < n_tok; ++t)
@@ -273,13 +294,25 @@ void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_ca
 
 void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
     const layer_weights& l = w_.layers[static_cast<size_t>(il)];
-    const int hd = hp_.head_dim, n_q = hp_.n_q(), n_kv = hp_.n_kv();
+    const int hd = hp_.head_dim, n_q = hp_.n_q(), n_kv = hp_.n_kv(), kvl = hp_.kv_layer(il);
+    const bool gated = hp_.attn_gate();
+    if (gated) {
+        qg_.resize(static_cast<size_t>(n_tok) * 2 * n_q);
+        gate_.resize(static_cast<size_t>(n_tok) * n_q);
+    }
     {
         arenas::scoped_seconds t(seconds(phase_clock::attn_proj));
         const weight_matrix* const w[] = {&l.wq, &l.wk, &l.wv};
-        float* const y[] = {q_.data(), k_.data(), v_.data()};
+        float* const y[] = {gated ? qg_.data() : q_.data(), k_.data(), v_.data()};
         matmul_same_input(w, n_tok, xn_.data(), y);
     }
+    if (gated)  // per head [query | gate] -> q_, gate_
+        for (size_t t = 0; t < static_cast<size_t>(n_tok); ++t)
+            for (int h = 0; h < hp_.n_head; ++h) {
+                const float* src = qg_.data() + (t * hp_.n_head + h) * 2 * hd;
+                std::memcpy(q_.data() + t * n_q + static_cast<size_t>(h) * hd, src, sizeof(float) * hd);
+                std::memcpy(gate_.data() + t * n_q + static_cast<size_t>(h) * hd, src + hd, sizeof(float) * hd);
+            }
     arenas::scoped_seconds t(seconds(phase_clock::attention));
     add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, hp_.n_head_kv, hd, kv.type()) *
                                           static_cast<uint64_t>(pos0 + n_tok));
@@ -300,9 +333,46 @@ void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
         const float* cs = rope_cs_.data() + static_cast<size_t>(t) * hp_.n_rot;
         cpu::rope_apply(q, hp_.n_head, hd, hp_.n_rot, cs, hp_.arch.rope);
         cpu::rope_apply(k, hp_.n_head_kv, hd, hp_.n_rot, cs, hp_.arch.rope);
-        kv.store(il, pos0 + t, k, v);
+        kv.store(kvl, pos0 + t, k, v);
     }
-    attn_.run(kv, il, q_.data(), n_tok, pos0, att_.data());
+    attn_.run(kv, kvl, q_.data(), n_tok, pos0, att_.data());
+    if (gated)
+        for (size_t i = 0; i < static_cast<size_t>(n_tok) * n_q; ++i) att_[i] *= sigmoid(gate_[i]);
+}
+
+void forward_pass::delta_net(int il, int n_tok, recurrent_state& state) {
+    const layer_weights& l = w_.layers[static_cast<size_t>(il)];
+    const size_t nt = static_cast<size_t>(n_tok), n_v = static_cast<size_t>(hp_.ssm_n_v_head);
+    const size_t conv_dim = static_cast<size_t>(hp_.ssm_conv_dim()), value_dim = static_cast<size_t>(hp_.ssm_value_dim());
+    dn_in_.resize(nt * (conv_dim + value_dim));
+    dn_z_.resize(nt * value_dim);
+    dn_b_.resize(nt * n_v);
+    dn_a_.resize(nt * n_v);
+    {
+        arenas::scoped_seconds t(seconds(phase_clock::attn_proj));
+        if (l.ssm_in.present()) {  // qwen3next's older files: one interleaved projection
+            qg_.resize(nt * (conv_dim + value_dim));
+            dn_ba_.resize(nt * 2 * n_v);
+            const weight_matrix* const w[] = {&l.ssm_in, &l.ssm_ba};
+            float* const y[] = {qg_.data(), dn_ba_.data()};
+            matmul_same_input(w, n_tok, xn_.data(), y);
+            delta_net_mixer::split_ssm_in(hp_, qg_.data(), n_tok, dn_in_.data(), dn_z_.data());
+        } else if (l.ssm_ba.present()) {
+            dn_ba_.resize(nt * 2 * n_v);
+            const weight_matrix* const w[] = {&l.wqkv, &l.wz, &l.ssm_ba};
+            float* const y[] = {dn_in_.data(), dn_z_.data(), dn_ba_.data()};
+            matmul_same_input(w, n_tok, xn_.data(), y);
+        } else {
+            const weight_matrix* const w[] = {&l.wqkv, &l.wz, &l.ssm_beta, &l.ssm_alpha};
+            float* const y[] = {dn_in_.data(), dn_z_.data(), dn_b_.data(), dn_a_.data()};
+            matmul_same_input(w, n_tok, xn_.data(), y);
+        }
+        if (l.ssm_ba.present()) delta_net_mixer::split_ba(hp_, dn_ba_.data(), n_tok, dn_b_.data(), dn_a_.data());
+    }
+    arenas::scoped_seconds t(seconds(phase_clock::attention));
+    add_bytes(phase_clock::attention, 2 * state.bytes() / static_cast<uint64_t>(std::max(1, state.n_layer())));
+    dnet_.run(l, rec_index_[static_cast<size_t>(il)], state, n_tok, dn_in_.data(), dn_z_.data(), dn_b_.data(),
+              dn_a_.data(), att_.data());
 }
 
 void forward_pass::moe(int il, int n_tok) {

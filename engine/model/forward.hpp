@@ -10,6 +10,7 @@
 
 #include "expert_pool.hpp"
 #include "model/attention.hpp"
+#include "model/delta_net.hpp"
 #include "model/hparams.hpp"
 #include "model/kv_cache.hpp"
 #include "moe_phases.hpp"
@@ -57,7 +58,9 @@ public:
     // moe_layers(w) describes the experts it reads.
     forward_pass(arenas::expert_pool& pool, const hparams& hp, const model_weights& w, const arenas::expert_rows& rows);
 
-    // Runs tokens at positions [pos0, pos0 + n); every position below pos0 must already be in `kv`.
+    // Runs tokens at positions [pos0, pos0 + n); every position below pos0 must already be in `kv`
+    // (and kv.recurrent() be at pos0). With a recurrent state, batches also end at multiples of the
+    // checkpoint interval, where the state is checkpointed.
     // Throws kv_cache_full, before evaluating anything, when the positions do not fit the cache.
     // logits: [n_vocab] for the last token, or [n][n_vocab] when all_logits. Splits the tokens into
     // batches of at most n_batch.
@@ -69,10 +72,15 @@ public:
     // Times every later pass into `clock` (nullptr: off, no clock reads).
     void set_clock(phase_clock* clock);
 
+    // Recurrent state checkpoints every this many positions (0: none but those the caller takes).
+    void set_checkpoint_interval(int n) { checkpoint_interval_ = n; }
+
 private:
     void eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
     void eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
     void attention(int layer, int n_tok, int pos0, kv_cache& kv);
+    // The hybrids' gated DeltaNet mixer (delta_net.hpp): xn_ -> att_ [n_tok][value_dim].
+    void delta_net(int layer, int n_tok, recurrent_state& state);
     // deepseek2's multi-head latent attention (mla.cpp): xn_ -> att_ [n_tok][n_v].
     void mla_attention(int layer, int n_tok, int pos0, kv_cache& kv);
     // Its attention over the latent cache: q [n_tok][n_head][n_lora_kv + n_rot] -> out [n_tok][n_head][n_lora_kv].
@@ -101,6 +109,9 @@ private:
     std::vector<arenas::moe_layer> moe_layers_;
     arenas::moe_runner moe_;
     attention_runner attn_;
+    delta_net_mixer dnet_;
+    std::vector<int> rec_index_;  // [n_layer] a DeltaNet layer's index in the recurrent state
+    int checkpoint_interval_ = 0;
     routing_counts routing_;
     routing_scratch route_scratch_;
 
@@ -108,6 +119,11 @@ private:
     std::vector<float> x_;        // [n_tok][n_embd] residual stream
     std::vector<float> xn_;       // [n_tok][n_embd] normed input of a block
     std::vector<float> q_;        // [n_tok][n_q]
+    std::vector<float> qg_;       // [n_tok][2 n_q] gated attention: each head's query, then its gate
+    std::vector<float> gate_;     // [n_tok][n_q]
+    std::vector<float> dn_in_;    // [n_tok][conv_dim (+ value_dim with ssm_in)] DeltaNet projections
+    std::vector<float> dn_z_;     // [n_tok][value_dim]
+    std::vector<float> dn_b_, dn_a_, dn_ba_;  // [n_tok][n_v_head] (ba: 2 n_v_head)
     std::vector<float> k_, v_;    // [n_tok][n_kv]
     std::vector<float> att_;      // [n_tok][n_q]
     std::vector<float> tmp_;      // [n_tok][n_embd]
@@ -129,6 +145,10 @@ private:
     std::vector<float> mla_state_;   // [lanes or chunks][rows][n_lora_kv + 2]: acc, max, sum
     std::vector<int64_t> mla_last_;  // [n_tok][n_head]: each query row's last visible position
 };
+
+// A sequence's state for hp: the KV cache of its attention layers (kv heads, or deepseek2's latent rows)
+// and, for the hybrid families, the recurrent state of its DeltaNet layers.
+kv_cache make_sequence_state(const hparams& hp, int n_ctx, kv_type kv);
 
 // The routed experts of every MoE layer in layer order, as the pool reads them: the pool's layer
 // il - hp.n_layer_dense_lead is the model's layer il (leading dense layers have no experts).

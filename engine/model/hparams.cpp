@@ -23,6 +23,12 @@ constexpr arch_traits kArchs[] = {
     // deepseek2's attention is its own (weights.cpp, mla.cpp): neither QK norm nor biases.
     {arch::deepseek2, "deepseek2", no, no, true, false, gating_func::softmax, may, "ffn_norm",
      kernels::cpu::rope_style::normal},
+    // Gated attention layers and gated DeltaNet layers (weights.cpp, delta_net.cpp); qwen35moe's IMRoPE
+    // turns every rotated pair by the text position, which is NeoX RoPE on the first n_rot dims.
+    {arch::qwen35moe, "qwen35moe", must, no, true, true, gating_func::softmax, no, "post_attention_norm",
+     kernels::cpu::rope_style::neox},
+    {arch::qwen3next, "qwen3next", must, no, true, true, gating_func::softmax, no, "post_attention_norm",
+     kernels::cpu::rope_style::neox},
 };
 
 int read_int(const gguf::reader& f, const std::string& key, std::optional<int> fallback = std::nullopt) {
@@ -156,7 +162,76 @@ void apply_mla_rope_scale(hparams& hp, float file_attn_factor) {
     hp.kq_scale = mscale * mscale / std::sqrt(static_cast<float>(hp.head_dim));
 }
 
+// The gated DeltaNet keys (ssm.*) and which layers are recurrent: the array attention.recurrent_layers,
+// else every layer but each full_attention_interval-th (default 4), as llama.cpp reads them.
+void read_hybrid_keys(const gguf::reader& f, const std::string& p, hparams& hp) {
+    if (hp.arch.id == arch::qwen35moe) {
+        const std::string nextn_key = p + "nextn_predict_layers";
+        hp.n_layer_nextn = read_int(f, nextn_key, 0);
+        if (hp.n_layer_nextn >= hp.n_layer)
+            throw std::runtime_error(fmt::format("{}: {} is {}, must be below {}block_count ({})", f.path(), nextn_key,
+                                                 hp.n_layer_nextn, p, hp.n_layer));
+        // IMRoPE's sections: required as llama.cpp requires them; text positions make them plain NeoX.
+        if (!f.find(p + "rope.dimension_sections"))
+            throw std::runtime_error(fmt::format("{}: required metadata key '{}rope.dimension_sections' is missing",
+                                                 f.path(), p));
+    }
+    const int n_all = hp.n_layer;
+    hp.n_layer -= hp.n_layer_nextn;
+    hp.ssm_conv_kernel = read_int(f, p + "ssm.conv_kernel");
+    hp.ssm_d_state = read_int(f, p + "ssm.state_size");
+    hp.ssm_n_k_head = read_int(f, p + "ssm.group_count");
+    hp.ssm_n_v_head = read_int(f, p + "ssm.time_step_rank");
+    const int inner = read_int(f, p + "ssm.inner_size");
+    hp.ssm_v_tiled = hp.arch.id == arch::qwen35moe;
+    if (hp.ssm_d_state < 1 || hp.ssm_n_k_head < 1 || hp.ssm_n_v_head % hp.ssm_n_k_head != 0 || hp.ssm_n_v_head < 1)
+        throw std::runtime_error(fmt::format("{}: {}ssm.time_step_rank (value heads) is {} and {}ssm.group_count (key "
+                                             "heads) {}: the value heads must be a positive multiple of the key heads, "
+                                             "and {}ssm.state_size ({}) positive",
+                                             f.path(), p, hp.ssm_n_v_head, p, hp.ssm_n_k_head, p, hp.ssm_d_state));
+    if (inner != hp.ssm_n_v_head * hp.ssm_d_state)
+        throw std::runtime_error(fmt::format("{}: {}ssm.inner_size is {}, expected ssm.time_step_rank x ssm.state_size "
+                                             "= {} x {} = {} (value heads as wide as key heads)",
+                                             f.path(), p, inner, hp.ssm_n_v_head, hp.ssm_d_state,
+                                             hp.ssm_n_v_head * hp.ssm_d_state));
+    if (hp.ssm_conv_kernel < 2 || hp.ssm_conv_kernel > 16)
+        throw std::runtime_error(fmt::format("{}: {}ssm.conv_kernel is {}, must be 2..16", f.path(), p,
+                                             hp.ssm_conv_kernel));
+    std::vector<bool> recurrent(static_cast<size_t>(hp.n_layer));
+    const std::string rec_key = p + "attention.recurrent_layers";
+    if (const gguf::value* v = f.find(rec_key)) {
+        const auto& a = v->as_array(rec_key);
+        if (static_cast<int>(a.size()) != n_all)
+            throw std::runtime_error(fmt::format("{}: {} has {} entries, expected one per block ({})", f.path(), rec_key,
+                                                 a.size(), n_all));
+        for (int il = 0; il < hp.n_layer; ++il) {
+            const gguf::value& e = a[static_cast<size_t>(il)];
+            recurrent[static_cast<size_t>(il)] = e.type() == gguf::value_type::BOOL ? e.as_bool(rec_key) : e.as_u64(rec_key) != 0;
+        }
+    } else {
+        const std::string key = p + "full_attention_interval";
+        const int interval = read_int(f, key, 4);
+        if (interval < 1)
+            throw std::runtime_error(fmt::format("{}: {} is {}, must be positive", f.path(), key, interval));
+        for (int il = 0; il < hp.n_layer; ++il) recurrent[static_cast<size_t>(il)] = (il + 1) % interval != 0;
+    }
+    int slot = 0;
+    for (int il = 0; il < hp.n_layer; ++il) hp.kv_slot.push_back(recurrent[static_cast<size_t>(il)] ? -1 : slot++);
+    if (slot == 0)
+        throw std::runtime_error(fmt::format("{}: every one of the {} layers is recurrent; strata needs at least one "
+                                             "attention layer ({} or {}full_attention_interval)",
+                                             f.path(), hp.n_layer, rec_key, p));
+    hp.expert_weights_scale = static_cast<float>(f.get_f64(p + "expert_weights_scale", 0.0));
+}
+
 }  // namespace
+
+int hparams::n_kv_layer() const {
+    if (!hybrid()) return n_layer;
+    int n = 0;
+    for (int s : kv_slot) n += s >= 0;
+    return n;
+}
 
 const arch_traits& traits(arch a) {
     for (const auto& t : kArchs)
@@ -178,9 +253,14 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
         hp.arch = traits(arch::glm4moe);
     } else if (g == "deepseek2") {
         hp.arch = traits(arch::deepseek2);
+    } else if (g == "qwen35moe") {
+        hp.arch = traits(arch::qwen35moe);
+    } else if (g == "qwen3next") {
+        hp.arch = traits(arch::qwen3next);
     } else {
         throw std::runtime_error(fmt::format("{}: architecture '{}' is not supported (strata runs qwen3moe, qwen2moe, "
-                                             "glm4moe, deepseek2 and llama-style MoE such as Mixtral)",
+                                             "glm4moe, deepseek2, qwen35moe, qwen3next and llama-style MoE such as "
+                                             "Mixtral)",
                                              f.path(), g.empty() ? "(none)" : g));
     }
     // Absent keys take llama.cpp's defaults (llama-model.cpp and src/models/*.cpp); the keys it requires
@@ -209,6 +289,7 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
     hp.expert_weights_norm = hp.arch.norm_topk;
     const bool ds = hp.arch.id == arch::deepseek2;
     if (hp.arch.id == arch::glm4moe || ds) read_routing_keys(f, p, hp);
+    if (hp.arch.id == arch::qwen35moe || hp.arch.id == arch::qwen3next) read_hybrid_keys(f, p, hp);
     read_expert_groups(f, p, hp);
     if (ds) {
         read_mla_keys(f, p, hp);

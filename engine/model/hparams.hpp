@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cpu/kernels.hpp"
 #include "gguf/gguf_reader.hpp"
@@ -10,7 +11,7 @@
 
 namespace strata::engine {
 
-enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2 };
+enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2, qwen35moe, qwen3next };
 
 // Whether the file must, may or must not carry a class of tensors.
 enum class presence { absent, optional, required };
@@ -67,6 +68,14 @@ struct hparams {
     int n_vocab = 0;
     float rms_eps = 1e-6f;
     rope_params rope;          // base frequency and position scaling (model/rope.hpp)
+    // The hybrid families (qwen35moe, qwen3next): gated DeltaNet layers beside gated attention layers,
+    // whose attn_q holds each head's query and then its sigmoid output gate (0 / empty elsewhere).
+    int ssm_conv_kernel = 0;   // ssm.conv_kernel: the causal depthwise conv's width
+    int ssm_d_state = 0;       // ssm.state_size: a DeltaNet head's key and value width
+    int ssm_n_k_head = 0;      // ssm.group_count: key heads
+    int ssm_n_v_head = 0;      // ssm.time_step_rank: value heads, each with a d_state x d_state state
+    bool ssm_v_tiled = false;  // value head h reads key head h % n_k (qwen35moe); else h / (n_v / n_k)
+    std::vector<int> kv_slot;  // [n_layer] the KV cache layer of an attention layer, -1 for DeltaNet layers
 
     int n_q() const { return n_head * head_dim; }
     int n_kv() const { return n_head_kv * head_dim; }
@@ -77,6 +86,15 @@ struct hparams {
     int kv_heads() const { return mla() ? 1 : n_head_kv; }
     int kv_head_dim() const { return mla() ? n_lora_kv + n_rot : head_dim; }
     bool is_moe_layer(int il) const { return il >= n_layer_dense_lead; }
+    bool hybrid() const { return ssm_d_state > 0; }
+    bool is_recurrent(int il) const { return hybrid() && kv_slot[static_cast<size_t>(il)] < 0; }
+    int kv_layer(int il) const { return hybrid() ? kv_slot[static_cast<size_t>(il)] : il; }
+    int n_kv_layer() const;    // layers with a KV cache
+    int n_recurrent() const { return n_layer - n_kv_layer(); }
+    bool attn_gate() const { return hybrid(); }  // attn_q is [query | gate] per head
+    int ssm_key_dim() const { return ssm_n_k_head * ssm_d_state; }
+    int ssm_value_dim() const { return ssm_n_v_head * ssm_d_state; }
+    int ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
     int n_moe_layer() const { return n_layer - n_layer_dense_lead; }
 };
 

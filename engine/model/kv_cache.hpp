@@ -22,6 +22,7 @@
 
 #include "cpu/attention.hpp"
 #include "formats/blocks.hpp"
+#include "model/recurrent_state.hpp"
 
 namespace strata::engine {
 
@@ -86,6 +87,11 @@ public:
     void read_rows(int layer, int chunk, int t, int r0, int r1, uint8_t* rows) const;
     void write_rows(int layer, int chunk, int t, int r0, int r1, const uint8_t* rows);
 
+    // The sequence's recurrent state beside its keys and values (hybrid families; empty elsewhere):
+    // the cache holds the attention layers, this the DeltaNet layers.
+    recurrent_state& recurrent() { return recurrent_; }
+    const recurrent_state& recurrent() const { return recurrent_; }
+
 private:
     // The first byte of tile t of a chunk (read_rows's numbering).
     uint8_t* tile_rows(int layer, int chunk, int t) {
@@ -127,6 +133,7 @@ private:
     size_t head_row_bytes_;   // one position of one kv head
     int n_chunks_ = 0;
     std::vector<slab> slabs_;  // [n_chunks]
+    recurrent_state recurrent_;
 };
 
 }  // namespace strata::engine

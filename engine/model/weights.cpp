@@ -94,6 +94,16 @@ public:
         return em;
     }
 
+    const std::string& path() const { return f_.path(); }
+
+    // An F32 tensor's data (shape already checked).
+    const float* f32(const gguf::tensor_info& t) const {
+        if (t.type != formats::ggml_type::F32)
+            throw std::runtime_error(fmt::format("{}: tensor '{}' is {}; strata expects F32", f_.path(), t.name,
+                                                 formats::info(t.type).name));
+        return reinterpret_cast<const float*>(f_.tensor_data(t).data());
+    }
+
     // A 3-D tensor already shape-checked, as a 2-D matrix of n_cols columns.
     weight_matrix mat2d(const gguf::tensor_info& t, int64_t n_cols, int64_t n_rows) const {
         need_kernel(t);
@@ -155,6 +165,82 @@ void bind_mla(const binder& b, const hparams& hp, int i, layer_weights& l, model
               n_head * lora_kv};
 }
 
+// A gated DeltaNet layer's mixer tensors (llama.cpp's names; ssm_a has no suffix).
+void bind_delta_net(const binder& b, const hparams& hp, int i, layer_weights& l) {
+    const std::string p = fmt::format("blk.{}.", i);
+    const int64_t n_embd = hp.n_embd, n_v = hp.ssm_n_v_head, conv = hp.ssm_conv_dim(), vd = hp.ssm_value_dim();
+    l.wqkv = b.mat(p + "attn_qkv.weight", n_embd, conv, "n_embd, 2 key_dim + value_dim", false);
+    if (l.wqkv.present()) {
+        l.wz = b.mat(p + "attn_gate.weight", n_embd, vd, "n_embd, value_dim");
+    } else if (hp.arch.id == arch::qwen3next) {
+        l.ssm_in = b.mat(p + "ssm_in.weight", n_embd, conv + vd, "n_embd, 2 key_dim + 2 value_dim", false);
+        if (!l.ssm_in.present())
+            throw std::runtime_error(fmt::format("{}: layer {} is a DeltaNet layer but has neither '{}attn_qkv.weight' "
+                                                 "nor '{}ssm_in.weight'",
+                                                 b.path(), i, p, p));
+    } else {
+        b.mat(p + "attn_qkv.weight", n_embd, conv, "n_embd, 2 key_dim + value_dim");  // throws: missing
+    }
+    const gguf::tensor_info* cw = b.checked(p + "ssm_conv1d.weight", {hp.ssm_conv_kernel, conv}, "conv_kernel, conv_dim");
+    l.ssm_conv1d = b.f32(*cw);
+    l.ssm_dt_bias = b.vec(p + "ssm_dt.bias", n_v, "time_step_rank");
+    l.ssm_a = b.vec(p + "ssm_a", n_v, "time_step_rank");
+    if (hp.arch.id == arch::qwen3next) {
+        l.ssm_ba = b.mat(p + "ssm_ba.weight", n_embd, 2 * n_v, "n_embd, 2 time_step_rank");
+    } else {
+        l.ssm_beta = b.mat(p + "ssm_beta.weight", n_embd, n_v, "n_embd, time_step_rank");
+        l.ssm_alpha = b.mat(p + "ssm_alpha.weight", n_embd, n_v, "n_embd, time_step_rank");
+    }
+    l.ssm_norm = b.vec(p + "ssm_norm.weight", hp.ssm_d_state, "state_size");
+    l.wo = b.mat(p + "ssm_out.weight", vd, n_embd, "value_dim, n_embd");
+}
+
+// Layer i's router, routed experts and shared expert.
+void bind_moe(const binder& b, const hparams& hp, int i, layer_weights& l) {
+    const std::string p = fmt::format("blk.{}.", i);
+    l.router = b.mat(p + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert, "n_embd, n_expert");
+    if (hp.arch.exp_probs_b != presence::absent)
+        l.exp_probs_b = b.vec(p + "exp_probs_b.bias", hp.n_expert, "n_expert", hp.arch.exp_probs_b == presence::required);
+    l.gate = b.experts(p, "gate", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
+    l.up = b.experts(p, "up", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
+    l.down = b.experts(p, "down", hp.n_ff_exp, hp.n_embd, hp.n_expert, "n_ff_exp, n_embd, n_expert");
+    if (hp.n_ff_shexp > 0) {
+        if (hp.arch.id == arch::qwen2moe || hp.hybrid())
+            l.shexp_gate_inp = b.vec(p + "ffn_gate_inp_shexp.weight", hp.n_embd, "n_embd");
+        l.shexp_gate = b.mat(p + "ffn_gate_shexp.weight", hp.n_embd, hp.n_ff_shexp, "n_embd, n_ff_shexp");
+        l.shexp_up = b.mat(p + "ffn_up_shexp.weight", hp.n_embd, hp.n_ff_shexp, "n_embd, n_ff_shexp");
+        l.shexp_down = b.mat(p + "ffn_down_shexp.weight", hp.n_ff_shexp, hp.n_embd, "n_ff_shexp, n_embd");
+    }
+}
+
+// The gated attention of the hybrids: attn_q twice as wide (each head's query, then its gate), QK norms.
+void bind_gated_attention(const binder& b, const hparams& hp, int i, layer_weights& l) {
+    const std::string p = fmt::format("blk.{}.", i);
+    l.wq = b.mat(p + "attn_q.weight", hp.n_embd, 2 * hp.n_q(), "n_embd, 2 n_head head_dim (query and gate)");
+    l.wk = b.mat(p + "attn_k.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
+    l.wv = b.mat(p + "attn_v.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
+    l.wo = b.mat(p + "attn_output.weight", hp.n_q(), hp.n_embd, "n_head * head_dim, n_embd");
+    l.q_norm = b.vec(p + "attn_q_norm.weight", hp.head_dim, "head_dim");
+    l.k_norm = b.vec(p + "attn_k_norm.weight", hp.head_dim, "head_dim");
+}
+
+// The hybrids' MTP blocks: each a gated attention layer with its MoE and the nextn.* tensors.
+void bind_nextn(const binder& b, const hparams& hp, model_weights& w) {
+    for (int i = hp.n_layer; i < hp.n_layer + hp.n_layer_nextn; ++i) {
+        const std::string p = fmt::format("blk.{}.", i);
+        nextn_weights n;
+        n.layer.attn_norm = b.vec(p + "attn_norm.weight", hp.n_embd, "n_embd");
+        bind_gated_attention(b, hp, i, n.layer);
+        n.layer.ffn_norm = b.vec(p + "post_attention_norm.weight", hp.n_embd, "n_embd");
+        bind_moe(b, hp, i, n.layer);
+        n.eh_proj = b.mat(p + "nextn.eh_proj.weight", 2 * int64_t{hp.n_embd}, hp.n_embd, "2 n_embd, n_embd");
+        n.enorm = b.vec(p + "nextn.enorm.weight", hp.n_embd, "n_embd");
+        n.hnorm = b.vec(p + "nextn.hnorm.weight", hp.n_embd, "n_embd");
+        n.shared_head_norm = b.vec(p + "nextn.shared_head_norm.weight", hp.n_embd, "n_embd", false);
+        w.nextn.push_back(std::move(n));
+    }
+}
+
 }  // namespace
 
 model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
@@ -177,6 +263,10 @@ model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
         l.attn_norm = b.vec(p + "attn_norm.weight", hp.n_embd, "n_embd");
         if (hp.mla()) {
             bind_mla(b, hp, i, l, w);
+        } else if (hp.is_recurrent(i)) {
+            bind_delta_net(b, hp, i, l);
+        } else if (hp.attn_gate()) {
+            bind_gated_attention(b, hp, i, l);
         } else {
             l.wq = b.mat(p + "attn_q.weight", hp.n_embd, hp.n_q(), "n_embd, n_head * head_dim");
             l.wk = b.mat(p + "attn_k.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
@@ -206,21 +296,10 @@ model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
             w.layers.push_back(std::move(l));
             continue;
         }
-        l.router = b.mat(p + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert, "n_embd, n_expert");
-        if (hp.arch.exp_probs_b != presence::absent)
-            l.exp_probs_b = b.vec(p + "exp_probs_b.bias", hp.n_expert, "n_expert", hp.arch.exp_probs_b == presence::required);
-        l.gate = b.experts(p, "gate", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
-        l.up = b.experts(p, "up", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
-        l.down = b.experts(p, "down", hp.n_ff_exp, hp.n_embd, hp.n_expert, "n_ff_exp, n_embd, n_expert");
-        if (hp.n_ff_shexp > 0) {
-            if (hp.arch.id == arch::qwen2moe)
-                l.shexp_gate_inp = b.vec(p + "ffn_gate_inp_shexp.weight", hp.n_embd, "n_embd");
-            l.shexp_gate = b.mat(p + "ffn_gate_shexp.weight", hp.n_embd, hp.n_ff_shexp, "n_embd, n_ff_shexp");
-            l.shexp_up = b.mat(p + "ffn_up_shexp.weight", hp.n_embd, hp.n_ff_shexp, "n_embd, n_ff_shexp");
-            l.shexp_down = b.mat(p + "ffn_down_shexp.weight", hp.n_ff_shexp, hp.n_embd, "n_ff_shexp, n_embd");
-        }
+        bind_moe(b, hp, i, l);
         w.layers.push_back(std::move(l));
     }
+    if (hp.hybrid()) bind_nextn(b, hp, w);
     return w;
 }
 
@@ -228,7 +307,8 @@ repack_summary repack_dense(model_weights& w) {
     std::vector<weight_matrix*> todo;
     for (auto& l : w.layers)
         for (weight_matrix* wm : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router, &l.shexp_gate, &l.shexp_up, &l.shexp_down,
-                                  &l.wq_a, &l.wq_b, &l.wkv_a})
+                                  &l.wq_a, &l.wq_b, &l.wkv_a, &l.wqkv, &l.wz, &l.ssm_in, &l.ssm_beta, &l.ssm_alpha,
+                                  &l.ssm_ba})
             if (wm->present()) todo.push_back(wm);
     if (w.output.present()) todo.push_back(&w.output);
     constexpr size_t kAlign = 64;

@@ -44,7 +44,17 @@ struct layer_weights {
     weight_matrix wk_b;                 // [n_head * n_lora_kv x nope]: head h's rows map its q_nope to the latent
     weight_matrix wv_b;                 // head h's value rows: [head_dim_v x n_lora_kv] from row h * v_b_step + v_b_row0
     int64_t v_b_step = 0, v_b_row0 = 0;
-    const float* ffn_norm = nullptr;    // [n_embd] (glm4moe: post_attention_norm)
+    // Gated DeltaNet layers (qwen35moe, qwen3next; wo is ssm_out [n_embd x value_dim]):
+    weight_matrix wqkv;                 // attn_qkv [conv_dim x n_embd]: q | k | v of every head
+    weight_matrix wz;                   // attn_gate [value_dim x n_embd]: the output gate z
+    weight_matrix ssm_in;               // qwen3next's older [q | k | v | z per key head] instead of wqkv + wz
+    weight_matrix ssm_beta, ssm_alpha;  // [n_v_head x n_embd] each (qwen35moe)
+    weight_matrix ssm_ba;               // [2 n_v_head x n_embd]: per key head its value heads' beta, then alpha (qwen3next)
+    const float* ssm_conv1d = nullptr;  // [conv_dim][conv_kernel]
+    const float* ssm_dt_bias = nullptr; // [n_v_head]
+    const float* ssm_a = nullptr;       // [n_v_head] -exp(A_log)
+    const float* ssm_norm = nullptr;    // [d_state]
+    const float* ffn_norm = nullptr;    // [n_embd] (glm4moe, hybrids: post_attention_norm)
     // A leading dense layer has ffn_gate/up/down and none of the expert tensors below.
     weight_matrix ffn_gate, ffn_up;     // [n_ff x n_embd]
     weight_matrix ffn_down;             // [n_embd x n_ff]
@@ -55,11 +65,22 @@ struct layer_weights {
     weight_matrix shexp_gate, shexp_up, shexp_down;
 };
 
+// A next-token-prediction block past the trunk (qwen35moe's MTP): a gated attention layer with its
+// MoE, and the projection of [enorm(embedding) | hnorm(hidden)] into it. Bound for speculation, not run.
+struct nextn_weights {
+    layer_weights layer;
+    weight_matrix eh_proj;              // [n_embd x 2 n_embd]
+    const float* enorm = nullptr;       // [n_embd]
+    const float* hnorm = nullptr;       // [n_embd]
+    const float* shared_head_norm = nullptr;  // [n_embd] or absent
+};
+
 struct model_weights {
     weight_matrix tok_embd;             // [n_vocab x n_embd]
     const float* output_norm = nullptr; // [n_embd]
     weight_matrix output;               // [n_vocab x n_embd]; tok_embd when tied
     std::vector<layer_weights> layers;
+    std::vector<nextn_weights> nextn;   // hybrids' MTP blocks (blk.n_layer ..)
     std::vector<std::vector<uint8_t>> packed_storage;  // owns wk_b built from attn_kv_b
     // The dense rows16 copies, in one buffer advised for transparent huge pages: decode reads them all
     // every token, and with 4 KiB pages the TLB misses cost as much as a quarter of their read time.

@@ -19,15 +19,16 @@ namespace {
 std::string model_path(make_model::arch a) {
     const auto path = std::filesystem::temp_directory_path() / ("strata_convo_" + make_model::arch_name(a) + ".gguf");
     if (!std::filesystem::exists(path)) {
-        make_model::model_spec s = make_model::preset("tiny");
-        s.architecture = a;
+        make_model::model_spec s = make_model::preset("tiny", a);
         make_model::build_model(s).write_file(path.string());
     }
     return path.string();
 }
 
-std::shared_ptr<model> load(make_model::arch a, const std::string& kv, int cache_ram_mib, int n_batch = 512) {
+std::shared_ptr<model> load(make_model::arch a, const std::string& kv, int cache_ram_mib, int n_batch = 512,
+                            int checkpoint_interval = 1024) {
     model_options o;
+    o.state_checkpoint_interval = checkpoint_interval;
     o.path = model_path(a);
     o.numa_pool = "off";
     o.n_ctx = 1024;
@@ -262,6 +263,63 @@ TEST(ConversationCache, APromptCancelledAfterARestoreLeavesCacheAndSessionUsable
     const auto restored = fresh.generate(prompt, greedy(4));
     EXPECT_EQ(restored.time.cache_source, prefix_source::snapshot);
     expect_same(reference, restored, "after the cancel, restored");
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// Same tokens, logprobs within f32 rounding: a hybrid model's recurrent state restarted from a checkpoint
+// evaluates the rest in other batches than a cold run, which the prompt kernel may round differently.
+void expect_close(const generation_result& a, const generation_result& b, const std::string& what) {
+    ASSERT_EQ(ids_of(a), ids_of(b)) << what;
+    for (size_t i = 0; i < a.tokens.size(); ++i) EXPECT_NEAR(a.tokens[i].logprob, b.tokens[i].logprob, 1e-3) << what;
+}
+
+// A hybrid conversation whose last user turn is edited restarts from the checkpoint where that turn
+// started, from the live session and from a parked snapshot; a state never goes back past a checkpoint.
+TEST(HybridConversation, AnEditedTurnRestartsFromItsCheckpoint) {
+    for (make_model::arch a : {make_model::arch::qwen35moe, make_model::arch::qwen3next}) {
+        const auto m = load(a, "f16", 256, 512, 64);
+        const auto cold_model = load(a, "f16", 0);
+        ASSERT_GT(m->info().state_bytes_per_session, 0u);
+        EXPECT_EQ(m->info().n_recurrent_layers, 3);
+        const int n_vocab = m->info().n_vocab;
+        const auto turn1 = tokens(300, 1, n_vocab);
+        session s(m);
+        const auto r1 = s.generate(turn1, greedy(8));
+        // Every 64 positions (4) and the prompt's end (300).
+        EXPECT_EQ(s.state_checkpoints(), 5u);
+        EXPECT_EQ(s.state_checkpoint_bytes(), 5 * m->info().state_bytes_per_session);
+        const auto history = concat(turn1, ids_of(r1));  // 308 tokens, 307 evaluated
+        const auto r2 = s.generate(concat(history, tokens(60, 2, n_vocab)), greedy(4));
+        EXPECT_EQ(r2.time.cache_n, 307);
+        const auto edited = concat(history, tokens(50, 3, n_vocab));
+        const auto r3 = s.generate(edited, greedy(6));
+        EXPECT_EQ(r3.time.cache_source, prefix_source::live);
+        EXPECT_EQ(r3.time.cache_n, 307);  // the checkpoint where turn 2's new tokens started
+        session cold(cold_model);
+        expect_close(cold.generate(edited, greedy(6)), r3, "live " + make_model::arch_name(a));
+
+        // A prompt sharing only the first 200 tokens restarts from the checkpoint at 192.
+        const auto r4 = s.generate(concat(std::vector<int32_t>(turn1.begin(), turn1.begin() + 200), tokens(20, 4, n_vocab)),
+                                   greedy(2));
+        EXPECT_EQ(r4.time.cache_n, 192);
+
+        // Parked by that prompt, the edited conversation comes back from the snapshot's checkpoint at 307.
+        const auto stats = m->conversation_statistics();
+        ASSERT_GE(stats.entries.size(), 1u);
+        EXPECT_GT(stats.state_checkpoints, 0u);
+        EXPECT_GT(stats.state_bytes, 0u);
+        const auto edited2 = concat(history, tokens(40, 5, n_vocab));
+        const auto r5 = s.generate(edited2, greedy(4));
+        EXPECT_EQ(r5.time.cache_source, prefix_source::snapshot);
+        EXPECT_EQ(r5.time.cache_n, 307);
+        session cold2(cold_model);
+        expect_close(cold2.generate(edited2, greedy(4)), r5, "snapshot " + make_model::arch_name(a));
+    }
 }
 
 }  // namespace

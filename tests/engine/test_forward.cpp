@@ -37,7 +37,7 @@ std::unique_ptr<loaded> load(const make_model::model_spec& spec, int n_rot = 0) 
 
 // The cache the model's attention keeps: kv heads, or one latent row per position (deepseek2).
 kv_cache make_cache(const hparams& hp, int n_ctx, kv_type kv) {
-    return kv_cache(hp.n_layer, n_ctx, hp.kv_heads(), hp.kv_head_dim(), kv, hp.mla());
+    return make_sequence_state(hp, n_ctx, kv);
 }
 
 // Logits of every position: the first n_head tokens in batches of 512, the rest in batches of n_batch.

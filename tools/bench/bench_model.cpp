@@ -29,8 +29,9 @@
 namespace strata::bench {
 namespace {
 
-// Bytes of weights one decode token reads: every dense tensor, n_used / n_expert of each routed
-// expert tensor (each token reads its experts' whole matrices), one embedding row.
+// Bytes one decode token reads: every dense tensor, n_used / n_expert of each routed expert tensor (each
+// token reads its experts' whole matrices), one embedding row; for hybrid models also the recurrent
+// state, read and written once per token.
 double bytes_per_token(const gguf::reader& f, const model_info& info) {
     double bytes = 0;
     for (const auto& t : f.tensors()) {
@@ -44,7 +45,7 @@ double bytes_per_token(const gguf::reader& f, const model_info& info) {
     }
     if (!f.find_tensor("output.weight"))  // tied head reads the whole embedding matrix
         bytes += double(f.find_tensor("token_embd.weight")->n_bytes);
-    return bytes;
+    return bytes + 2.0 * double(info.state_bytes_per_session);
 }
 
 // Bytes of every routed expert tensor: what 100 % residency puts in VRAM.

@@ -23,7 +23,10 @@ void add_model_flags(cxxopts::Options& o) {
         ("no-repack", "keep the weights in the GGUF layout (default: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
                       "IQ4_NL experts, and dense matrices without a GPU, repacked for the prompt GEMM kernels)")
         ("cache-ram", "MiB for parked conversation snapshots (default: the smaller of 25 % of MemAvailable and "
-                      "8 GiB; 0: off)", cxxopts::value<int>());
+                      "8 GiB; 0: off)", cxxopts::value<int>())
+        ("state-checkpoint-interval", "hybrid models (qwen35moe, qwen3next): checkpoint the recurrent state every N "
+                                      "tokens (default 1024; 0: only where prompts' new tokens start and end)",
+         cxxopts::value<int>());
     o.add_options("model")("override-pre", "pre-tokenizer to use instead of the file's tokenizer.ggml.pre (llama.cpp's "
                                            "names: llama-bpe, qwen2, deepseek-v3, ...)",
                            cxxopts::value<std::string>());
@@ -123,6 +126,7 @@ model_options model_options_from(const cxxopts::ParseResult& a) {
             throw std::invalid_argument(fmt::format("--cache-ram must be 0 (off) or a number of MiB, got {}",
                                                     m.cache_ram_mib));
     }
+    if (a.count("state-checkpoint-interval")) m.state_checkpoint_interval = a["state-checkpoint-interval"].as<int>();
     m.gpu = a["gpu"].as<int>();
     m.expert_cache = a["expert-cache"].as<std::string>();
     m.vram_reserve_mib = a["vram-reserve-mib"].as<int>();

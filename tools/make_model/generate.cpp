@@ -1,5 +1,6 @@
 #include "generate.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -79,6 +80,7 @@ void draw(rng& r, const tensor_spec& t, float* out, int64_t n) {
             case init::embedding: out[i] = u * t.scale * kSqrt3; break;
             case init::norm: out[i] = 1.0f + u * t.scale; break;
             case init::bias: out[i] = u * t.scale; break;
+            case init::decay: out[i] = -std::exp(u * t.scale); break;
         }
     }
 }
@@ -235,13 +237,35 @@ void set_deepseek2_hparams(gguf::writer& w, const model_spec& s, const std::stri
     w.set(a + "vocab_size", value::u32(s.n_vocab));
 }
 
+// The hybrid Qwen families' keys as llama.cpp's converter writes them (qwen35moe also the IMRoPE
+// sections, here the pairs of the rotated dims split as Qwen3.5's [11, 11, 10, 0] splits 32).
+void set_hybrid_hparams(gguf::writer& w, const model_spec& s, const std::string& a) {
+    using gguf::value;
+    w.set(a + "feed_forward_length", value::u32(s.n_ff_exp * s.n_expert_used));
+    w.set(a + "expert_feed_forward_length", value::u32(s.n_ff_exp));
+    w.set(a + "expert_shared_feed_forward_length", value::u32(s.n_ff_shexp));
+    w.set(a + "ssm.conv_kernel", value::u32(s.ssm_conv_kernel));
+    w.set(a + "ssm.state_size", value::u32(s.ssm_d_state));
+    w.set(a + "ssm.group_count", value::u32(s.ssm_n_group));
+    w.set(a + "ssm.time_step_rank", value::u32(s.ssm_dt_rank));
+    w.set(a + "ssm.inner_size", value::u32(s.ssm_dt_rank * s.ssm_d_state));
+    w.set(a + "full_attention_interval", value::u32(s.full_attention_interval));
+    if (s.architecture == arch::qwen35moe) {
+        w.set(a + "nextn_predict_layers", value::u32(s.n_layer_nextn));
+        const int pairs = (s.n_rot > 0 ? s.n_rot : s.head_dim) / 2;
+        const int t = pairs * 11 / 32, h = pairs * 11 / 32;
+        w.set(a + "rope.dimension_sections", value::i32_array({t, h, pairs - t - h, 0}));
+    }
+    w.set(a + "vocab_size", value::u32(s.n_vocab));
+}
+
 void set_hparams(gguf::writer& w, const model_spec& s) {
     using gguf::value;
     const std::string a = gguf_architecture(s.architecture) + ".";
     w.set(a + "context_length", value::u32(s.n_ctx));
     w.set(a + "embedding_length", value::u32(s.n_embd));
     const bool glm = s.architecture == arch::glm4moe;
-    w.set(a + "block_count", value::u32(s.n_layer + (glm ? s.n_layer_nextn : 0)));
+    w.set(a + "block_count", value::u32(s.n_layer + (glm || hybrid(s.architecture) ? s.n_layer_nextn : 0)));
     w.set(a + "attention.head_count", value::u32(s.n_head));
     w.set(a + "attention.head_count_kv", value::u32(s.n_head_kv));
     w.set(a + "attention.key_length", value::u32(s.head_dim));
@@ -274,6 +298,8 @@ void set_hparams(gguf::writer& w, const model_spec& s) {
             w.set(a + "vocab_size", value::u32(s.n_vocab));
             break;
         case arch::deepseek2: set_deepseek2_hparams(w, s, a); break;
+        case arch::qwen35moe:
+        case arch::qwen3next: set_hybrid_hparams(w, s, a); break;
         case arch::mixtral:  // llama-style MoE: feed_forward_length is the expert's hidden size
             w.set(a + "feed_forward_length", value::u32(s.n_ff_exp));
             w.set(a + "rope.dimension_count", value::u32(s.head_dim));
@@ -447,6 +473,20 @@ formats::ggml_type dominant_type(const std::vector<tensor_spec>& tensors) {
     return best->first;
 }
 
+void check_hybrid(const model_spec& s) {
+    if (s.ssm_d_state < 1 || s.ssm_n_group < 1 || s.ssm_dt_rank % s.ssm_n_group != 0 || s.ssm_conv_kernel < 2 ||
+        s.full_attention_interval < 1)
+        throw std::invalid_argument(fmt::format("DeltaNet layers need a positive state size ({}), value heads ({}) a "
+                                                "multiple of the key heads ({}), a conv kernel of at least 2 ({}) and "
+                                                "a positive full-attention interval ({})",
+                                                s.ssm_d_state, s.ssm_dt_rank, s.ssm_n_group, s.ssm_conv_kernel,
+                                                s.full_attention_interval));
+    if (s.architecture == arch::qwen3next && s.n_layer_nextn > 0)
+        throw std::invalid_argument("qwen3next files carry no next-token-prediction layers (llama.cpp reads none)");
+    if (s.ssm_in && s.architecture != arch::qwen3next)
+        throw std::invalid_argument("the interleaved ssm_in (--ssm-in) exists only for qwen3next");
+}
+
 // --vocab-from: every tokenizer.* key of another GGUF file (a vocabulary-only file, or a model).
 void copy_tokenizer(gguf::writer& w, const gguf::reader& from) {
     int copied = 0;
@@ -486,6 +526,7 @@ gguf::writer build_model(const model_spec& in) {
                                                 "width {}",
                                                 n_rot, spec.head_dim));
     if (spec.architecture == arch::deepseek2) check_deepseek2(spec);
+    if (hybrid(spec.architecture)) check_hybrid(spec);
     if (spec.split_experts && spec.architecture != arch::mixtral)
         throw std::invalid_argument("per-expert tensors (--split-experts) exist only for mixtral");
     const std::vector<tensor_spec> tensors = tensor_specs(spec);

@@ -33,7 +33,7 @@ int run(int argc, char** argv) {
         ("o,output", "output file", cxxopts::value<std::string>()->default_value("model.gguf"))
         ("preset", "tiny | demo | bench (dimensions below override it)",
          cxxopts::value<std::string>()->default_value("tiny"))
-        ("arch", "qwen3moe | qwen2moe | mixtral | glm4moe | deepseek2", cxxopts::value<std::string>()->default_value("qwen3moe"))
+        ("arch", "qwen3moe | qwen2moe | mixtral | glm4moe | deepseek2 | qwen35moe | qwen3next", cxxopts::value<std::string>()->default_value("qwen3moe"))
         ("name", "general.name", cxxopts::value<std::string>())
         ("seed", "random seed", cxxopts::value<uint64_t>())
         ("layers", "transformer blocks", cxxopts::value<int>())
@@ -50,8 +50,14 @@ int run(int argc, char** argv) {
         ("dense-layers", "glm4moe, deepseek2: leading layers with a dense FFN (leading_dense_block_count)", cxxopts::value<int>())
         ("n-ff-dense", "glm4moe, deepseek2: hidden size of the leading dense layers' FFN", cxxopts::value<int>())
         ("shared-experts", "glm4moe, deepseek2: shared experts (expert_shared_count), each --n-ff wide", cxxopts::value<int>())
-        ("nextn-layers", "glm4moe: next-token-prediction layers written after the others (nextn_predict_layers)",
+        ("nextn-layers", "glm4moe, qwen35moe: next-token-prediction layers written after the others "
+         "(nextn_predict_layers)", cxxopts::value<int>())
+        ("ssm-state", "qwen35moe, qwen3next: ssm.state_size, a DeltaNet head's key and value width", cxxopts::value<int>())
+        ("ssm-k-heads", "qwen35moe, qwen3next: ssm.group_count, DeltaNet key heads", cxxopts::value<int>())
+        ("ssm-v-heads", "qwen35moe, qwen3next: ssm.time_step_rank, DeltaNet value heads", cxxopts::value<int>())
+        ("full-attention-interval", "qwen35moe, qwen3next: every this many layers one is gated attention",
          cxxopts::value<int>())
+        ("ssm-in", "qwen3next: the older interleaved ssm_in instead of attn_qkv + attn_gate")
         ("no-qk-norm", "glm4moe: no attn_q_norm / attn_k_norm, as GLM-4.5-Air")
         ("q-lora-rank", "deepseek2: attention.q_lora_rank (0: a plain attn_q, as the Lite models)",
          cxxopts::value<int>())
@@ -111,6 +117,11 @@ int run(int argc, char** argv) {
     set_int("n-ff-dense", s.n_ff);
     set_int("kv-lora-rank", s.n_lora_kv);
     set_int("head-dim-v", s.head_dim_v);
+    set_int("ssm-state", s.ssm_d_state);
+    set_int("ssm-k-heads", s.ssm_n_group);
+    set_int("ssm-v-heads", s.ssm_dt_rank);
+    set_int("full-attention-interval", s.full_attention_interval);
+    if (a.count("ssm-in")) s.ssm_in = true;
     for (auto [flag, field] : {std::pair{"dense-layers", &s.n_layer_dense_lead}, std::pair{"shared-experts", &s.n_expert_shared},
                                std::pair{"nextn-layers", &s.n_layer_nextn}, std::pair{"q-lora-rank", &s.n_lora_q},
                                std::pair{"expert-groups", &s.n_expert_groups}, std::pair{"groups-used", &s.n_group_used}}) {

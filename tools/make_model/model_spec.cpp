@@ -16,6 +16,8 @@ std::string arch_name(arch a) {
         case arch::mixtral: return "mixtral";
         case arch::glm4moe: return "glm4moe";
         case arch::deepseek2: return "deepseek2";
+        case arch::qwen35moe: return "qwen35moe";
+        case arch::qwen3next: return "qwen3next";
     }
     return "?";
 }
@@ -23,10 +25,11 @@ std::string arch_name(arch a) {
 std::string gguf_architecture(arch a) { return a == arch::mixtral ? "llama" : arch_name(a); }
 
 arch parse_arch(const std::string& name) {
-    for (arch a : {arch::qwen3moe, arch::qwen2moe, arch::mixtral, arch::glm4moe, arch::deepseek2})
+    for (arch a : {arch::qwen3moe, arch::qwen2moe, arch::mixtral, arch::glm4moe, arch::deepseek2, arch::qwen35moe,
+                   arch::qwen3next})
         if (arch_name(a) == name) return a;
     throw std::invalid_argument("unknown architecture '" + name +
-                                "' (valid: qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2)");
+                                "' (valid: qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2, qwen35moe, qwen3next)");
 }
 
 tokenizer_kind parse_tokenizer(const std::string& name) {
@@ -90,6 +93,45 @@ model_spec deepseek2_preset(const std::string& name, model_spec s) {
     return s;
 }
 
+// The hybrid Qwen families: three gated DeltaNet layers, then one gated attention layer whose heads
+// rotate a quarter of their dims; bench is Qwen3.5-35B-A3B per layer (its published widths, head
+// and expert counts) with 8 of its 40 layers.
+model_spec hybrid_preset(const std::string& name, model_spec s) {
+    s.rope_freq_base = 10000000.0f;
+    if (name == "tiny") {
+        s.n_layer = 4;
+        s.n_rot = 16;
+    } else if (name == "demo") {
+        s.n_layer = 8;
+        s.n_head = 8;
+        s.n_head_kv = 2;
+        s.head_dim = 128;
+        s.n_rot = 32;
+        s.ssm_d_state = 64;
+        s.ssm_n_group = 4;
+        s.ssm_dt_rank = 8;
+        s.n_ff_exp = 256;
+        s.n_ff_shexp = 256;
+    } else {
+        s.n_layer = 8;
+        s.n_head = 16;
+        s.n_head_kv = 2;
+        s.head_dim = 256;
+        s.n_rot = 64;
+        s.ssm_d_state = 128;
+        s.ssm_n_group = 16;
+        s.ssm_dt_rank = 32;
+        s.n_expert = 256;
+        s.n_expert_used = 8;
+        s.n_ff_exp = 512;
+        s.n_ff_shexp = 512;
+        s.n_ctx = 262144;
+        s.type_attn = ggml_type::Q8_0;
+        s.type_shexp = ggml_type::Q8_0;
+    }
+    return s;
+}
+
 }  // namespace
 
 model_spec preset(const std::string& name, arch a) {
@@ -130,6 +172,7 @@ model_spec preset(const std::string& name, arch a) {
         throw std::invalid_argument("unknown preset '" + name + "' (valid: tiny, demo, bench)");
     }
     if (a == arch::deepseek2) return deepseek2_preset(name, s);
+    if (a == arch::qwen35moe || a == arch::qwen3next) return hybrid_preset(name, s);
     if (a != arch::glm4moe) return s;
     // One dense layer before the MoE ones, as GLM-4.5-Air; bench is GLM-4.5 at half its width, its
     // expert count and expert-to-embedding ratio (1536 / 5120) kept.
@@ -180,7 +223,40 @@ void mla_tensors(const model_spec& s, const std::string& b, Vec& vec, Matrix& ma
     matrix(b + "attn_output.weight", s.type_attn, {n_head * hd_v, n_embd});
 }
 
+// A gated DeltaNet layer's token mixer (llama.cpp's names and shapes): q, k, v through one attn_qkv and
+// the output gate z through attn_gate (or qwen3next's older ssm_in holding per key head q, k, its value
+// heads and their z), the depthwise conv over q|k|v, the decay and update-rate projections (ssm_alpha +
+// ssm_beta, or qwen3next's ssm_ba holding per key head its value heads' beta then alpha), A as -exp(A_log).
+template <class Vec, class Matrix>
+void delta_net_tensors(const model_spec& s, const std::string& b, Vec& vec, Matrix& matrix) {
+    const int64_t n_embd = s.n_embd, key_dim = int64_t{s.ssm_n_group} * s.ssm_d_state;
+    const int64_t value_dim = int64_t{s.ssm_dt_rank} * s.ssm_d_state, conv_dim = 2 * key_dim + value_dim;
+    if (s.ssm_in) {
+        matrix(b + "ssm_in.weight", s.type_attn, {n_embd, conv_dim + value_dim});
+    } else {
+        matrix(b + "attn_qkv.weight", s.type_attn, {n_embd, conv_dim});
+        matrix(b + "attn_gate.weight", s.type_attn, {n_embd, value_dim});
+    }
+    matrix(b + "ssm_conv1d.weight", formats::ggml_type::F32, {int64_t{s.ssm_conv_kernel}, conv_dim}, 0.5f);
+    vec(b + "ssm_dt.bias", s.ssm_dt_rank, init::bias);
+    vec(b + "ssm_a", s.ssm_dt_rank, init::decay);
+    if (s.architecture == arch::qwen3next) {
+        matrix(b + "ssm_ba.weight", s.type_attn, {n_embd, 2 * int64_t{s.ssm_dt_rank}});
+    } else {
+        matrix(b + "ssm_beta.weight", s.type_attn, {n_embd, int64_t{s.ssm_dt_rank}});
+        matrix(b + "ssm_alpha.weight", s.type_attn, {n_embd, int64_t{s.ssm_dt_rank}});
+    }
+    vec(b + "ssm_norm.weight", s.ssm_d_state, init::norm);
+    matrix(b + "ssm_out.weight", s.type_attn, {value_dim, n_embd});
+}
+
 }  // namespace
+
+bool hybrid(arch a) { return a == arch::qwen35moe || a == arch::qwen3next; }
+
+bool recurrent_layer(const model_spec& s, int il) {
+    return hybrid(s.architecture) && il < s.n_layer && (il + 1) % s.full_attention_interval != 0;
+}
 
 std::vector<tensor_spec> tensor_specs(const model_spec& s) {
     const int64_t n_embd = s.n_embd, hd = s.head_dim, n_q = int64_t{s.n_head} * hd, n_kv = int64_t{s.n_head_kv} * hd;
@@ -194,13 +270,23 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
     };
 
     const bool glm = s.architecture == arch::glm4moe, ds = s.architecture == arch::deepseek2;
-    const int n_blocks = s.n_layer + (glm ? s.n_layer_nextn : 0);
+    const bool hy = hybrid(s.architecture);
+    const int n_blocks = s.n_layer + (glm || hy ? s.n_layer_nextn : 0);
     t.push_back({"token_embd.weight", s.type_embd, {n_embd, s.n_vocab}, init::embedding, 1.0f});
     for (int i = 0; i < n_blocks; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         vec(b + "attn_norm.weight", n_embd, init::norm);
         if (ds) {
             mla_tensors(s, b, vec, matrix);
+        } else if (recurrent_layer(s, i)) {
+            delta_net_tensors(s, b, vec, matrix);
+        } else if (hy) {  // gated attention: attn_q holds each head's query, then its output gate
+            matrix(b + "attn_q.weight", s.type_attn, {n_embd, 2 * n_q});
+            matrix(b + "attn_k.weight", s.type_attn, {n_embd, n_kv});
+            matrix(b + "attn_v.weight", s.type_attn, {n_embd, n_kv});
+            matrix(b + "attn_output.weight", s.type_attn, {n_q, n_embd});
+            vec(b + "attn_q_norm.weight", hd, init::norm);
+            vec(b + "attn_k_norm.weight", hd, init::norm);
         } else {
             matrix(b + "attn_q.weight", s.type_attn, {n_embd, n_q});
             matrix(b + "attn_k.weight", s.type_attn, {n_embd, n_kv});
@@ -216,7 +302,7 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
                 vec(b + "attn_v.bias", n_kv, init::bias);
             }
         }
-        vec(b + (glm ? "post_attention_norm.weight" : "ffn_norm.weight"), n_embd, init::norm);
+        vec(b + (glm || hy ? "post_attention_norm.weight" : "ffn_norm.weight"), n_embd, init::norm);
         if ((glm || ds) && i < s.n_layer_dense_lead) {
             matrix(b + "ffn_gate.weight", s.type_shexp, {n_embd, s.n_ff});
             matrix(b + "ffn_down.weight", s.type_shexp, {s.n_ff, n_embd});
@@ -239,9 +325,9 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
             matrix(b + "ffn_down_exps.weight", s.type_experts, {s.n_ff_exp, n_embd, s.n_expert});
             matrix(b + "ffn_up_exps.weight", s.type_experts, {n_embd, s.n_ff_exp, s.n_expert});
         }
-        if (s.architecture == arch::qwen2moe)
+        if (s.architecture == arch::qwen2moe || hy)
             matrix(b + "ffn_gate_inp_shexp.weight", ggml_type::F32, {n_embd});
-        if (s.architecture == arch::qwen2moe || ((glm || ds) && s.n_expert_shared > 0)) {
+        if (s.architecture == arch::qwen2moe || hy || ((glm || ds) && s.n_expert_shared > 0)) {
             const int64_t n_sh = glm || ds ? int64_t{s.n_ff_exp} * s.n_expert_shared : s.n_ff_shexp;
             matrix(b + "ffn_gate_shexp.weight", s.type_shexp, {n_embd, n_sh});
             matrix(b + "ffn_down_shexp.weight", s.type_shexp, {n_sh, n_embd});

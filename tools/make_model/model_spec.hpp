@@ -9,7 +9,7 @@
 
 namespace strata::make_model {
 
-enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2 };
+enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2, qwen35moe, qwen3next };
 
 // The vocabulary written: gpt2 (byte-level BPE, ChatML template) or llama (SentencePiece with scores,
 // <0xXX> byte tokens, <unk> <s> </s>, Mistral [INST] template). arch_default: llama for mixtral, as
@@ -49,6 +49,14 @@ struct model_spec {
     int n_ff = 512;
     int n_expert_shared = 1;           // shared experts, each n_ff_exp wide
     int n_layer_nextn = 0;             // next-token-prediction layers written after the n_layer ones
+    // qwen35moe / qwen3next: gated DeltaNet layers (ssm.*) with a gated full-attention layer every
+    // full_attention_interval layers; n_ff_shexp is the sigmoid-gated shared expert's width.
+    int ssm_d_state = 32;              // ssm.state_size: the key (and value) width of a DeltaNet head
+    int ssm_n_group = 2;               // ssm.group_count: key heads
+    int ssm_dt_rank = 4;               // ssm.time_step_rank: value heads
+    int ssm_conv_kernel = 4;           // ssm.conv_kernel
+    int full_attention_interval = 4;
+    bool ssm_in = false;               // qwen3next: the older interleaved ssm_in + ssm_ba instead of attn_qkv + attn_gate + ssm_ba
     bool qk_norm = true;               // attn_q_norm / attn_k_norm (GLM-4.5 has them, GLM-4.5-Air not)
     bool expert_weights_norm = true;
     float expert_weights_scale = 2.5f;
@@ -89,11 +97,18 @@ rope_scaling_type parse_rope_scaling(const std::string& name);  // none | linear
 // experts in 4 groups (2 used), sigmoid gating with a correction bias; bench is DeepSeek-V3's layout
 // at n_embd 2048 (about 1.2 GB: 1 dense + 7 MoE layers, 16 heads of 128 + 64, latent 512, 64 experts
 // of 512 in 8 groups, 8 used in 4 groups, 1 shared).
+// qwen35moe, qwen3next: 3 gated DeltaNet layers per gated attention layer; tiny has 4 layers, DeltaNet
+// heads of 32 (2 key, 4 value heads); bench is Qwen3.5-35B-A3B per layer with 8 layers (3.8 GB:
+// n_embd 2048, 16 key / 32 value heads of 128, attention 16 / 2 heads of 256 rotating 64 dims, 256
+// experts of 512, 8 used, a shared expert of 512, context 262144).
 // Sets `architecture` to `a`. Throws std::invalid_argument listing the presets.
 model_spec preset(const std::string& name, arch a = arch::qwen3moe);
 
+bool hybrid(arch a);                                // qwen35moe or qwen3next
+bool recurrent_layer(const model_spec& s, int il);  // layer il of the trunk is a gated DeltaNet layer
+
 // How a tensor's values are drawn before quantization.
-enum class init { matrix, embedding, norm, bias };
+enum class init { matrix, embedding, norm, bias, decay };  // decay: -exp(u * scale), as ssm_a's -exp(A_log)
 
 struct tensor_spec {
     std::string name;

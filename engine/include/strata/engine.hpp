@@ -64,6 +64,9 @@ struct model_options {
     // --cache-ram MIB: memory for parked conversation snapshots (the conversation cache); -1: the
     // smaller of 25 % of MemAvailable and 8 GiB; 0: off.
     int cache_ram_mib = -1;
+    // Hybrid models (qwen35moe, qwen3next): a checkpoint of the recurrent state every this many
+    // positions (0: only where a prompt's new tokens start and where it ends).
+    int state_checkpoint_interval = 1024;
     // Time each part of the CPU forward pass during decode (timings::decode_phases; strata-bench model
     // --breakdown). Costs two clock reads per part and layer.
     bool phase_timing = false;
@@ -168,7 +171,7 @@ struct pool_slice_info {
 
 struct model_info {
     std::string path;
-    std::string architecture;        // "qwen3moe" | "qwen2moe" | "mixtral" | "glm4moe" | "deepseek2"
+    std::string architecture;        // "qwen3moe" | "qwen2moe" | "mixtral" | "glm4moe" | "deepseek2" | "qwen35moe" | "qwen3next"
     std::string name;
     int n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
     int n_rot = 0;                   // dims of a head RoPE rotates
@@ -182,6 +185,11 @@ struct model_info {
     uint64_t kv_bytes_per_session = 0;   // a full context's KV cache (allocated as the context fills)
     int kv_chunk_tokens = 0;             // positions per KV cache allocation
     uint64_t kv_bytes_per_token = 0;     // keys and values of one position, every layer
+    // Hybrid models: the gated DeltaNet layers' recurrent state (conv and SSM state, f32), one per
+    // session and one per checkpoint; 0 for pure-attention models, whose every layer has a KV cache.
+    int n_recurrent_layers = 0;
+    uint64_t state_bytes_per_session = 0;
+    int state_checkpoint_interval = 0;
     // The CPU expert pool.
     bool pool_split = false;
     bool pool_test_mode = false;
@@ -229,7 +237,7 @@ struct conversation_cache_entry {
 struct conversation_cache_stats {
     bool enabled = false;            // --cache-ram other than 0
     uint64_t budget_bytes = 0;
-    uint64_t bytes = 0;              // held by the snapshots' segments
+    uint64_t bytes = 0;              // held by the snapshots (segments, and recurrent states)
     uint64_t segments = 0;
     int node = -1;                   // NUMA node the segments are bound to (the cold node); -1: anonymous
     double node_share = 0;           // sampled share of the segments' pages on `node` (0 when node is -1)
@@ -238,6 +246,8 @@ struct conversation_cache_stats {
     uint64_t misses = 0;             // prompts for which no snapshot beat the session's own cache
     uint64_t tokens_restored = 0;    // tokens copied back from snapshots
     uint64_t evictions = 0;          // snapshots dropped for the budget
+    uint64_t state_checkpoints = 0;  // hybrid models: recurrent states the snapshots keep
+    uint64_t state_bytes = 0;        // their bytes (in `bytes` too)
     std::vector<conversation_cache_entry> entries;  // most recently used first
 };
 
@@ -319,6 +329,9 @@ public:
     // Bytes this session's KV cache has allocated so far (model_info::kv_bytes_per_session at most).
     // Safe from any thread.
     size_t kv_bytes() const;
+    // Hybrid models: the recurrent state's checkpoints this session keeps, and their bytes.
+    size_t state_checkpoints() const;
+    size_t state_checkpoint_bytes() const;
 
     struct impl;
 

@@ -1,0 +1,107 @@
+#include "model/delta_net.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/delta_net.hpp"
+#include "cpu/kernels.hpp"
+#include "model/parallel.hpp"
+
+namespace strata::engine {
+
+namespace cpu = kernels::cpu;
+
+namespace {
+
+// Every token through the sequential form: the same bits for any split of a sequence into calls, so a
+// state restored from a checkpoint or a snapshot continues exactly as an uninterrupted one; on the CPU
+// it is also the faster form (kernels/cpu/delta_net.hpp, docs/ARCHITECTURE.md).
+constexpr int kChunk = 0;
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // ggml's threshold
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace
+
+delta_net_mixer::delta_net_mixer(arenas::expert_pool& pool, const hparams& hp) : pool_(pool), hp_(hp) {}
+
+void delta_net_mixer::run(const layer_weights& l, int r, recurrent_state& state, int n_tok, float* qkv, const float* z,
+                          const float* b, const float* a, float* out) {
+    const int dk = hp_.ssm_d_state, n_k = hp_.ssm_n_k_head, n_v = hp_.ssm_n_v_head, conv_dim = hp_.ssm_conv_dim();
+    const int key_dim = hp_.ssm_key_dim(), value_dim = hp_.ssm_value_dim();
+    const size_t nt = static_cast<size_t>(n_tok);
+    conv_out_.resize(nt * static_cast<size_t>(conv_dim));
+    g_.resize(nt * static_cast<size_t>(n_v));
+    beta_.resize(nt * static_cast<size_t>(n_v));
+    cpu::causal_conv1d_silu(state.conv(r), qkv, conv_dim, l.ssm_conv1d, n_tok, conv_dim, hp_.ssm_conv_kernel,
+                            conv_out_.data(), conv_dim);
+    const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+    for (size_t t = 0; t < nt; ++t) {
+        float* row = conv_out_.data() + t * conv_dim;
+        cpu::l2_normalize_rows(row, n_k, dk, dk, hp_.rms_eps, q_scale);
+        cpu::l2_normalize_rows(row + key_dim, n_k, dk, dk, hp_.rms_eps, 1.0f);
+        for (int h = 0; h < n_v; ++h) {
+            const size_t i = t * n_v + static_cast<size_t>(h);
+            beta_[i] = sigmoid(b[i]);
+            g_[i] = l.ssm_a[h] * softplus(a[i] + l.ssm_dt_bias[h]);
+        }
+    }
+    const int group = n_v / n_k;
+    float* S0 = state.ssm(r);
+    const size_t scratch_floats = kChunk > 0 ? (cpu::delta_rule_chunked_scratch(dk, dk, kChunk) + 15) / 16 * 16 : 0;
+    if (scratch_.size() < scratch_floats * n_v + 16) scratch_.resize(scratch_floats * n_v + 16);
+    float* scratch0 = scratch_.data() + (16 - reinterpret_cast<uintptr_t>(scratch_.data()) / sizeof(float) % 16) % 16;
+    const int64_t pos0 = state.pos();
+    parallel_rows(pool_, n_v, 1, [&](int64_t h0, int64_t h1) {
+        for (int64_t h = h0; h < h1; ++h) {
+            const int kh = hp_.ssm_v_tiled ? static_cast<int>(h % n_k) : static_cast<int>(h / group);
+            const float* q = conv_out_.data() + static_cast<size_t>(kh) * dk;
+            const float* k = q + key_dim;
+            const float* v = conv_out_.data() + 2 * static_cast<size_t>(key_dim) + static_cast<size_t>(h) * dk;
+            float* S = S0 + static_cast<size_t>(h) * dk * dk;
+            float* o = out + static_cast<size_t>(h) * dk;
+            cpu::delta_rule_run(S, pos0, dk, dk, n_tok, q, conv_dim, k, conv_dim, v, conv_dim, g_.data() + h, n_v,
+                                beta_.data() + h, n_v, o, value_dim, kChunk,
+                                scratch0 + static_cast<size_t>(h) * scratch_floats);
+            for (size_t t = 0; t < nt; ++t) {
+                float* ot = o + t * value_dim;
+                const float* zt = z + t * value_dim + static_cast<size_t>(h) * dk;
+                cpu::rms_norm(ot, l.ssm_norm, hp_.rms_eps, dk, ot);
+                for (int i = 0; i < dk; ++i) ot[i] *= silu(zt[i]);
+            }
+        }
+    });
+}
+
+void delta_net_mixer::split_ssm_in(const hparams& hp, const float* in, int n_tok, float* qkv, float* z) {
+    const size_t dk = static_cast<size_t>(hp.ssm_d_state), n_k = static_cast<size_t>(hp.ssm_n_k_head);
+    const size_t per_k = static_cast<size_t>(hp.ssm_n_v_head) / n_k * dk;  // one key head's v (or z) width
+    const size_t key_dim = n_k * dk, conv_dim = static_cast<size_t>(hp.ssm_conv_dim());
+    const size_t value_dim = static_cast<size_t>(hp.ssm_value_dim()), in_row = conv_dim + value_dim;
+    for (size_t t = 0; t < static_cast<size_t>(n_tok); ++t) {
+        const float* src = in + t * in_row;
+        float* dst = qkv + t * conv_dim;
+        for (size_t h = 0; h < n_k; ++h) {
+            const float* s = src + h * (2 * dk + 2 * per_k);
+            std::memcpy(dst + h * dk, s, dk * sizeof(float));
+            std::memcpy(dst + key_dim + h * dk, s + dk, dk * sizeof(float));
+            std::memcpy(dst + 2 * key_dim + h * per_k, s + 2 * dk, per_k * sizeof(float));
+            std::memcpy(z + t * value_dim + h * per_k, s + 2 * dk + per_k, per_k * sizeof(float));
+        }
+    }
+}
+
+void delta_net_mixer::split_ba(const hparams& hp, const float* ba, int n_tok, float* b, float* a) {
+    const size_t n_v = static_cast<size_t>(hp.ssm_n_v_head), n_k = static_cast<size_t>(hp.ssm_n_k_head);
+    const size_t group = n_v / n_k;
+    for (size_t t = 0; t < static_cast<size_t>(n_tok); ++t)
+        for (size_t h = 0; h < n_k; ++h)
+            for (size_t j = 0; j < group; ++j) {
+                b[t * n_v + h * group + j] = ba[t * 2 * n_v + h * 2 * group + j];
+                a[t * n_v + h * group + j] = ba[t * 2 * n_v + h * 2 * group + group + j];
+            }
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,68 @@
+// The recurrent state of a sequence in the hybrid families' gated DeltaNet layers: per layer the conv
+// state (the last conv_kernel - 1 inputs of the depthwise conv) and one d_state x d_state matrix per
+// value head, all f32. Unlike a KV cache it cannot be cut back to an earlier position, so it keeps
+// checkpoints: copies of itself at chosen positions, restored to go back.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "model/hparams.hpp"
+
+namespace strata::engine {
+
+struct state_checkpoint {
+    int pos = 0;               // tokens folded into it
+    std::vector<float> data;   // the whole state, as recurrent_state::data()
+};
+
+class recurrent_state {
+public:
+    static constexpr size_t default_max_checkpoints = 16;
+
+    recurrent_state() = default;
+    // The state of hp's DeltaNet layers (none for other families), zero at position 0.
+    explicit recurrent_state(const hparams& hp);
+
+    bool empty() const { return n_layer_ == 0; }
+    int n_layer() const { return n_layer_; }
+    size_t bytes() const { return data_.size() * sizeof(float); }
+    float* conv(int r) { return data_.data() + static_cast<size_t>(r) * layer_floats(); }
+    float* ssm(int r) { return conv(r) + conv_floats_; }
+    std::span<const float> data() const { return data_; }
+
+    int pos() const { return pos_; }
+    void set_pos(int pos) { pos_ = pos; }
+    void reset();  // zero, position 0, no checkpoints
+
+    // Keeps a copy of the state at pos() (replacing one already there); beyond max_checkpoints the
+    // oldest goes.
+    void checkpoint();
+    // The position cut_back(n_pos) would go back to.
+    int usable(int n_pos) const;
+    // Goes back to the newest checkpoint at or before n_pos (the zero state at 0 when none), drops
+    // the checkpoints after it, and returns its position.
+    int cut_back(int n_pos);
+    // Sets the state to `c` (whose size must match) and keeps `others` as the checkpoints.
+    void assign(const state_checkpoint& c, std::vector<state_checkpoint> others);
+
+    const std::vector<state_checkpoint>& checkpoints() const { return checkpoints_; }
+    size_t checkpoint_bytes() const { return checkpoints_.size() * bytes(); }
+    void set_max_checkpoints(size_t n) { max_checkpoints_ = n; }
+
+private:
+    size_t layer_floats() const { return conv_floats_ + ssm_floats_; }
+
+    int n_layer_ = 0;
+    size_t conv_floats_ = 0, ssm_floats_ = 0;
+    std::vector<float> data_;  // [n_layer][conv | ssm]
+    int pos_ = 0;
+    std::vector<state_checkpoint> checkpoints_;  // by position
+    size_t max_checkpoints_ = default_max_checkpoints;
+};
+
+// Bytes of one sequence's recurrent state of hp (0 for families without DeltaNet layers).
+size_t recurrent_state_bytes(const hparams& hp);
+
+}  // namespace strata::engine
