@@ -11,6 +11,8 @@ packages=(
   clang-14 libclang-rt-14-dev
   # the numa-vm test lane boots a small VM under software emulation
   qemu-system-x86 busybox-static cpio xz-utils
+  # the chat-template test's oracle (tests/engine/template/render_jinja.py)
+  python3-jinja2
 )
 
 missing=()
