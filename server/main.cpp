@@ -46,6 +46,8 @@ cxxopts::Options make_options() {
         ("cors-origin", "origins browsers may call from: '*', a comma-separated list, or '' for none (default: '*' "
                         "on a loopback host without an API key, else none)", cxxopts::value<std::string>())
         ("special-in-content", "treat control tokens written in chat messages as tokens (default: as text)")
+        ("reasoning-format", "auto: a thinking model's reasoning is returned as reasoning_content; none: it stays "
+                             "inline in content", cxxopts::value<std::string>()->default_value("auto"))
         ("h,help", "show help");
     return o;
 }
@@ -71,6 +73,10 @@ server::server_options server_options_from(const cxxopts::ParseResult& a) {
     s.default_sampling = cli::sampling_options_from(a);
     if (a.count("cors-origin")) s.cors_origin = a["cors-origin"].as<std::string>();
     s.special_in_content = a.count("special-in-content") > 0;
+    const std::string reasoning = a["reasoning-format"].as<std::string>();
+    if (reasoning != "auto" && reasoning != "none")
+        throw std::invalid_argument(fmt::format("--reasoning-format must be auto or none, got '{}'", reasoning));
+    s.reasoning_inline = reasoning == "none";
     return s;
 }
 

@@ -24,7 +24,12 @@ struct completion_request {
     bool include_usage = false;        // stream_options.include_usage
     bool logprobs = false;             // chat: "logprobs": true; completions: "logprobs": N (N >= 0)
     int top_logprobs = 0;
+    bool thinking_opened = false;      // chat: the rendered prompt ends inside <think>
+    bool tools_offered = false;        // chat: the template was given tools
 };
+
+// Whether a rendered chat prompt ends with an open "<think>" (the generation starts as reasoning).
+bool opens_thinking(std::string_view prompt);
 
 // The body as a JSON object: 400 for invalid UTF-8 (with the byte offset), malformed JSON (with the
 // parser's position) or a body that is not an object.
