@@ -455,7 +455,7 @@ model::chat_prompt model::tokenize_chat_context(std::string_view context_json, b
     if (!impl_->chat)
         throw request_error("this model has no chat template strata can apply (" + impl_->chat_error +
                             "); pass a template name or file, or use plain completions");
-    const nlohmann::json ctx = nlohmann::json::parse(context_json, nullptr, false);
+    const nlohmann::ordered_json ctx = nlohmann::ordered_json::parse(context_json, nullptr, false);
     if (!ctx.is_object() || !ctx.contains("messages") || !ctx["messages"].is_array())
         throw request_error("the chat context must be a JSON object with a 'messages' array");
     tok::rendered_chat r;

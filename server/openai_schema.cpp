@@ -261,6 +261,37 @@ json chat_context(const json& body) {
     return ctx;
 }
 
+// The context again with the client's key order (nlohmann::json sorts keys; transformers keeps the
+// order, and tojson in a template shows it): the messages, tools and keyword arguments of the raw
+// body, with the validated role, content and tool calls.
+nlohmann::ordered_json ordered_context(const json& ctx, std::string_view raw) {
+    using ojson = nlohmann::ordered_json;
+    ojson out = ojson::parse(ctx.dump());
+    const ojson o = ojson::parse(raw, nullptr, false);
+    if (!o.is_object() || !o.contains("messages") || o["messages"].size() != ctx["messages"].size()) return out;
+    for (size_t i = 0; i < ctx["messages"].size(); ++i) {
+        const json& v = ctx["messages"][i];
+        ojson m = o["messages"][i];
+        m["role"] = v["role"];
+        m["content"] = v["content"];
+        if (v.contains("tool_calls")) {
+            for (ojson& c : m["tool_calls"])
+                if (c["function"].contains("arguments") && c["function"]["arguments"].is_string()) {
+                    ojson args = ojson::parse(c["function"]["arguments"].get<std::string>(), nullptr, false);
+                    if (args.is_object()) c["function"]["arguments"] = std::move(args);
+                }
+        } else {
+            m.erase("tool_calls");
+        }
+        out["messages"][i] = std::move(m);
+    }
+    if (!ctx["tools"].is_null() && o.contains("tools")) out["tools"] = o["tools"];
+    if (o.contains("chat_template_kwargs") && o["chat_template_kwargs"].is_object())
+        for (auto it = o["chat_template_kwargs"].begin(); it != o["chat_template_kwargs"].end(); ++it)
+            if (it.key() != "messages" && it.key() != "tools") out[it.key()] = it.value();
+    return out;
+}
+
 std::vector<int32_t> token_ids(const json& v, const std::string& where, int n_vocab) {
     std::vector<int32_t> ids;
     for (size_t i = 0; i < v.size(); ++i) {
@@ -372,7 +403,8 @@ bool opens_thinking(std::string_view prompt) {
 }
 
 completion_request parse_completion_request(const json& body, endpoint kind, const model& m,
-                                            const sampling_options& defaults, bool special_in_content) {
+                                            const sampling_options& defaults, bool special_in_content,
+                                            std::string_view raw_body) {
     completion_request r;
     r.kind = kind;
     if (const json* v = field(body, "model"); v && !v->is_string()) throw wrong_type("model", "a string", *v);
@@ -397,7 +429,8 @@ completion_request parse_completion_request(const json& body, endpoint kind, con
     if (kind == endpoint::chat) {
         const json ctx = chat_context(body);
         try {
-            model::chat_prompt p = m.tokenize_chat_context(ctx.dump(), special_in_content);
+            const std::string ctx_text = raw_body.empty() ? ctx.dump() : ordered_context(ctx, raw_body).dump();
+            model::chat_prompt p = m.tokenize_chat_context(ctx_text, special_in_content);
             r.prompt = std::move(p.tokens);
             r.thinking_opened = opens_thinking(p.text);
         } catch (const request_error& e) {

@@ -38,8 +38,10 @@ json parse_body(std::string_view body);
 // Validates the fields (sampling values within the ranges the sampler accepts), renders chat messages
 // through the model's template, tokenizes (message content as text unless special_in_content), and
 // checks the prompt and max_tokens against the context (code "context_length_exceeded", both numbers).
+// raw_body (the text body was parsed from) gives the chat template the client's key order.
 completion_request parse_completion_request(const json& body, endpoint kind, const model& m,
-                                            const sampling_options& defaults, bool special_in_content = false);
+                                            const sampling_options& defaults, bool special_in_content = false,
+                                            std::string_view raw_body = {});
 
 struct tokenize_request {
     std::string content;

@@ -352,11 +352,20 @@ private:
 template_program::template_program(std::string_view source)
     : body_(std::make_shared<const detail::body>(detail::parse_template(source, detail::lex_options{}))) {}
 
-std::string template_program::render(const nlohmann::json& context, const render_options& opt) const {
+template <class Json>
+static std::string render_with(const detail::body& b, const Json& context, const render_options& opt) {
     detail::scope globals;
     if (context.is_object())
         for (auto it = context.begin(); it != context.end(); ++it) globals[it.key()] = value::from_json(it.value());
-    return detail::interpreter(opt, std::move(globals)).run(*body_);
+    return detail::interpreter(opt, std::move(globals)).run(b);
+}
+
+std::string template_program::render(const nlohmann::json& context, const render_options& opt) const {
+    return render_with(*body_, context, opt);
+}
+
+std::string template_program::render(const nlohmann::ordered_json& context, const render_options& opt) const {
+    return render_with(*body_, context, opt);
 }
 
 }  // namespace strata::jinja

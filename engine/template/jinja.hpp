@@ -35,6 +35,7 @@ public:
     // Renders with the context's keys as variables. Throws template_error "line N: ..." when
     // rendering fails (including the template's own raise_exception).
     std::string render(const nlohmann::json& context, const render_options& opt = {}) const;
+    std::string render(const nlohmann::ordered_json& context, const render_options& opt = {}) const;
 
 private:
     std::shared_ptr<const std::vector<detail::node>> body_;

@@ -43,28 +43,32 @@ value value::make_function(std::string name, native_fn fn) {
     return v;
 }
 
-value value::from_json(const nlohmann::json& j) {
+template <class Json>
+static value json_to_value(const Json& j) {
     switch (j.type()) {
-    case nlohmann::json::value_t::null: return none();
-    case nlohmann::json::value_t::boolean: return value(j.get<bool>());
-    case nlohmann::json::value_t::number_integer: return value(j.get<std::int64_t>());
-    case nlohmann::json::value_t::number_unsigned: return value(static_cast<std::int64_t>(j.get<std::uint64_t>()));
-    case nlohmann::json::value_t::number_float: return value(j.get<double>());
-    case nlohmann::json::value_t::string: return value(j.get<std::string>());
-    case nlohmann::json::value_t::array: {
+    case nlohmann::detail::value_t::null: return value::none();
+    case nlohmann::detail::value_t::boolean: return value(j.template get<bool>());
+    case nlohmann::detail::value_t::number_integer: return value(j.template get<std::int64_t>());
+    case nlohmann::detail::value_t::number_unsigned: return value(static_cast<std::int64_t>(j.template get<std::uint64_t>()));
+    case nlohmann::detail::value_t::number_float: return value(j.template get<double>());
+    case nlohmann::detail::value_t::string: return value(j.template get<std::string>());
+    case nlohmann::detail::value_t::array: {
         array items;
         items.reserve(j.size());
-        for (const auto& e : j) items.push_back(from_json(e));
-        return make_array(std::move(items));
+        for (const auto& e : j) items.push_back(json_to_value(e));
+        return value::make_array(std::move(items));
     }
-    case nlohmann::json::value_t::object: {
-        value v = make_object();
-        for (auto it = j.begin(); it != j.end(); ++it) v.obj().set(it.key(), from_json(it.value()));
+    case nlohmann::detail::value_t::object: {
+        value v = value::make_object();
+        for (auto it = j.begin(); it != j.end(); ++it) v.obj().set(it.key(), json_to_value(it.value()));
         return v;
     }
-    default: return none();
+    default: return value::none();
     }
 }
+
+value value::from_json(const nlohmann::json& j) { return json_to_value(j); }
+value value::from_json(const nlohmann::ordered_json& j) { return json_to_value(j); }
 
 const value* object::find(std::string_view key) const {
     for (const auto& [k, v] : entries)

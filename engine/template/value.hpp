@@ -43,6 +43,7 @@ public:
     static value make_object();
     static value make_function(std::string name, native_fn fn);
     static value from_json(const nlohmann::json& j);
+    static value from_json(const nlohmann::ordered_json& j);  // keeps the objects' key order
 
     kind type() const { return kind_; }
     bool is_undefined() const { return kind_ == kind::undefined; }

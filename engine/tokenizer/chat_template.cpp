@@ -102,7 +102,7 @@ rendered_chat render_mistral(std::span<const chat_message> msgs) {
 
 // transformers' continue_final_message: the text ends where the last message's content does, so
 // generation continues it instead of starting a new turn.
-void cut_after_final_message(std::string& text, const nlohmann::json& last) {
+void cut_after_final_message(std::string& text, const nlohmann::ordered_json& last) {
     if (!last.contains("content") || !last["content"].is_string()) return;
     const std::string content = last["content"].get<std::string>();
     for (std::string_view c : {std::string_view(content), trim(content)}) {
@@ -189,8 +189,8 @@ void chat_template::set_special_tokens(std::string bos, std::string eos) {
     eos_ = std::move(eos);
 }
 
-rendered_chat chat_template::render_context(const nlohmann::json& context) const {
-    const nlohmann::json& msgs = context.at("messages");
+rendered_chat chat_template::render_context(const nlohmann::ordered_json& context) const {
+    const nlohmann::ordered_json& msgs = context.at("messages");
     if (!jinja_) {
         std::vector<chat_message> converted;
         for (const auto& m : msgs)
@@ -198,7 +198,7 @@ rendered_chat chat_template::render_context(const nlohmann::json& context) const
                                                           ? m["content"].get<std::string>() : std::string()});
         return render(converted, context.value("add_generation_prompt", true));
     }
-    nlohmann::json ctx = context;
+    nlohmann::ordered_json ctx = context;
     const bool continue_final = ctx.value("continue_final_message", false);
     ctx.erase("continue_final_message");
     ctx["bos_token"] = bos_;
@@ -233,7 +233,8 @@ std::string chat_template::apply(std::span<const chat_message> messages, bool ad
 
 rendered_chat chat_template::render(std::span<const chat_message> messages, bool add_generation_prompt) const {
     if (jinja_) {
-        nlohmann::json ctx = {{"messages", nlohmann::json::array()}, {"add_generation_prompt", add_generation_prompt}};
+        nlohmann::ordered_json ctx = {{"messages", nlohmann::ordered_json::array()},
+                                      {"add_generation_prompt", add_generation_prompt}};
         for (const chat_message& m : messages) ctx["messages"].push_back({{"role", m.role}, {"content", m.content}});
         return render_context(ctx);
     }

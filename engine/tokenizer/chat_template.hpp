@@ -72,7 +72,8 @@ public:
     // arguments; bos_token and eos_token are added). Legacy families render context["messages"]'s
     // role and string content. Throws std::invalid_argument "chat template: line N: ..." when the
     // template fails (its own raise_exception included).
-    rendered_chat render_context(const nlohmann::json& context) const;
+    // Objects keep their keys in the order the client wrote them, as in Python.
+    rendered_chat render_context(const nlohmann::ordered_json& context) const;
 
     // Renders the conversation; add_generation_prompt opens the assistant's turn. Throws
     // std::invalid_argument naming an unknown role and its message index.

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "openai_schema.hpp"
 #include "server_fixture.hpp"
 
 namespace strata::server::test {
@@ -57,6 +58,12 @@ TEST(ChatTemplates, ToolsAndToolTurnsReachTheTemplate) {
                 {"enable_thinking", false}};
     ctx["messages"][1]["content"] = "";
     ctx["messages"][1]["tool_calls"][0]["function"]["arguments"] = {{"city", "Paris"}};
+    // The client's key order reaches the template (tojson shows it), as in transformers.
+    const std::string raw = R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function",
+        "function": {"name": "get_weather", "description": "d", "parameters": {"type": "object"}}}]})";
+    const completion_request parsed = parse_completion_request(json::parse(raw), endpoint::chat, *m, {}, false, raw);
+    EXPECT_NE(m->detokenize(parsed.prompt, true).find(R"({"type": "function", "function": {"name": "get_weather", "description": "d")"),
+              std::string::npos);
     const std::string text = m->tokenize_chat_context(ctx.dump()).text;
     EXPECT_NE(text.find("<tools>\n{\"function\": {\"description\": \"Weather of a city.\", \"name\": \"get_weather\""),
               std::string::npos) << text;
