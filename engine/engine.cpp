@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/fmt/fmt.h>
 
 #include "gpu/device.hpp"
@@ -349,6 +350,8 @@ model::impl::impl(const model_options& o)
                                              o.path, tokenizer.n_vocab(), hp.n_vocab));
     try {
         chat = tok::chat_template::from_model(file.get_string("tokenizer.chat_template", ""), o.chat_template);
+        const auto text_of = [&](int32_t id) { return id < 0 ? std::string() : std::string(tokenizer.token_to_piece(id, true)); };
+        chat->set_special_tokens(text_of(tokenizer.bos()), text_of(tokenizer.eos()));
     } catch (const std::invalid_argument&) {
         throw;  // a bad override name is the user's error: say so at load
     } catch (const std::exception& e) {
@@ -471,6 +474,27 @@ static tok::rendered_chat render_chat(const model::impl& m, std::span<const chat
 
 std::string model::apply_chat_template(std::span<const chat_message> messages, bool add_generation_prompt) const {
     return render_chat(*impl_, messages, add_generation_prompt).text;
+}
+
+model::chat_prompt model::tokenize_chat_context(std::string_view context_json, bool special_in_content) const {
+    if (!impl_->chat)
+        throw request_error("this model has no chat template strata can apply (" + impl_->chat_error +
+                            "); pass a template name or file, or use plain completions");
+    const nlohmann::ordered_json ctx = nlohmann::ordered_json::parse(context_json, nullptr, false);
+    if (!ctx.is_object() || !ctx.contains("messages") || !ctx["messages"].is_array())
+        throw request_error("the chat context must be a JSON object with a 'messages' array");
+    tok::rendered_chat r;
+    try {
+        r = impl_->chat->render_context(ctx);
+    } catch (const std::invalid_argument& e) {
+        throw request_error(e.what());
+    }
+    const std::span<const tok::text_span> plain =
+        special_in_content ? std::span<const tok::text_span>{} : std::span<const tok::text_span>(r.content);
+    chat_prompt out;
+    out.tokens = impl_->tokenizer.encode(r.text, {.add_special = true, .parse_special = true, .plain = plain});
+    out.text = std::move(r.text);
+    return out;
 }
 
 std::vector<int32_t> model::tokenize_chat(std::span<const chat_message> messages, bool special_in_content) const {

@@ -108,6 +108,11 @@ struct job {
         return api_error(503, "the server is shutting down", "unavailable_error", "", "shutting_down");
     }
 
+    reply_options reply_opts() const {
+        return {.split_reasoning = !state.options.reasoning_inline, .thinking_opened = request.thinking_opened,
+                .tools = request.tools_offered};
+    }
+
     std::string_view finish_reason(const generation_result& r) const {
         switch (r.reason) {
             case stop_reason::eos:
@@ -207,7 +212,10 @@ void answer_whole(job& j, httplib::Response& res) {
     const json logprobs = j.request.logprobs
                               ? logprobs_json(j.request.kind, r.tokens, *j.m, j.request.top_logprobs, text_offsets)
                               : json(nullptr);
-    const json body = completion_response(j.meta, r.text, j.finish_reason(r), logprobs,
+    parsed_reply reply;
+    if (j.request.kind == endpoint::chat) reply = parse_reply(r.text, j.reply_opts());
+    else reply.content = r.text;
+    const json body = completion_response(j.meta, reply, j.finish_reason(r), logprobs,
                                            static_cast<int>(j.request.prompt.size()), r.time);
     res.status = 200;
     res.set_content(to_text(body), "application/json");
@@ -235,6 +243,8 @@ bool stream_events(job& j, httplib::DataSink& sink) {
 
     const generated_token* previous = nullptr;  // the engine repeats the last token when it flushes held-back text
     size_t emitted = 0;                         // bytes of answer text sent so far
+    reply_stream splitter(j.reply_opts());
+    const bool chat = rq.kind == endpoint::chat;
     generation_result r;
     try {
         r = j.generate([&](const token_event& e) {
@@ -244,9 +254,10 @@ bool stream_events(job& j, httplib::DataSink& sink) {
                 logprobs = logprobs_json(rq.kind, std::span(&e.token, 1), *j.m, rq.top_logprobs, std::span(&emitted, 1));
             previous = &e.token;
             emitted += e.text.size();
-            if (e.text.empty() && logprobs.is_null()) return true;
-            return write(sse_event(stream_chunk(j.meta, {.piece = e.text, .logprobs = std::move(logprobs),
-                                                         .usage_null = rq.include_usage})));
+            const reply_stream::delta d = chat ? splitter.push(e.text) : reply_stream::delta{{}, std::string(e.text)};
+            if (d.content.empty() && d.reasoning.empty() && logprobs.is_null()) return true;
+            return write(sse_event(stream_chunk(j.meta, {.piece = d.content, .reasoning = d.reasoning,
+                                                         .logprobs = std::move(logprobs), .usage_null = rq.include_usage})));
         });
     } catch (const api_error& e) {
         return finish(sse_event(error_body(e)));
@@ -261,7 +272,18 @@ bool stream_events(job& j, httplib::DataSink& sink) {
         return finish(sse_event(error_body(api_error(503, "the server is shutting down; the generation was cancelled",
                                                      "unavailable_error", "", "shutting_down"))));
     const int n_prompt = static_cast<int>(rq.prompt.size());
-    if (!write(sse_event(stream_chunk(j.meta, {.finish_reason = j.finish_reason(r), .final_timings = &r.time,
+    std::string_view reason = j.finish_reason(r);
+    if (chat) {
+        const parsed_reply rest = splitter.finish();
+        const bool calls = !rest.tool_calls.empty();
+        if ((!rest.content.empty() || !rest.reasoning.empty() || calls) &&
+            !write(sse_event(stream_chunk(j.meta, {.piece = rest.content, .reasoning = rest.reasoning,
+                                                   .tool_calls = calls ? &rest.tool_calls : nullptr,
+                                                   .usage_null = rq.include_usage}))))
+            return false;
+        if (calls) reason = "tool_calls";
+    }
+    if (!write(sse_event(stream_chunk(j.meta, {.finish_reason = reason, .final_timings = &r.time,
                                                .usage_null = rq.include_usage}))))
         return false;
     return finish(rq.include_usage ? sse_event(usage_chunk(j.meta, n_prompt, r.time)) : std::string());
@@ -274,7 +296,7 @@ void handle_completion(server_state& state, const httplib::Request& req, httplib
     if (!m) throw api_error(503, "Loading model", "unavailable_error", "", "loading");
     const json body = parse_body(req.body);
     completion_request request =
-        parse_completion_request(body, kind, *m, state.options.default_sampling, state.options.special_in_content);
+        parse_completion_request(body, kind, *m, state.options.default_sampling, state.options.special_in_content, req.body);
 
     const uint64_t id = state.next_request_id.fetch_add(1);
     response_meta meta{kind, state.new_response_id(kind == endpoint::chat ? "chatcmpl" : "cmpl"),

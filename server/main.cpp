@@ -57,6 +57,8 @@ cxxopts::Options make_options() {
                         "on a loopback host without an API key, else none)", cxxopts::value<std::string>())
         ("no-webui", "do not serve the chat page (/) and the live view (/dashboard)")
         ("special-in-content", "treat control tokens written in chat messages as tokens (default: as text)")
+        ("reasoning-format", "auto: a thinking model's reasoning is returned as reasoning_content; none: it stays "
+                             "inline in content", cxxopts::value<std::string>()->default_value("auto"))
         ("h,help", "show help");
     return o;
 }
@@ -94,6 +96,10 @@ server::server_options server_options_from(const cxxopts::ParseResult& a) {
     if (a.count("cors-origin")) s.cors_origin = a["cors-origin"].as<std::string>();
     s.special_in_content = a.count("special-in-content") > 0;
     s.webui = a.count("no-webui") == 0;
+    const std::string reasoning = a["reasoning-format"].as<std::string>();
+    if (reasoning != "auto" && reasoning != "none")
+        throw std::invalid_argument(fmt::format("--reasoning-format must be auto or none, got '{}'", reasoning));
+    s.reasoning_inline = reasoning == "none";
     return s;
 }
 

@@ -84,14 +84,19 @@ static json envelope(const response_meta& meta, const char* chat_object, const c
             {"system_fingerprint", "strata-" STRATA_VERSION}};
 }
 
-json completion_response(const response_meta& meta, const std::string& text, std::string_view finish_reason,
+json completion_response(const response_meta& meta, const parsed_reply& reply, std::string_view finish_reason,
                          const json& logprobs, int prompt_tokens, const timings& t) {
     json r = envelope(meta, "chat.completion", "text_completion");
-    json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
-    if (meta.kind == endpoint::chat)
-        choice["message"] = {{"role", "assistant"}, {"content", text}};
-    else
-        choice["text"] = text;
+    const bool calls = !reply.tool_calls.empty();
+    json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", calls ? "tool_calls" : finish_reason}};
+    if (meta.kind == endpoint::chat) {
+        json msg = {{"role", "assistant"}, {"content", calls && reply.content.empty() ? json(nullptr) : json(reply.content)}};
+        if (!reply.reasoning.empty()) msg["reasoning_content"] = reply.reasoning;
+        if (calls) msg["tool_calls"] = reply.tool_calls;
+        choice["message"] = std::move(msg);
+    } else {
+        choice["text"] = reply.content;
+    }
     r["choices"] = json::array({std::move(choice)});
     r["usage"] = usage_json(prompt_tokens, t);
     r["timings"] = timings_json(t);
@@ -106,6 +111,12 @@ json stream_chunk(const response_meta& meta, const chunk_fields& f) {
         json delta = json::object();
         if (f.first) delta["role"] = "assistant";
         if (!f.piece.empty() || f.first) delta["content"] = f.piece;
+        if (!f.reasoning.empty()) delta["reasoning_content"] = f.reasoning;
+        if (f.tool_calls) {
+            json calls = *f.tool_calls;
+            for (size_t i = 0; i < calls.size(); ++i) calls[i]["index"] = i;
+            delta["tool_calls"] = std::move(calls);
+        }
         choice["delta"] = std::move(delta);
     } else {
         choice["text"] = f.piece;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api_error.hpp"
+#include "chat_output.hpp"
 #include "openai_schema.hpp"
 #include "strata/engine.hpp"
 
@@ -40,14 +41,17 @@ struct response_meta {
 json logprobs_json(endpoint kind, std::span<const generated_token> tokens, const model& m, int top_logprobs,
                    std::span<const size_t> text_offsets = {});
 
-// A complete (non-streamed) response.
-json completion_response(const response_meta& meta, const std::string& text, std::string_view finish_reason,
+// A complete (non-streamed) response; a chat reply carries reasoning_content and tool_calls when it
+// has them (content is null beside tool calls when empty), and finish_reason "tool_calls" with them.
+json completion_response(const response_meta& meta, const parsed_reply& reply, std::string_view finish_reason,
                          const json& logprobs, int prompt_tokens, const timings& t);
 
 // A streamed chunk: text `piece` (the chat role on the first chunk), optional logprobs, and on the
 // last chunk the finish reason with the timings.
 struct chunk_fields {
     std::string_view piece;
+    std::string_view reasoning;                       // chat: delta.reasoning_content
+    const json* tool_calls = nullptr;                 // chat: delta.tool_calls (each with its index)
     bool first = false;
     json logprobs;                                    // null when not asked for
     std::optional<std::string_view> finish_reason;

@@ -87,10 +87,9 @@ void reject_unsupported(const json& body) {
         throw bad_field("echo", "'echo' is not supported", "unsupported_value");
     if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
         throw bad_field("best_of", "'best_of' must be 1", "unsupported_value");
-    for (const char* key : {"tools", "functions"})
-        if (const json* v = field(body, key); v && !(v->is_array() && v->empty()))
-            throw bad_field(key, fmt::format("'{}' is not supported: strata serves plain text generation", key),
-                            "unsupported_value");
+    if (const json* v = field(body, "functions"); v && !(v->is_array() && v->empty()))
+        throw bad_field("functions", "'functions' (the deprecated form of 'tools') is not supported; send 'tools'",
+                        "unsupported_value");
     if (const json* v = field(body, "response_format")) {
         if (!v->is_object()) throw wrong_type("response_format", "an object", *v);
         const auto t = v->find("type");
@@ -138,17 +137,15 @@ std::vector<std::string> parse_stop(const json& body) {
     return out;
 }
 
-// OpenAI content: a string or an array of parts of which strata reads the text ones. Required: null
-// content belongs to assistant turns with tool calls, which strata does not serve.
-std::string message_content(const json& m, size_t i) {
+// OpenAI content: a string or an array of parts of which strata reads the text ones. Null content
+// belongs to assistant turns with tool calls (it renders as "").
+std::string message_content(const json& m, size_t i, bool has_tool_calls) {
     const std::string where = fmt::format("messages[{}].content", i);
-    if (const auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null() && !(calls->is_array() && calls->empty()))
-        throw bad_field(fmt::format("messages[{}].tool_calls", i),
-                        fmt::format("'messages[{}].tool_calls' is not supported: strata serves plain text generation", i),
-                        "unsupported_value");
     const auto it = m.find("content");
-    if (it == m.end() || it->is_null())
+    if (it == m.end() || it->is_null()) {
+        if (has_tool_calls) return {};
         throw bad_field(where, fmt::format("'{}' is required", where), "missing_required_parameter");
+    }
     if (it->is_string()) return it->get<std::string>();
     if (!it->is_array()) throw wrong_type(where, "a string or an array of content parts", *it);
     std::string text;
@@ -168,12 +165,36 @@ std::string message_content(const json& m, size_t i) {
     return text;
 }
 
-std::vector<chat_message> parse_messages(const json& body) {
+// An assistant's tool calls as templates expect them: function.arguments as an object when the
+// request's JSON string holds one (transformers' convention), else left as the string.
+json message_tool_calls(const json& calls, size_t i) {
+    const std::string where = fmt::format("messages[{}].tool_calls", i);
+    if (!calls.is_array()) throw wrong_type(where, "an array of tool calls", calls);
+    json out = json::array();
+    for (size_t k = 0; k < calls.size(); ++k) {
+        const std::string cw = fmt::format("{}[{}]", where, k);
+        const json& c = calls[k];
+        if (!c.is_object()) throw wrong_type(cw, "an object", c);
+        const auto fn = c.find("function");
+        if (fn == c.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+            throw bad_field(cw + ".function.name", fmt::format("'{}.function.name' must be a string", cw), "invalid_type");
+        json call = c;
+        if (const auto args = fn->find("arguments"); args != fn->end() && args->is_string()) {
+            json parsed = json::parse(args->get<std::string>(), nullptr, false);
+            if (parsed.is_object()) call["function"]["arguments"] = std::move(parsed);
+        }
+        out.push_back(std::move(call));
+    }
+    return out;
+}
+
+// The messages as the chat template sees them: every field kept, roles checked, content as a string.
+json parse_messages(const json& body) {
     const json* v = field(body, "messages");
     if (!v) throw bad_field("messages", "'messages' is required", "missing_required_parameter");
     if (!v->is_array()) throw wrong_type("messages", "an array of messages", *v);
     if (v->empty()) throw bad_field("messages", "'messages' must hold at least one message");
-    std::vector<chat_message> out;
+    json out = json::array();
     for (size_t i = 0; i < v->size(); ++i) {
         const json& m = (*v)[i];
         if (!m.is_object()) throw wrong_type(fmt::format("messages[{}]", i), "an object", m);
@@ -183,11 +204,92 @@ std::vector<chat_message> parse_messages(const json& body) {
         if (!role->is_string()) throw wrong_type(rw, "a string", *role);
         std::string r = role->get<std::string>();
         if (r == "developer") r = "system";  // OpenAI's newer name for the system role
-        if (r != "system" && r != "user" && r != "assistant")
-            throw bad_field(rw, fmt::format("'{}' is '{}'; strata accepts system, developer, user and assistant", rw,
+        if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+            throw bad_field(rw, fmt::format("'{}' is '{}'; strata accepts system, developer, user, assistant and tool", rw,
                                             role->get<std::string>()));
-        out.push_back({std::move(r), message_content(m, i)});
+        json msg = m;
+        msg["role"] = r;
+        const auto calls = m.find("tool_calls");
+        const bool has_calls = calls != m.end() && !calls->is_null() && !(calls->is_array() && calls->empty());
+        if (has_calls) msg["tool_calls"] = message_tool_calls(*calls, i);
+        else msg.erase("tool_calls");
+        msg["content"] = message_content(m, i, has_calls);
+        out.push_back(std::move(msg));
     }
+    return out;
+}
+
+// tools: function definitions, passed to the template as they are; tool_choice "none" leaves them out.
+json parse_tools(const json& body) {
+    const json* v = field(body, "tools");
+    if (!v || (v->is_array() && v->empty())) return nullptr;
+    if (!v->is_array()) throw wrong_type("tools", "an array of tools", *v);
+    for (size_t k = 0; k < v->size(); ++k) {
+        const json& t = (*v)[k];
+        const std::string tw = fmt::format("tools[{}]", k);
+        if (!t.is_object()) throw wrong_type(tw, "an object", t);
+        if (t.value("type", "function") != "function")
+            throw bad_field(tw + ".type", fmt::format("'{}.type' must be \"function\"", tw), "unsupported_value");
+        const auto fn = t.find("function");
+        if (fn == t.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+            throw bad_field(tw + ".function.name", fmt::format("'{}.function.name' must be a string", tw), "invalid_type");
+    }
+    if (const json* c = field(body, "tool_choice")) {
+        if (c->is_string() && *c == "none") return nullptr;
+        if (!c->is_string() && !c->is_object()) throw wrong_type("tool_choice", "a string or an object", *c);
+    }
+    return *v;
+}
+
+// What the chat template renders: messages, tools, the generation prompt (left out, and the last
+// message continued, when the conversation ends with an assistant turn: a prefill), and the
+// template's keyword arguments (chat_template_kwargs, reasoning_effort).
+json chat_context(const json& body) {
+    json ctx = {{"messages", parse_messages(body)}, {"tools", parse_tools(body)}};
+    if (const json* c = field(body, "tool_choice")) ctx["tool_choice"] = *c;
+    const bool prefill = ctx["messages"].back()["role"] == "assistant";
+    ctx["add_generation_prompt"] = !prefill;
+    ctx["continue_final_message"] = prefill;
+    if (const json* e = field(body, "reasoning_effort")) {
+        if (!e->is_string()) throw wrong_type("reasoning_effort", "a string", *e);
+        ctx["reasoning_effort"] = *e;
+    }
+    if (const json* k = field(body, "chat_template_kwargs")) {
+        if (!k->is_object()) throw wrong_type("chat_template_kwargs", "an object", *k);
+        for (auto it = k->begin(); it != k->end(); ++it)
+            if (it.key() != "messages" && it.key() != "tools") ctx[it.key()] = it.value();
+    }
+    return ctx;
+}
+
+// The context again with the client's key order (nlohmann::json sorts keys; transformers keeps the
+// order, and tojson in a template shows it): the messages, tools and keyword arguments of the raw
+// body, with the validated role, content and tool calls.
+nlohmann::ordered_json ordered_context(const json& ctx, std::string_view raw) {
+    using ojson = nlohmann::ordered_json;
+    ojson out = ojson::parse(ctx.dump());
+    const ojson o = ojson::parse(raw, nullptr, false);
+    if (!o.is_object() || !o.contains("messages") || o["messages"].size() != ctx["messages"].size()) return out;
+    for (size_t i = 0; i < ctx["messages"].size(); ++i) {
+        const json& v = ctx["messages"][i];
+        ojson m = o["messages"][i];
+        m["role"] = v["role"];
+        m["content"] = v["content"];
+        if (v.contains("tool_calls")) {
+            for (ojson& c : m["tool_calls"])
+                if (c["function"].contains("arguments") && c["function"]["arguments"].is_string()) {
+                    ojson args = ojson::parse(c["function"]["arguments"].get<std::string>(), nullptr, false);
+                    if (args.is_object()) c["function"]["arguments"] = std::move(args);
+                }
+        } else {
+            m.erase("tool_calls");
+        }
+        out["messages"][i] = std::move(m);
+    }
+    if (!ctx["tools"].is_null() && o.contains("tools")) out["tools"] = o["tools"];
+    if (o.contains("chat_template_kwargs") && o["chat_template_kwargs"].is_object())
+        for (auto it = o["chat_template_kwargs"].begin(); it != o["chat_template_kwargs"].end(); ++it)
+            if (it.key() != "messages" && it.key() != "tools") out[it.key()] = it.value();
     return out;
 }
 
@@ -245,8 +347,15 @@ void parse_logprobs(const json& body, endpoint kind, completion_request& r) {
 
 json parse_body(std::string_view body) { return parse_json_body(body); }
 
+bool opens_thinking(std::string_view prompt) {
+    const size_t end = prompt.find_last_not_of(" \t\n\r");
+    if (end == std::string_view::npos) return false;
+    return prompt.substr(0, end + 1).ends_with("<think>");
+}
+
 completion_request parse_completion_request(const json& body, endpoint kind, const model& m,
-                                            const sampling_options& defaults, bool special_in_content) {
+                                            const sampling_options& defaults, bool special_in_content,
+                                            std::string_view raw_body) {
     completion_request r;
     r.kind = kind;
     if (const json* v = field(body, "model"); v && !v->is_string()) throw wrong_type("model", "a string", *v);
@@ -269,13 +378,19 @@ completion_request parse_completion_request(const json& body, endpoint kind, con
 
     const char* prompt_field = kind == endpoint::chat ? "messages" : "prompt";
     if (kind == endpoint::chat) {
-        const std::vector<chat_message> messages = parse_messages(body);
+        const json ctx = chat_context(body);
         try {
-            r.prompt = m.tokenize_chat(messages, special_in_content);
+            const std::string ctx_text = raw_body.empty() ? ctx.dump() : ordered_context(ctx, raw_body).dump();
+            model::chat_prompt p = m.tokenize_chat_context(ctx_text, special_in_content);
+            r.prompt = std::move(p.tokens);
+            r.thinking_opened = opens_thinking(p.text);
         } catch (const request_error& e) {
             throw bad_field("messages", e.what());
         }
+        r.tools_offered = !ctx["tools"].is_null();
     } else {
+        if (const json* v = field(body, "tools"); v && !(v->is_array() && v->empty()))
+            throw bad_field("tools", "'tools' belongs to /v1/chat/completions", "unsupported_value");
         r.prompt = parse_prompt(body, m);
     }
 

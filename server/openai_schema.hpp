@@ -24,7 +24,12 @@ struct completion_request {
     bool include_usage = false;        // stream_options.include_usage
     bool logprobs = false;             // chat: "logprobs": true; completions: "logprobs": N (N >= 0)
     int top_logprobs = 0;
+    bool thinking_opened = false;      // chat: the rendered prompt ends inside <think>
+    bool tools_offered = false;        // chat: the template was given tools
 };
+
+// Whether a rendered chat prompt ends with an open "<think>" (the generation starts as reasoning).
+bool opens_thinking(std::string_view prompt);
 
 // The body as a JSON object: 400 for invalid UTF-8 (with the byte offset), malformed JSON (with the
 // parser's position) or a body that is not an object.
@@ -33,8 +38,10 @@ json parse_body(std::string_view body);
 // Validates the fields (sampling values within the ranges the sampler accepts), renders chat messages
 // through the model's template, tokenizes (message content as text unless special_in_content), and
 // checks the prompt and max_tokens against the context (code "context_length_exceeded", both numbers).
+// raw_body (the text body was parsed from) gives the chat template the client's key order.
 completion_request parse_completion_request(const json& body, endpoint kind, const model& m,
-                                            const sampling_options& defaults, bool special_in_content = false);
+                                            const sampling_options& defaults, bool special_in_content = false,
+                                            std::string_view raw_body = {});
 
 struct tokenize_request {
     std::string content;

@@ -13,6 +13,8 @@ packages=(
   qemu-system-x86 busybox-static cpio xz-utils
   # the web pages embed these browser libraries; the webui test lane drives headless chromium
   libjs-marked libjs-highlight.js libjs-chart.js chromium chromium-driver python3-selenium
+  # the chat-template test's oracle (tests/engine/template/render_jinja.py)
+  python3-jinja2
 )
 
 missing=()

@@ -1,8 +1,14 @@
 #include "tokenizer/chat_template.hpp"
 
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include "template/jinja.hpp"
 
 namespace strata::tok {
 
@@ -94,6 +100,21 @@ rendered_chat render_mistral(std::span<const chat_message> msgs) {
     return std::move(w.out);
 }
 
+// transformers' continue_final_message: the text ends where the last message's content does, so
+// generation continues it instead of starting a new turn.
+void cut_after_final_message(std::string& text, const nlohmann::ordered_json& last) {
+    if (!last.contains("content") || !last["content"].is_string()) return;
+    const std::string content = last["content"].get<std::string>();
+    for (std::string_view c : {std::string_view(content), trim(content)}) {
+        if (c.empty()) continue;
+        const std::size_t at = text.rfind(c);
+        if (at != std::string::npos) {
+            text.resize(at + c.size());
+            return;
+        }
+    }
+}
+
 }  // namespace
 
 std::string_view chat_format_name(chat_format f) {
@@ -119,16 +140,91 @@ std::optional<chat_format> detect_chat_format(std::string_view t) {
     return std::nullopt;
 }
 
+chat_template chat_template::from_jinja(std::string_view source, std::string_view origin) {
+    chat_template t(chat_format::chatml);
+    try {
+        t.jinja_ = std::make_shared<const jinja::template_program>(source);
+    } catch (const jinja::template_error& e) {
+        throw std::runtime_error(fmt::format("{}: {}", origin, e.what()));
+    }
+    return t;
+}
+
 chat_template chat_template::from_model(std::string_view model_template, std::string_view override_name) {
-    if (!override_name.empty()) return chat_template(parse_chat_format(override_name));
+    if (!override_name.empty()) {
+        for (chat_format f : {chat_format::chatml, chat_format::mistral, chat_format::llama3})
+            if (chat_format_name(f) == override_name) return chat_template(f);
+        std::ifstream in{std::string(override_name), std::ios::binary};
+        if (!in)
+            throw std::invalid_argument(fmt::format("chat template '{}' is neither a template name ({}) nor a readable "
+                                                    "Jinja template file", override_name, kFormatNames));
+        std::stringstream ss;
+        ss << in.rdbuf();
+        try {
+            return from_jinja(ss.str(), override_name);
+        } catch (const std::runtime_error& e) {
+            throw std::invalid_argument(e.what());
+        }
+    }
     if (model_template.empty())
         throw std::runtime_error(fmt::format("the model has no chat template (tokenizer.chat_template); name one of "
-                                             "{} to use",
+                                             "{} or a Jinja template file to use",
                                              kFormatNames));
-    if (const auto f = detect_chat_format(model_template)) return chat_template(*f);
-    throw std::runtime_error(fmt::format("the model's chat template ({} characters, starting '{}') is none strata "
-                                         "recognises; name one of {} to use instead",
-                                         model_template.size(), model_template.substr(0, 40), kFormatNames));
+    std::string jinja_error;
+    try {
+        return from_jinja(model_template, "the model's chat template");
+    } catch (const std::runtime_error& e) {
+        jinja_error = e.what();
+    }
+    if (const auto f = detect_chat_format(model_template)) {
+        spdlog::warn("{}; rendering the {} format instead.", jinja_error, chat_format_name(*f));
+        return chat_template(*f);
+    }
+    throw std::runtime_error(fmt::format("{} ({} characters); name one of {} or a Jinja template file to use instead",
+                                         jinja_error, model_template.size(), kFormatNames));
+}
+
+void chat_template::set_special_tokens(std::string bos, std::string eos) {
+    bos_ = std::move(bos);
+    eos_ = std::move(eos);
+}
+
+rendered_chat chat_template::render_context(const nlohmann::ordered_json& context) const {
+    const nlohmann::ordered_json& msgs = context.at("messages");
+    if (!jinja_) {
+        std::vector<chat_message> converted;
+        for (const auto& m : msgs)
+            converted.push_back({m.value("role", ""), m.contains("content") && m["content"].is_string()
+                                                          ? m["content"].get<std::string>() : std::string()});
+        return render(converted, context.value("add_generation_prompt", true));
+    }
+    nlohmann::ordered_json ctx = context;
+    const bool continue_final = ctx.value("continue_final_message", false);
+    ctx.erase("continue_final_message");
+    ctx["bos_token"] = bos_;
+    ctx["eos_token"] = eos_;
+    if (!ctx.contains("tools")) ctx["tools"] = nullptr;
+    rendered_chat out;
+    try {
+        out.text = jinja_->render(ctx);
+    } catch (const jinja::template_error& e) {
+        throw std::invalid_argument(fmt::format("chat template: {}", e.what()));
+    }
+    if (!bos_.empty() && out.text.starts_with(bos_)) out.text.erase(0, bos_.size());
+    if (continue_final && !msgs.empty()) cut_after_final_message(out.text, msgs.back());
+    // Message content, found in order in the text, is what a control token written by the user may
+    // not become.
+    std::size_t from = 0;
+    for (const auto& m : msgs) {
+        if (!m.contains("content") || !m["content"].is_string()) continue;
+        const std::string& c = m["content"].get_ref<const std::string&>();
+        if (c.empty()) continue;
+        std::size_t at = out.text.find(c, from);
+        if (at == std::string::npos) continue;
+        out.content.push_back({at, at + c.size()});
+        from = at + c.size();
+    }
+    return out;
 }
 
 std::string chat_template::apply(std::span<const chat_message> messages, bool add_generation_prompt) const {
@@ -136,6 +232,12 @@ std::string chat_template::apply(std::span<const chat_message> messages, bool ad
 }
 
 rendered_chat chat_template::render(std::span<const chat_message> messages, bool add_generation_prompt) const {
+    if (jinja_) {
+        nlohmann::ordered_json ctx = {{"messages", nlohmann::ordered_json::array()},
+                                      {"add_generation_prompt", add_generation_prompt}};
+        for (const chat_message& m : messages) ctx["messages"].push_back({{"role", m.role}, {"content", m.content}});
+        return render_context(ctx);
+    }
     for (size_t i = 0; i < messages.size(); ++i) check_role(format_, messages[i], i);
     switch (format_) {
         case chat_format::chatml: return render_chatml(messages, add_generation_prompt);

@@ -1,6 +1,7 @@
-// Chat prompts for the template families strata supports: ChatML (Qwen), Mistral [INST] (Mixtral)
-// and Llama 3. The family is recognised from markers in the model's Jinja tokenizer.chat_template
-// (strata has no Jinja engine) or named by an override.
+// Chat prompts: the model's own Jinja tokenizer.chat_template rendered as transformers renders it
+// (engine/template), or a template file named by --chat-template; for files whose template does not
+// parse, or when named, one of the built-in families ChatML (Qwen), Mistral [INST] (Mixtral) and
+// Llama 3.
 //
 // The rendered text carries the format's control tokens as text ("<|im_start|>", "</s>") and no bos:
 // encode it with encode_options{.add_special = true, .parse_special = true}, which adds the bos the
@@ -15,7 +16,15 @@
 #include <string_view>
 #include <vector>
 
+#include <memory>
+
+#include <nlohmann/json_fwd.hpp>
+
 #include "tokenizer/tokenizer.hpp"
+
+namespace strata::jinja {
+class template_program;
+}
 
 namespace strata::tok {
 
@@ -42,13 +51,29 @@ std::optional<chat_format> detect_chat_format(std::string_view model_template);
 class chat_template {
 public:
     explicit chat_template(chat_format f) : format_(f) {}
+    // A Jinja template; throws std::runtime_error "ORIGIN: line N: ..." when it does not parse.
+    static chat_template from_jinja(std::string_view source, std::string_view origin);
 
-    // override_name (when not empty) wins over the model's template. Throws std::runtime_error listing
-    // the supported names when the template is absent or unrecognised and there is no override.
+    // override_name (when not empty) wins over the model's template: a family name, or the path of a
+    // Jinja template file (std::invalid_argument when it is neither). Without one, the model's
+    // template is parsed as Jinja; when that fails its family is recognised from markers. Throws
+    // std::runtime_error listing the supported names when the template is absent or unusable.
     static chat_template from_model(std::string_view model_template, std::string_view override_name = {});
 
+    bool is_jinja() const { return jinja_ != nullptr; }
     chat_format format() const { return format_; }
-    std::string_view name() const { return chat_format_name(format_); }
+    // "jinja" or the family's name.
+    std::string_view name() const { return is_jinja() ? std::string_view("jinja") : chat_format_name(format_); }
+    // The texts {{ bos_token }} and {{ eos_token }} render as. A leading bos in the rendered text is
+    // dropped (the tokenizer adds the bos the model asks for).
+    void set_special_tokens(std::string bos, std::string eos);
+
+    // Renders a Jinja template over the context (messages, tools, add_generation_prompt, keyword
+    // arguments; bos_token and eos_token are added). Legacy families render context["messages"]'s
+    // role and string content. Throws std::invalid_argument "chat template: line N: ..." when the
+    // template fails (its own raise_exception included).
+    // Objects keep their keys in the order the client wrote them, as in Python.
+    rendered_chat render_context(const nlohmann::ordered_json& context) const;
 
     // Renders the conversation; add_generation_prompt opens the assistant's turn. Throws
     // std::invalid_argument naming an unknown role and its message index.
@@ -62,7 +87,9 @@ public:
     rendered_chat render(std::span<const chat_message> messages, bool add_generation_prompt = true) const;
 
 private:
-    chat_format format_;
+    chat_format format_ = chat_format::chatml;
+    std::shared_ptr<const jinja::template_program> jinja_;
+    std::string bos_, eos_;
 };
 
 }  // namespace strata::tok

@@ -46,7 +46,7 @@ TEST(EngineApi, InfoDescribesTheModelAndPool) {
     EXPECT_EQ(i.n_expert, 8);
     EXPECT_EQ(i.n_vocab, 512);
     EXPECT_EQ(i.n_ctx, 128);
-    EXPECT_EQ(i.chat_format, "chatml");
+    EXPECT_EQ(i.chat_format, "jinja");  // the file's own template, rendered by the Jinja engine
     EXPECT_FALSE(i.pool_split);
     ASSERT_FALSE(i.pool_slices.empty());
     EXPECT_GT(i.kv_bytes_per_session, 0u);
@@ -201,7 +201,10 @@ TEST(EngineApi, ChatTemplateAndTokenizerRoundTrip) {
     int plain_ends = 0;
     for (int32_t id : m->tokenize(text, true, false)) plain_ends += m->is_end_of_generation(id);
     EXPECT_EQ(plain_ends, 0) << "without parse_special the markers are ordinary text";
-    EXPECT_THROW(m->apply_chat_template(std::vector<chat_message>{{"robot", "x"}}), request_error);
+    // The model's own template decides which roles it renders (this one takes any, as in transformers);
+    // a failing template is a request_error naming its line.
+    EXPECT_EQ(m->apply_chat_template(std::vector<chat_message>{{"robot", "x"}}, false), "<|im_start|>robot\nx<|im_end|>\n");
+    EXPECT_THROW(m->tokenize_chat_context("{\"messages\": 3}"), request_error);
     EXPECT_EQ(m->detokenize(m->tokenize("The river ran quietly.", false)), "The river ran quietly.");
 }
 

@@ -266,8 +266,10 @@ TEST(ServerRequests, MessageFieldsThatAreNotServed) {
     b["messages"].push_back({{"role", "assistant"}, {"content", nullptr},
                              {"tool_calls", json::array({{{"id", "call_1"}, {"type", "function"},
                                                           {"function", {{"name", "f"}, {"arguments", "{}"}}}}})}});
-    b["messages"].push_back({{"role", "user"}, {"content", "and?"}});
-    error_of(s.post("/v1/chat/completions", b), 400, "messages[1].tool_calls", "unsupported_value");
+    b["messages"].push_back({{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "42"}});
+    EXPECT_EQ(s.post("/v1/chat/completions", b).status, 200);  // tool turns render through the template
+    b["messages"][1]["tool_calls"] = "f()";
+    error_of(s.post("/v1/chat/completions", b), 400, "messages[1].tool_calls", "invalid_type");
 
     error_of(s.post("/v1/completions", json{{"prompt", "def f("}, {"suffix", "return 1"}, {"max_tokens", 2}}), 400,
              "suffix", "unsupported_value");

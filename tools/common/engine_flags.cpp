@@ -16,7 +16,7 @@ void add_model_flags(cxxopts::Options& o) {
                       "(default: STRATA_NUMA_POOL, else auto)", cxxopts::value<std::string>())
         ("pool-workers", "worker threads of the CPU expert pool (default: TBB_NUM_THREADS, else the plan's)",
          cxxopts::value<int>())
-        ("chat-template", "chat template override: chatml | mistral | llama3", cxxopts::value<std::string>())
+        ("chat-template", "chat template override: a Jinja template file, or chatml | mistral | llama3", cxxopts::value<std::string>())
         ("numa-hot-node", "split-off pool: claim the resident experts on NUMA node N (N | auto: the GPU's | off)",
          cxxopts::value<std::string>()->default_value("off"))
         ("mmap-experts", "split-off pool: read routed experts from the mapped file instead of a RAM copy")

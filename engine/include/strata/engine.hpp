@@ -28,7 +28,7 @@ struct model_options {
     std::string kv_type = "f16";      // "f16" | "int8"
     std::string numa_pool;            // "auto" | "off" | "on" | "test" | "test:N"; empty: STRATA_NUMA_POOL
     std::optional<int> pool_workers;  // empty: TBB_NUM_THREADS, else the pool plan's default
-    std::string chat_template;        // "chatml" | "mistral" | "llama3"; empty: from the model
+    std::string chat_template;        // "chatml" | "mistral" | "llama3" | a Jinja file; empty: from the model
     std::string override_pre;         // --override-pre NAME: tokenizer.ggml.pre to use instead of the file's
     // Split-off pool on a multi-node machine: claim the resident experts on this NUMA node before
     // anything else reads the model ("N"; "auto": the NUMA node of --gpu, off without one); "off" or
@@ -285,6 +285,15 @@ public:
     // the characters it is made of, unless special_in_content. Throws request_error like
     // apply_chat_template.
     std::vector<int32_t> tokenize_chat(std::span<const chat_message> messages, bool special_in_content = false) const;
+    // The chat prompt of an OpenAI-style request, given as a JSON object: "messages" with every field
+    // they carry (content parts, tool_calls, tool_call_id, reasoning_content), "tools",
+    // "add_generation_prompt" and the template's keyword arguments (enable_thinking, ...). text is
+    // the rendered prompt. Throws request_error "chat template: line N: ..." when the template fails.
+    struct chat_prompt {
+        std::vector<int32_t> tokens;
+        std::string text;
+    };
+    chat_prompt tokenize_chat_context(std::string_view context_json, bool special_in_content = false) const;
 
     struct impl;
 

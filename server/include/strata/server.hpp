@@ -35,6 +35,7 @@ struct server_options {
     sampling_options default_sampling;      // for fields a request leaves out
     bool special_in_content = false;        // control tokens written in chat messages count as tokens
     bool webui = true;                      // serve the chat page at / and the live view at /dashboard
+    bool reasoning_inline = false;          // --reasoning-format none: <think>...</think> stays in content
     // Origins browsers may call from (CORS): "*", or origins separated by commas ("https://a.example,
     // http://localhost:3000"); "" for none. Unset: "*" on a loopback host without an API key, else none.
     std::optional<std::string> cors_origin;
