@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include <spdlog/fmt/fmt.h>
@@ -29,20 +31,22 @@ constexpr auto read_fields = std::to_array<std::string_view>({
 static_assert(std::is_sorted(read_fields.begin(), read_fields.end()), "is_read_field searches a sorted list");
 
 // Builds the document from the parser's events. Values under a skipped field only move `skip_depth`.
+// J is nlohmann::json or nlohmann::ordered_json (the client's key order, for chat templates).
+template <class J>
 class body_builder {
 public:
     explicit body_builder(size_t max_values) : max_values_(max_values) {}
 
-    bool null() { return value(json(nullptr)); }
-    bool boolean(bool v) { return value(json(v)); }
-    bool number_integer(json::number_integer_t v) { return value(json(v)); }
-    bool number_unsigned(json::number_unsigned_t v) { return value(json(v)); }
-    bool number_float(json::number_float_t v, const std::string&) { return value(json(v)); }
-    bool string(std::string& v) { return value(json(std::move(v))); }
-    bool binary(json::binary_t&) { return value(json()); }  // never produced by the text parser
+    bool null() { return value(J(nullptr)); }
+    bool boolean(bool v) { return value(J(v)); }
+    bool number_integer(typename J::number_integer_t v) { return value(J(v)); }
+    bool number_unsigned(typename J::number_unsigned_t v) { return value(J(v)); }
+    bool number_float(typename J::number_float_t v, const std::string&) { return value(J(v)); }
+    bool string(std::string& v) { return value(J(std::move(v))); }
+    bool binary(typename J::binary_t&) { return value(J()); }  // never produced by the text parser
 
-    bool start_object(size_t) { return open(json::object()); }
-    bool start_array(size_t) { return open(json::array()); }
+    bool start_object(size_t) { return open(J::object()); }
+    bool start_array(size_t) { return open(J::array()); }
     bool end_object() { return close(); }
     bool end_array() { return close(); }
 
@@ -69,7 +73,7 @@ public:
         throw bad_field(where, fmt::format("'{}' is a number too large for a 64-bit float: {}", where, number));
     }
 
-    json take() { return std::move(root_); }
+    J take() { return std::move(root_); }
 
 private:
     bool skipping() {
@@ -87,33 +91,49 @@ private:
     }
 
     // Places a value in the container being filled; returns where it now lives.
-    json* place(json&& v) {
+    J* place(J&& v) {
         count();
         if (stack_.empty()) {
             root_ = std::move(v);
             return &root_;
         }
-        json& top = *stack_.back();
+        J& top = *stack_.back();
         if (top.is_array()) {
             top.push_back(std::move(v));
             return &top.back();
         }
-        json& slot = top[key_];
-        slot = std::move(v);
-        return &slot;
+        if constexpr (std::is_same_v<J, nlohmann::ordered_json>) {
+            // ordered_json's operator[] searches the object linearly: an index per open object keeps a
+            // wide object linear (a repeated key replaces the earlier value, as the parser does).
+            auto& index = index_[stack_.size() - 1];
+            auto& members = static_cast<std::vector<typename J::object_t::value_type>&>(
+                top.template get_ref<typename J::object_t&>());
+            const auto [it, inserted] = index.try_emplace(key_, members.size());
+            if (!inserted) {
+                members[it->second].second = std::move(v);
+                return &members[it->second].second;
+            }
+            members.emplace_back(key_, std::move(v));
+            return &members.back().second;
+        } else {
+            J& slot = top[key_];
+            slot = std::move(v);
+            return &slot;
+        }
     }
 
-    bool value(json&& v) {
+    bool value(J&& v) {
         if (!skipping()) place(std::move(v));
         return true;
     }
 
-    bool open(json&& container) {
+    bool open(J&& container) {
         if (skipping()) {
             ++skip_depth_;
             return true;
         }
         stack_.push_back(place(std::move(container)));
+        if constexpr (std::is_same_v<J, nlohmann::ordered_json>) index_.resize(stack_.size()), index_.back().clear();
         return true;
     }
 
@@ -133,15 +153,17 @@ private:
 
     size_t max_values_;
     size_t values_ = 0;
-    json root_;
-    std::vector<json*> stack_;       // the open containers being filled, outermost first
+    J root_;
+    std::vector<J*> stack_;       // the open containers being filled, outermost first
     std::vector<std::string> keys_;  // the last key seen at each open level
     std::string key_;                // the key of the next value in the innermost object
     bool skip_next_ = false;         // the next value belongs to a skipped field
+    std::vector<std::unordered_map<std::string, size_t>> index_;  // ordered_json: key -> member, per open level
     size_t skip_depth_ = 0;          // containers open inside a skipped field
 };
 
-std::string describe(const json& v) {
+template <class J>
+std::string describe(const J& v) {
     const std::string t = v.type_name();
     return (t == "object" || t == "array") ? "an " + t : (t == "null" ? "null" : "a " + t);
 }
@@ -152,17 +174,24 @@ bool is_read_field(std::string_view name) {
     return std::binary_search(read_fields.begin(), read_fields.end(), name);
 }
 
-json parse_json_body(std::string_view body, size_t max_values) {
+template <class J>
+J parse_body_as(std::string_view body, size_t max_values) {
     if (const auto bad = find_invalid_utf8(body))
         throw api_error(400, fmt::format("the request body is not valid UTF-8 (first bad byte at offset {})", *bad),
                         "invalid_request_error", "", "invalid_utf8");
-    body_builder b(max_values);
-    json::sax_parse(body.begin(), body.end(), &b);
-    json j = b.take();
+    body_builder<J> b(max_values);
+    J::sax_parse(body.begin(), body.end(), &b);
+    J j = b.take();
     if (!j.is_object())
         throw api_error(400, fmt::format("the request body must be a JSON object, got {}", describe(j)),
                         "invalid_request_error", "", "invalid_json");
     return j;
+}
+
+json parse_json_body(std::string_view body, size_t max_values) { return parse_body_as<json>(body, max_values); }
+
+nlohmann::ordered_json parse_json_body_ordered(std::string_view body, size_t max_values) {
+    return parse_body_as<nlohmann::ordered_json>(body, max_values);
 }
 
 }  // namespace strata::server

@@ -23,5 +23,7 @@ bool is_read_field(std::string_view name);
 // parser's position), a number beyond a double (its field), more than max_values values kept
 // (code "too_many_values"), or a body that is not an object.
 nlohmann::json parse_json_body(std::string_view body, size_t max_values = max_json_values);
+// The same document with the client's key order (chat templates show it), as bounded as the above.
+nlohmann::ordered_json parse_json_body_ordered(std::string_view body, size_t max_values = max_json_values);
 
 }  // namespace strata::server

@@ -268,7 +268,7 @@ json chat_context(const json& body) {
 nlohmann::ordered_json ordered_context(const json& ctx, std::string_view raw) {
     using ojson = nlohmann::ordered_json;
     ojson out = ojson::parse(ctx.dump());
-    const ojson o = ojson::parse(raw, nullptr, false);
+    const ojson o = parse_json_body_ordered(raw);
     if (!o.is_object() || !o.contains("messages") || o["messages"].size() != ctx["messages"].size()) return out;
     for (size_t i = 0; i < ctx["messages"].size(); ++i) {
         const json& v = ctx["messages"][i];

@@ -72,5 +72,24 @@ TEST(JsonBody, DuplicateKeysKeepTheLast) {
     EXPECT_EQ(parse_json_body(R"({"n": 1, "n": 2, "stop": "a", "stop": ["b"]})").dump(), R"({"n":2,"stop":["b"]})");
 }
 
+// The ordered document (for chat templates) keeps the client's key order, skips the same fields,
+// keeps the last of repeated keys, and builds a wide object through its index (200,000 members).
+TEST(JsonBody, OrderedKeepsKeyOrderAndTheSameBounds) {
+    const auto j = parse_json_body_ordered(
+        R"({"messages": [{"role": "user", "z": 1, "a": 2, "m": 3, "a": 4}], "ignored": [1, 2, 3]})");
+    ASSERT_TRUE(j.contains("messages"));
+    EXPECT_FALSE(j.contains("ignored"));
+    EXPECT_EQ(j["messages"][0].dump(), R"({"role":"user","z":1,"a":4,"m":3})");
+
+    std::string wide = R"({"tools": [{)";
+    for (int i = 0; i < 200000; ++i) wide += (i ? ",\"k" : "\"k") + std::to_string(i) + "\": " + std::to_string(i);
+    wide += "}]}";
+    const auto w = parse_json_body_ordered(wide);
+    ASSERT_EQ(w["tools"][0].size(), 200000u);
+    EXPECT_EQ(w["tools"][0].begin().key(), "k0");
+    EXPECT_EQ(w["tools"][0]["k199999"], 199999);
+    EXPECT_THROW(parse_json_body_ordered(wide, 1000), api_error);
+}
+
 }  // namespace
 }  // namespace strata::server
