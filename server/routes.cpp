@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <optional>
+#include <regex>
 #include <string_view>
 #include <vector>
 
@@ -255,8 +256,17 @@ std::optional<std::string> cors_origin_for(const server_state& state, std::optio
 
 bool route_is_open(std::string_view method, std::string_view path) {
     if (method == "OPTIONS") return true;
-    for (const route& r : route_table())
-        if (r.open && r.method == method && r.path == path) return true;
+    // Route paths are patterns, matched whole as httplib matches them ("/webui/.+").
+    static const std::vector<std::regex> patterns = [] {
+        std::vector<std::regex> p;
+        for (const route& r : route_table()) p.emplace_back(std::string(r.path));
+        return p;
+    }();
+    const std::vector<route>& table = route_table();
+    for (size_t i = 0; i < table.size(); ++i)
+        if (table[i].open && table[i].method == method &&
+            std::regex_match(path.begin(), path.end(), patterns[i]))
+            return true;
     return false;
 }
 
