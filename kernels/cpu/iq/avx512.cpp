@@ -15,16 +15,6 @@ namespace {
 
 using namespace formats;
 
-// 8 entries of a 64-bit grid as one vector (entry k in qword k).
-static inline __m128i grid2(const uint64_t* g, unsigned a, unsigned b) {
-    return _mm_insert_epi64(_mm_cvtsi64_si128(static_cast<int64_t>(g[a])), static_cast<int64_t>(g[b]), 1);
-}
-static inline __m512i grid8(const uint64_t* g, const unsigned (&ix)[8]) {
-    const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(grid2(g, ix[0], ix[1])), grid2(g, ix[2], ix[3]), 1);
-    const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(grid2(g, ix[4], ix[5])), grid2(g, ix[6], ix[7]), 1);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
 // Eight bytes of 7-bit sign codes to the 64 sign bits they stand for: bit 7 of each byte becomes the
 // parity that makes the byte's count of minus signs even.
 static inline uint64_t with_parity(uint64_t x) {
@@ -77,9 +67,8 @@ struct iq2_xxs_dec {
         std::memcpy(&meta0, b.qs + 8 * p + 2, 4);
         std::memcpy(&idx1, b.qs + 8 * p + 4, 4);
         std::memcpy(&meta1, b.qs + 8 * p + 6, 4);
-        const uint64_t idx = idx0 | uint64_t{idx1} << 32;
-        u = grid8(iq2xxs_grid, {unsigned(idx & 255), unsigned(idx >> 8 & 255), unsigned(idx >> 16 & 255), unsigned(idx >> 24 & 255),
-                                unsigned(idx >> 32 & 255), unsigned(idx >> 40 & 255), unsigned(idx >> 48 & 255), unsigned(idx >> 56)});
+        const __m128i idx = _mm_setr_epi32(static_cast<int>(idx0), static_cast<int>(idx1), 0, 0);
+        u = _mm512_i32gather_epi64(_mm256_cvtepu8_epi32(idx), iq2xxs_grid, 8);
         neg = even_sign_mask(meta0, meta1);
     }
 };
@@ -93,8 +82,9 @@ struct iq2_xs_dec {
     static __m512i index(int p) { return index16(p); }
     static void pair(const block& b, int p, __m512i& u, __mmask64& neg) {
         const uint16_t* q = b.qs + 8 * p;
-        u = grid8(iq2xs_grid, {q[0] & 511u, q[1] & 511u, q[2] & 511u, q[3] & 511u, q[4] & 511u, q[5] & 511u, q[6] & 511u, q[7] & 511u});
-        const __m128i codes = _mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), 9);
+        const __m128i qv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+        u = _mm512_i32gather_epi64(_mm256_and_si256(_mm256_cvtepu16_epi32(qv), _mm256_set1_epi32(511)), iq2xs_grid, 8);
+        const __m128i codes = _mm_srli_epi16(qv, 9);
         const uint64_t bytes = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_packus_epi16(codes, codes)));
         neg = with_parity(bytes);
     }
@@ -109,9 +99,12 @@ struct iq2_s_dec {
     static __m512i index(int p) { return index16(p); }
     static void pair(const block& b, int p, __m512i& u, __mmask64& neg) {
         const uint8_t* q = b.qs + 8 * p;
-        const unsigned h0 = b.qh[2 * p], h1 = b.qh[2 * p + 1];
-        u = grid8(iq2s_grid, {q[0] | (h0 & 3) << 8, q[1] | (h0 & 12) << 6, q[2] | (h0 & 48) << 4, q[3] | (h0 & 192) << 2,
-                              q[4] | (h1 & 3) << 8, q[5] | (h1 & 12) << 6, q[6] | (h1 & 48) << 4, q[7] | (h1 & 192) << 2});
+        uint16_t h;  // 2 high index bits per group of 8
+        std::memcpy(&h, b.qh + 2 * p, 2);
+        const __m256i high = _mm256_srlv_epi32(_mm256_set1_epi32(h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+        const __m256i ix = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))),
+                                           _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(3)), 8));
+        u = _mm512_i32gather_epi64(ix, iq2s_grid, 8);
         uint64_t s;
         std::memcpy(&s, b.qs + QK_K / 8 + 8 * p, 8);
         neg = s;
@@ -186,11 +179,13 @@ struct iq1_s_dec {
         return _mm256_mullo_epi16(s16, _mm256_set1_epi16(-9));
     }
     static void pair(const block& b, int p, __m512i& u, __mmask64&) {
-        const uint8_t* q = b.qs + 8 * p;
-        const unsigned h0 = b.qh[2 * p], h1 = b.qh[2 * p + 1];
-        const __m512i g = grid8(iq1s_grid, {q[0] | (h0 & 7) << 8, q[1] | (h0 & 0x38) << 5, q[2] | (h0 & 0x1c0) << 2, q[3] | (h0 & 0xe00) >> 1,
-                                            q[4] | (h1 & 7) << 8, q[5] | (h1 & 0x38) << 5, q[6] | (h1 & 0x1c0) << 2, q[7] | (h1 & 0xe00) >> 1});
-        const uint64_t plus = (h0 & 0x8000 ? 0 : 0xFFFFFFFFull) | (h1 & 0x8000 ? 0 : 0xFFFFFFFF00000000ull);
+        uint32_t h;
+        std::memcpy(&h, b.qh + 2 * p, 4);
+        const __m256i high = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(h)), _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25));
+        const __m256i ix = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * p))),
+                                           _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(7)), 8));
+        const __m512i g = _mm512_i32gather_epi64(ix, iq1s_grid, 8);
+        const uint64_t plus = (h & 0x8000 ? 0 : 0xFFFFFFFFull) | (h & 0x80000000u ? 0 : 0xFFFFFFFF00000000ull);
         u = iq1_u(g, plus);
     }
 };
@@ -220,8 +215,10 @@ struct iq1_m_dec {
         const uint8_t* q = b.qs + 8 * p;
         uint32_t h;
         std::memcpy(&h, b.qh + 4 * p, 4);
-        u = grid8(iq1s_grid, {q[0] | (h & 7) << 8, q[1] | (h >> 4 & 7) << 8, q[2] | (h >> 8 & 7) << 8, q[3] | (h >> 12 & 7) << 8,
-                              q[4] | (h >> 16 & 7) << 8, q[5] | (h >> 20 & 7) << 8, q[6] | (h >> 24 & 7) << 8, q[7] | (h >> 28 & 7) << 8});
+        const __m256i high = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(h)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+        const __m256i ix = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))),
+                                           _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(7)), 8));
+        u = _mm512_i32gather_epi64(ix, iq1s_grid, 8);
         // delta = +1 where bit 3 of the group's nibble is clear
         const uint64_t plus = _pdep_u64(_pext_u32(~h, 0x88888888u), 0x0101010101010101ull) * 0xFF;
         u = iq1_u(u, plus);
