@@ -140,7 +140,6 @@ STRATA_DOT(dot_iq3_xxs_avx512);
 STRATA_DOT(dot_iq3_s_avx512);
 STRATA_DOT(dot_iq1_s_avx512);
 STRATA_DOT(dot_iq1_m_avx512);
-STRATA_DOT(dot_mxfp4_avx512);
 STRATA_DOT(dot_q5_k_avx2);
 STRATA_DOT(dot_q5_k_avx512);
 STRATA_DOT(dot_q2_k_avx2);

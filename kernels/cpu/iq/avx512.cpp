@@ -1,4 +1,4 @@
-// The code book formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) x Q8_K and MXFP4 x Q8_0, AVX-512 (BW, VL,
+// The code book formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) x Q8_K, AVX-512 (BW, VL,
 // BMI2). Two sub-blocks (64 weights) per step: each format gives unsigned int8 magnitudes u, a 64-bit mask
 // of the weights whose sign moves onto the activation (masked subtract: no vpsignb here) and the int16
 // scale of each 16 weights (one vpermw from a per-super-block scale vector). The shared loop is then
@@ -268,56 +268,6 @@ struct iq_avx512 {
     };
 };
 
-// MXFP4 x Q8_0: two blocks of 32 per step. Nibbles look up |E2M1| (doubled) by vpshufb, the sign (code >= 8)
-// moves onto the activation, vpdpbusd sums groups of 4, and each block's 8 int32 lanes take its scale
-// 2^(e - 128) * d_a in f32 (lanes 0..7 the first block, 8..15 the second).
-static inline float e8m0_half(uint8_t e) {
-    // 2^(e - 128) as a float: e >= 2 is a normal exponent field of e - 1; e < 2 a subnormal.
-    const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
-    float d;
-    std::memcpy(&d, &bits, sizeof d);
-    return d;
-}
-
-template <int NT>
-struct mxfp4_avx512 {
-    static void run(int64_t n, const void* w, const void* const* a, float* out) {
-        const auto* x = static_cast<const block_mxfp4*>(w);
-        const block_q8_0* y[NT];
-        for (int t = 0; t < NT; ++t) y[t] = static_cast<const block_q8_0*>(a[t]);
-        const __m512i abs_values = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12));
-        const __m512i low4 = _mm512_set1_epi8(0x0F), bit3 = _mm512_set1_epi8(0x08);
-        __m512 acc[8];  // tokens >= NT stay 0
-        for (auto& v : acc) v = _mm512_setzero_ps();
-        const int64_t nb = n / QK_MXFP4;
-        for (int64_t i = 0; i < nb; i += 2) {
-            const bool two = i + 1 < nb;  // an odd count ends with one block and a zero second half
-            prefetch_weights<2 * sizeof(block_mxfp4)>(x + i);
-            const __m128i qa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs));
-            const __m128i qb = two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i + 1].qs)) : _mm_setzero_si128();
-            const __m512i q = _mm512_broadcast_i64x4(_mm256_setr_m128i(qa, qb));
-            // lanes (a, b, a, b) -> low nibbles of a and b, high nibbles of a and b -> (a low, a high, b low, b high):
-            // elements 0..15, 16..31 of each block
-            const __m512i codes = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xFFFF0000u, q, 4), low4);
-            const __m512i ordered = _mm512_shuffle_i64x2(codes, codes, _MM_SHUFFLE(3, 1, 2, 0));
-            const __m512i u = _mm512_shuffle_epi8(abs_values, ordered);
-            const __mmask64 neg = _mm512_test_epi8_mask(ordered, bit3);
-            const float da = e8m0_half(x[i].e), db = two ? e8m0_half(x[i + 1].e) : 0.0f;
-            for (int t = 0; t < NT; ++t) {
-                const __m256i ya = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs));
-                const __m256i yb = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i + 1].qs)) : _mm256_setzero_si256();
-                __m512i q8 = _mm512_inserti64x4(_mm512_castsi256_si512(ya), yb, 1);
-                q8 = _mm512_mask_sub_epi8(q8, neg, _mm512_setzero_si512(), q8);
-                const __m512i sumi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q8);
-                const float sb = two ? db * half_to_float(y[t][i + 1].d) : 0.0f;
-                const __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(da * half_to_float(y[t][i].d)), _mm256_set1_ps(sb), 1);
-                acc[t] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sumi), acc[t]);
-            }
-        }
-        store_lane_sums<NT>(acc, out);
-    }
-};
-
 }  // namespace
 
 void dot_iq2_xxs_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
@@ -340,10 +290,6 @@ void dot_iq1_s_avx512(int64_t n, const void* w, const void* const* a, int n_tok,
 }
 void dot_iq1_m_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx512<iq1_m_dec>::kernel, 8>(n, w, a, n_tok, out);
-}
-
-void dot_mxfp4_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<mxfp4_avx512, 8>(n, w, a, n_tok, out);
 }
 
 }  // namespace strata::kernels::cpu::detail
