@@ -15,6 +15,8 @@ packages=(
   libjs-marked libjs-highlight.js libjs-chart.js chromium chromium-driver python3-selenium
   # the chat-template test's oracle (tests/engine/template/render_jinja.py)
   python3-jinja2
+  # the deploy test lane: replicas behind HAProxy, promtool on /metrics, the Kubernetes manifests
+  haproxy prometheus kubernetes-client python3-yaml
 )
 
 missing=()
