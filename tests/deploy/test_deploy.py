@@ -10,7 +10,7 @@ kustomize` renders them, their fields are checked against the server's flags, an
 HAProxy configuration passes `haproxy -c`. (`kubectl apply --dry-run=client` needs an API server for
 discovery, even with --validate=false, so it cannot run here.) Prints the figures docs/DEPLOY.md quotes.
 
-Exit 77 (ctest: skipped) when haproxy, promtool or kubectl is missing."""
+Exit 77 (ctest: skipped) when haproxy, promtool, kubectl or python3-yaml is missing."""
 import argparse
 import http.client
 import json
@@ -377,7 +377,7 @@ def test_kill(d, convs):
 
 
 def test_manifests(k8s_dir, tmp):
-    import yaml  # python3-yaml
+    import yaml
     p = subprocess.run(["kubectl", "kustomize", k8s_dir], capture_output=True, text=True, timeout=60)
     check(p.returncode == 0, f"kubectl kustomize {k8s_dir}: {p.stderr}")
     docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(p.stdout) if d}
@@ -419,6 +419,10 @@ def main():
     p.add_argument("--k8s", required=True)
     ARGS = p.parse_args()
     missing = [n for n in ("haproxy", "promtool", "kubectl") if not shutil.which(n)]
+    try:
+        import yaml  # noqa: F401 (python3-yaml, for the manifests)
+    except ImportError:
+        missing.append("python3-yaml")
     if missing:
         print(f"deploy: skipped: {', '.join(missing)} not installed (tools/install-deps.sh installs them)")
         return 77
