@@ -28,7 +28,8 @@ struct completion_request {
     bool tools_offered = false;        // chat: the template was given tools
 };
 
-// Whether a rendered chat prompt ends with an open "<think>" (the generation starts as reasoning).
+// Whether a rendered chat prompt ends with an open reasoning marker such as "<think>" (the generation
+// starts as reasoning).
 bool opens_thinking(std::string_view prompt);
 
 // The body as a JSON object: 400 for invalid UTF-8 (with the byte offset), malformed JSON (with the
