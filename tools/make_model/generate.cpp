@@ -512,6 +512,8 @@ void copy_tokenizer(gguf::writer& w, const gguf::reader& from) {
 gguf::writer build_model(const model_spec& in) {
     using gguf::value;
     model_spec spec = in;
+    if (!spec.added_tokens.empty() && (!spec.vocab_from.empty() || resolve_tokenizer(spec) != tokenizer_kind::gpt2))
+        throw std::invalid_argument("added tokens need the gpt2 tokenizer (and no vocabulary from a file)");
     std::optional<gguf::reader> vocab_file;
     if (!spec.vocab_from.empty()) {
         vocab_file.emplace(gguf::reader::open(spec.vocab_from));
