@@ -29,6 +29,7 @@ constexpr std::array<std::string_view, 2> kimi_sections = {"<|tool_calls_section
 constexpr std::array<std::string_view, 6> tool_starts = {"<tool_call>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>",
                                                         kimi_sections[0], kimi_sections[1], "<|tool_call_begin|>"};
 constexpr std::string_view python_tag = "<|python_tag|>";
+constexpr size_t stream_scan_limit = 64 * 1024;  // bytes of tool-call text streamed as deltas
 
 struct marker_form {
     std::string_view begin, sep, end;
@@ -384,8 +385,11 @@ reply_stream::delta reply_stream::push(std::string_view piece) {
     delta out;
     if (in_tools_) {
         tool_text_ += piece;
+        // Each piece re-reads the call text: past the limit the rest waits for finish(), so a runaway
+        // call costs bounded work per token.
         std::vector<call> calls;
-        if (read_calls(tool_text_, false, calls)) emit_calls(calls, sent_, out.tool_calls);
+        if (tool_text_.size() <= stream_scan_limit && read_calls(tool_text_, false, calls))
+            emit_calls(calls, sent_, out.tool_calls);
         return out;
     }
     pending_ += piece;

@@ -41,7 +41,8 @@ bool opens_reasoning(std::string_view prompt);
 // marker is held back until it is decided. Once a tool call starts, its text never reaches content:
 // each call goes out as OpenAI deltas (index, id, type and function.name first, then pieces of
 // function.arguments) as soon as its name is known; the JSON forms' arguments piece by piece, the
-// XML forms' parameter by parameter. Concatenated, the deltas are the whole reply's tool_calls.
+// XML forms' parameter by parameter (within the first 64 KiB of call text; the rest goes out at the
+// end). Concatenated, the deltas are the whole reply's tool_calls.
 // A reply that turns out malformed at the end is content (after any call deltas already sent).
 class reply_stream {
 public:

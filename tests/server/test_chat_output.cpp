@@ -175,6 +175,19 @@ TEST(ChatOutput, StreamedArgumentsArriveInPieces) {
     EXPECT_EQ(end.tool_calls[0]["function"]["arguments"], "{\"city\":\"Paris\"}");
 }
 
+TEST(ChatOutput, ALongCallStreamsItsStartAndEndsWhole) {
+    // Arguments past the streaming limit (64 KiB) arrive with finish(); the sum is still the reply's.
+    const std::string text = "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"text\": \"" + std::string(100000, 'x') +
+                             "\"}}\n</tool_call>";
+    size_t early = 0;
+    const parsed_reply s = streamed(text, {.tools = true}, 997, &early);
+    const parsed_reply whole = parse_reply(text, {.tools = true});
+    ASSERT_EQ(whole.tool_calls.size(), 1u);
+    EXPECT_EQ(s.tool_calls, whole.tool_calls);
+    EXPECT_GT(early, 10u);
+    EXPECT_EQ(whole.tool_calls[0]["function"]["arguments"].get<std::string>().size(), 100000u + 11u);  // {"text":"..."}
+}
+
 TEST(ChatOutput, ReasoningMarkersOfOtherFamilies) {
     for (const auto& [open, close] : std::vector<std::pair<std::string, std::string>>{
              {"<seed:think>", "</seed:think>"}, {"[THINK]", "[/THINK]"}, {"◁think▷", "◁/think▷"},
