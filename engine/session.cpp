@@ -31,6 +31,7 @@ tok::sampler_params to_sampler(const sampling_options& s) {
     p.presence_penalty = s.presence_penalty;
     p.frequency_penalty = s.frequency_penalty;
     p.seed = s.seed;
+    p.logit_bias = s.logit_bias;
     return p;
 }
 

@@ -255,8 +255,10 @@ bool stream_events(job& j, httplib::DataSink& sink) {
             previous = &e.token;
             emitted += e.text.size();
             const reply_stream::delta d = chat ? splitter.push(e.text) : reply_stream::delta{{}, std::string(e.text)};
-            if (d.content.empty() && d.reasoning.empty() && logprobs.is_null()) return true;
+            const bool calls = !d.tool_calls.empty();
+            if (d.content.empty() && d.reasoning.empty() && !calls && logprobs.is_null()) return true;
             return write(sse_event(stream_chunk(j.meta, {.piece = d.content, .reasoning = d.reasoning,
+                                                         .tool_calls = calls ? &d.tool_calls : nullptr,
                                                          .logprobs = std::move(logprobs), .usage_null = rq.include_usage})));
         });
     } catch (const api_error& e) {
@@ -275,10 +277,10 @@ bool stream_events(job& j, httplib::DataSink& sink) {
     std::string_view reason = j.finish_reason(r);
     if (chat) {
         const parsed_reply rest = splitter.finish();
-        const bool calls = !rest.tool_calls.empty();
-        if ((!rest.content.empty() || !rest.reasoning.empty() || calls) &&
+        const bool calls = !rest.tool_calls.empty(), deltas = !rest.tool_call_deltas.empty();
+        if ((!rest.content.empty() || !rest.reasoning.empty() || deltas) &&
             !write(sse_event(stream_chunk(j.meta, {.piece = rest.content, .reasoning = rest.reasoning,
-                                                   .tool_calls = calls ? &rest.tool_calls : nullptr,
+                                                   .tool_calls = deltas ? &rest.tool_call_deltas : nullptr,
                                                    .usage_null = rq.include_usage}))))
             return false;
         if (calls) reason = "tool_calls";

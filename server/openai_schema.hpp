@@ -41,7 +41,8 @@ void check_conversation_key(std::string_view name, std::string_view key);
 // The cache scope of a conversation key ("" stays ""): what generation_options::cache_scope is set to.
 std::string cache_scope_of(std::string_view conversation);
 
-// Whether a rendered chat prompt ends with an open "<think>" (the generation starts as reasoning).
+// Whether a rendered chat prompt ends with an open reasoning marker such as "<think>" (the generation
+// starts as reasoning).
 bool opens_thinking(std::string_view prompt);
 
 // The body as a JSON object: 400 for invalid UTF-8 (with the byte offset), malformed JSON (with the
