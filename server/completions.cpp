@@ -255,8 +255,10 @@ bool stream_events(job& j, httplib::DataSink& sink) {
             previous = &e.token;
             emitted += e.text.size();
             const reply_stream::delta d = chat ? splitter.push(e.text) : reply_stream::delta{{}, std::string(e.text)};
-            if (d.content.empty() && d.reasoning.empty() && logprobs.is_null()) return true;
+            const bool calls = !d.tool_calls.empty();
+            if (d.content.empty() && d.reasoning.empty() && !calls && logprobs.is_null()) return true;
             return write(sse_event(stream_chunk(j.meta, {.piece = d.content, .reasoning = d.reasoning,
+                                                         .tool_calls = calls ? &d.tool_calls : nullptr,
                                                          .logprobs = std::move(logprobs), .usage_null = rq.include_usage})));
         });
     } catch (const api_error& e) {
@@ -275,10 +277,10 @@ bool stream_events(job& j, httplib::DataSink& sink) {
     std::string_view reason = j.finish_reason(r);
     if (chat) {
         const parsed_reply rest = splitter.finish();
-        const bool calls = !rest.tool_calls.empty();
-        if ((!rest.content.empty() || !rest.reasoning.empty() || calls) &&
+        const bool calls = !rest.tool_calls.empty(), deltas = !rest.tool_call_deltas.empty();
+        if ((!rest.content.empty() || !rest.reasoning.empty() || deltas) &&
             !write(sse_event(stream_chunk(j.meta, {.piece = rest.content, .reasoning = rest.reasoning,
-                                                   .tool_calls = calls ? &rest.tool_calls : nullptr,
+                                                   .tool_calls = deltas ? &rest.tool_call_deltas : nullptr,
                                                    .usage_null = rq.include_usage}))))
             return false;
         if (calls) reason = "tool_calls";
@@ -297,6 +299,12 @@ void handle_completion(server_state& state, const httplib::Request& req, httplib
     const json body = parse_body(req.body);
     completion_request request =
         parse_completion_request(body, kind, *m, state.options.default_sampling, state.options.special_in_content, req.body);
+    // The header a balancer hashes on names the conversation ahead of the body's fields.
+    if (const std::string header = req.get_header_value("X-Conversation-Id"); !header.empty()) {
+        check_conversation_key("X-Conversation-Id", header);
+        request.conversation = header;
+        request.generation.cache_scope = cache_scope_of(header);
+    }
 
     const uint64_t id = state.next_request_id.fetch_add(1);
     response_meta meta{kind, state.new_response_id(kind == endpoint::chat ? "chatcmpl" : "cmpl"),
@@ -306,6 +314,13 @@ void handle_completion(server_state& state, const httplib::Request& req, httplib
     const int fd = current_connection_socket(req.remote_port);
     const bool stream = request.stream;
     auto j = std::make_shared<job>(state, id, m, std::move(request), std::move(meta), fd);
+    // Refused at admission while draining; checked after the job counts in in_flight, so a drain that
+    // saw in_flight reach 0 can never be followed by a generation.
+    if (state.draining.load()) {
+        res.set_header("Retry-After", "1");
+        throw api_error(503, "the server is draining: this request was not started, retry it on another replica",
+                        "unavailable_error", "", "draining");
+    }
     if (!stream) {
         answer_whole(*j, res);
         return;

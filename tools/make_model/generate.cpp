@@ -1,5 +1,6 @@
 #include "generate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -33,7 +34,8 @@ constexpr const char* kMistralTemplate =
     "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}";
 
 // llama.cpp token types.
-constexpr int32_t kTokenNormal = 1, kTokenUnknown = 2, kTokenControl = 3, kTokenUnused = 5, kTokenByte = 6;
+constexpr int32_t kTokenNormal = 1, kTokenUnknown = 2, kTokenControl = 3, kTokenUserDefined = 4, kTokenUnused = 5,
+                  kTokenByte = 6;
 
 uint64_t splitmix64(uint64_t& x) {
     uint64_t z = (x += 0x9E3779B97F4A7C15ull);
@@ -312,7 +314,7 @@ void set_hparams(gguf::writer& w, const model_spec& s) {
 void set_gpt2_tokenizer(gguf::writer& w, const model_spec& s) {
     using gguf::value;
     static const std::vector<std::string> kSpecials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-    const int64_t n_special = static_cast<int64_t>(kSpecials.size());
+    const int64_t n_special = static_cast<int64_t>(kSpecials.size() + s.added_tokens.size());
     if (s.n_vocab < 256 + n_special)
         throw std::invalid_argument(fmt::format("a vocabulary of {} tokens is too small: the byte tokens and special "
                                                 "tokens alone need {}",
@@ -328,6 +330,12 @@ void set_gpt2_tokenizer(gguf::writer& w, const model_spec& s) {
     for (const auto& sp : kSpecials) {
         bpe.tokens.push_back(sp);
         types.push_back(kTokenControl);
+    }
+    for (const auto& t : s.added_tokens) {
+        if (t.empty() || std::find(bpe.tokens.begin(), bpe.tokens.end(), t) != bpe.tokens.end())
+            throw std::invalid_argument(fmt::format("--add-token '{}': empty or already in the vocabulary", t));
+        bpe.tokens.push_back(t);
+        types.push_back(kTokenUserDefined);
     }
     w.set("tokenizer.ggml.model", value::str("gpt2"));
     w.set("tokenizer.ggml.pre", value::str("qwen2"));
@@ -504,6 +512,8 @@ void copy_tokenizer(gguf::writer& w, const gguf::reader& from) {
 gguf::writer build_model(const model_spec& in) {
     using gguf::value;
     model_spec spec = in;
+    if (!spec.added_tokens.empty() && (!spec.vocab_from.empty() || resolve_tokenizer(spec) != tokenizer_kind::gpt2))
+        throw std::invalid_argument("added tokens need the gpt2 tokenizer (and no vocabulary from a file)");
     std::optional<gguf::reader> vocab_file;
     if (!spec.vocab_from.empty()) {
         vocab_file.emplace(gguf::reader::open(spec.vocab_from));

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 
+// --add-token takes text that may hold commas: one value per occurrence, never split.
+#define CXXOPTS_VECTOR_DELIMITER '\0'
 #include <cxxopts.hpp>
 #include <spdlog/fmt/fmt.h>
 
@@ -89,6 +91,8 @@ int run(int argc, char** argv) {
         ("vocab-from", "take the tokenizer (vocabulary, merges, chat template: every tokenizer.* key) from this GGUF "
          "file, e.g. one of llama.cpp's vocabulary-only files; --vocab is then its token count",
          cxxopts::value<std::string>())
+        ("add-token", "gpt2 tokenizer: a user-defined token with this text (repeatable; after the special tokens, "
+         "in place of the last learned tokens)", cxxopts::value<std::vector<std::string>>())
         ("h,help", "show help");
     const auto a = opts.parse(argc, argv);
     if (a.count("help")) {
@@ -153,6 +157,11 @@ int run(int argc, char** argv) {
         if (a.count("vocab") || a.count("tokenizer"))
             throw std::invalid_argument("--vocab-from sets the vocabulary: leave out --vocab and --tokenizer");
         s.vocab_from = a["vocab-from"].as<std::string>();
+    }
+    if (a.count("add-token")) {
+        if (!s.vocab_from.empty() || resolve_tokenizer(s) != tokenizer_kind::gpt2)
+            throw std::invalid_argument("--add-token needs the gpt2 tokenizer (and no --vocab-from)");
+        s.added_tokens = a["add-token"].as<std::vector<std::string>>();
     }
     if (a.count("rope-scaling")) s.rope_scaling = parse_rope_scaling(a["rope-scaling"].as<std::string>());
     const bool scaled = s.rope_scaling == rope_scaling_type::linear || s.rope_scaling == rope_scaling_type::yarn;

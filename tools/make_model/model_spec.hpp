@@ -73,6 +73,9 @@ struct model_spec {
     // --vocab-from FILE: the tokenizer.* keys (vocabulary, merges, chat template) of this GGUF file
     // instead of a learned vocabulary; n_vocab becomes its token count.
     std::string vocab_from;
+    // --add-token TEXT: user-defined tokens (plain text, always one token) in place of the last learned
+    // ones, after the special tokens; gpt2 tokenizer only. Lets a test force whole phrases by logit_bias.
+    std::vector<std::string> added_tokens;
     uint64_t seed = 42;
     formats::ggml_type type_experts = formats::ggml_type::Q4_K;
     formats::ggml_type type_shexp = formats::ggml_type::Q8_0;

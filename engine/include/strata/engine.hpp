@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -82,6 +83,9 @@ struct sampling_options {
     float presence_penalty = 0.0f;   // OpenAI semantics
     float frequency_penalty = 0.0f;
     std::optional<uint64_t> seed;    // the same seed, prompt and model give the same text
+    // OpenAI logit_bias: (token id, bias) pairs added to the logits before penalties and sampling
+    // (greedy included); ids are within the vocabulary, biases within [-100, 100].
+    std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 struct generation_options {
@@ -91,6 +95,9 @@ struct generation_options {
     int top_logprobs = 0;            // > 0: that many alternatives per token, with log-probabilities
     bool logprobs = false;           // record the chosen tokens' log-probabilities
     bool ignore_eos = false;         // keep generating past end-of-generation tokens
+    // Who may reuse this prompt's cached prefix: a prompt reuses the session's state or a parked
+    // snapshot only when they were left under the same scope ("" for unscoped callers).
+    std::string cache_scope;
 };
 
 struct token_logprob {
