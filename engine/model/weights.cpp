@@ -241,7 +241,7 @@ void bind_qwen4(const binder& b, const hparams& hp, int i, layer_weights& l) {
     const std::string p = fmt::format("blk.{}.", i);
     l.hc_attn = bind_hc(b, hp, p + "hc_attn_", true);
     l.hc_ffn = bind_hc(b, hp, p + "hc_ffn_", true);
-    if (!hp.is_recurrent(i) || i >= hp.n_layer) {
+    if (i >= hp.n_layer || !hp.is_recurrent(i)) {
         const int64_t d = hp.idx_head_dim;
         l.idx_q = b.mat(p + "indexer.q_proj.weight", hp.n_embd, hp.idx_n_head * d, "n_embd, indexer heads * key_length");
         l.idx_k = b.mat(p + "indexer.k_proj.weight", hp.n_embd, d, "n_embd, indexer key_length");

@@ -110,6 +110,23 @@ TEST(Qwen4Load, ReadsTheKeysTensorsAndStateSizes) {
     EXPECT_EQ(w.ple.n_rows, 4096);  // 4062 rows padded to 64
 }
 
+// The MTP block (its own output mixer, hnorm over the wide residual) is bound and costs the trunk nothing.
+TEST(Qwen4Load, MtpBlockIsBoundButNotRun) {
+    make_model::model_spec s = tiny();
+    s.n_layer_nextn = 1;
+    auto mtp = test::load(make_model::build_model(s));
+    auto plain = test::load(tiny_writer());
+    ASSERT_EQ(mtp->hp.n_layer, 4);
+    ASSERT_EQ(mtp->w.nextn.size(), 1u);
+    const nextn_weights& n = mtp->w.nextn[0];
+    EXPECT_TRUE(n.eh_proj.present() && n.hc_head.present() && n.layer.hc_attn.present() && n.layer.idx_q.present());
+    EXPECT_EQ(n.eh_proj.m.n_cols, 2 * mtp->hp.n_embd);
+    auto pool = test::make_pool("off", 2);
+    const auto tokens = some_tokens(plain->hp.n_vocab, 24);
+    const std::vector<float> a = run(*plain, *pool, tokens, {24}), b = run(*mtp, *pool, tokens, {24});
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
 TEST(Qwen4Load, MultipliersAreTransformersSplitmix) {
     // transformers' _build_layer_multipliers for seed 42, vocab 512, layer index 0, recomputed here.
     const auto mix = [](uint64_t v) {
