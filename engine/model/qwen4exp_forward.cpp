@@ -163,7 +163,10 @@ void forward_pass::eval_layers_qwen4(const int32_t* tokens, int n_tok, int pos0,
             qsa_only_ = r > 0 && n_tok == 1 && (pos0 + 1) / r > hp_.idx_top_k / r;
             attention(il, n_tok, pos0, kv);
             qsa_only_ = false;
-            if (r > 0) qsa_select(il, n_tok, pos0, kv);
+            if (r > 0) {
+                arenas::scoped_seconds t(seconds(phase_clock::attention));
+                qsa_select(il, n_tok, pos0, kv);
+            }
         }
         {
             arenas::scoped_seconds t(seconds(phase_clock::attn_proj));
