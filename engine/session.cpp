@@ -41,6 +41,7 @@ struct session::impl {
     model::impl& m;
     engine::kv_cache kv;
     std::vector<int32_t> cached;   // tokens whose keys and values are in kv, from position 0
+    std::string scope;             // generation_options::cache_scope of the request that left them
     std::vector<float> logits;     // [n_vocab] after the last evaluated token
     std::atomic<bool> cancel{false};
     std::atomic<size_t> n_cached{0};  // cached.size(), readable from any thread
@@ -93,16 +94,17 @@ struct session::impl {
 
     // The prefix of `prompt` already in kv, from this session's state or a restored snapshot (parking
     // the state first when the prompt would throw most of it away); sets cached and the timings.
-    size_t reuse_prefix(std::span<const int32_t> prompt, timings& t);
+    size_t reuse_prefix(std::span<const int32_t> prompt, std::string_view new_scope, timings& t);
 
     generation_result generate(std::span<const int32_t> prompt, const generation_options& o, const token_callback& cb);
 };
 
-size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, timings& t) {
+size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, std::string_view new_scope, timings& t) {
     // Always evaluate at least the last prompt token, for its logits.
     const size_t limit = prompt.size() - 1;
     size_t common = std::mismatch(cached.begin(), cached.end(), prompt.begin(), prompt.end()).first - cached.begin();
-    common = std::min(common, limit);
+    // Another scope's state is not reused (it is parked under its own scope below).
+    common = new_scope == scope ? std::min(common, limit) : 0;
     // A recurrent state goes back only to one of its checkpoints.
     engine::recurrent_state& rs = kv.recurrent();
     if (!rs.empty()) common = static_cast<size_t>(rs.usable(static_cast<int>(common)));
@@ -111,8 +113,8 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, timings& t) 
     bool restored = false;
     if (cc.enabled()) {
         // Park before a prompt discards a tail worth keeping (a regular next turn discards a few tokens).
-        if (cached.size() >= common + engine::conversation_cache::min_tail_tokens) cc.park(cached, kv);
-        if (const auto best = cc.find(prompt, limit, common)) {
+        if (cached.size() >= common + engine::conversation_cache::min_tail_tokens) cc.park(cached, kv, scope);
+        if (const auto best = cc.find(prompt, limit, common, new_scope)) {
             try {
                 kv.reserve(static_cast<int>(best->n_tokens));
                 cc.restore(best->id, common, best->n_tokens, kv);
@@ -129,6 +131,7 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, timings& t) 
     // Where this prompt's new tokens start (a new turn): a state to come back to if it is edited.
     if (!rs.empty() && common > 0) rs.checkpoint();
     cached.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(common));
+    scope = new_scope;
     n_cached.store(common);
     kv_bytes.store(allocated_kv());
     store_state_counts();
@@ -143,7 +146,7 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
     sampler.accept_prompt(prompt);
 
     const auto t0 = clock_type::now();
-    const size_t common = reuse_prefix(prompt, result.time);
+    const size_t common = reuse_prefix(prompt, o.cache_scope, result.time);
     // One batch at a time, so a cancellation (a client gone, a shutdown) also stops a long prompt.
     for (std::span<const int32_t> rest = prompt.subspan(common); !rest.empty();) {
         if (cancel.load(std::memory_order_relaxed)) {
@@ -291,7 +294,7 @@ std::vector<float> session::evaluate(std::span<const int32_t> prompt, bool all) 
 uint64_t session::park() {
     uint64_t id = 0;
     impl_->m.thread.run([&] {
-        if (!impl_->cached.empty()) id = impl_->m.conversations->park(impl_->cached, impl_->kv);
+        if (!impl_->cached.empty()) id = impl_->m.conversations->park(impl_->cached, impl_->kv, impl_->scope);
     });
     return id;
 }

@@ -297,6 +297,12 @@ void handle_completion(server_state& state, const httplib::Request& req, httplib
     const json body = parse_body(req.body);
     completion_request request =
         parse_completion_request(body, kind, *m, state.options.default_sampling, state.options.special_in_content, req.body);
+    // The header a balancer hashes on names the conversation ahead of the body's fields.
+    if (const std::string header = req.get_header_value("X-Conversation-Id"); !header.empty()) {
+        check_conversation_key("X-Conversation-Id", header);
+        request.conversation = header;
+        request.generation.cache_scope = cache_scope_of(header);
+    }
 
     const uint64_t id = state.next_request_id.fetch_add(1);
     response_meta meta{kind, state.new_response_id(kind == endpoint::chat ? "chatcmpl" : "cmpl"),
@@ -306,6 +312,13 @@ void handle_completion(server_state& state, const httplib::Request& req, httplib
     const int fd = current_connection_socket(req.remote_port);
     const bool stream = request.stream;
     auto j = std::make_shared<job>(state, id, m, std::move(request), std::move(meta), fd);
+    // Refused at admission while draining; checked after the job counts in in_flight, so a drain that
+    // saw in_flight reach 0 can never be followed by a generation.
+    if (state.draining.load()) {
+        res.set_header("Retry-After", "1");
+        throw api_error(503, "the server is draining: this request was not started, retry it on another replica",
+                        "unavailable_error", "", "draining");
+    }
     if (!stream) {
         answer_whole(*j, res);
         return;

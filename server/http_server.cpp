@@ -256,6 +256,22 @@ void http_server::begin_shutdown() {
                            q.running ? fmt::format(", request {} stops at its next prompt batch or token", *q.running) : "");
 }
 
+bool http_server::begin_drain() { return impl_->state.begin_drain(); }
+
+bool http_server::draining() const { return impl_->state.draining.load(); }
+
+void http_server::on_drain_requested(std::function<void()> fn) { impl_->state.set_drain_hook(std::move(fn)); }
+
+size_t http_server::park_conversation() {
+    server_state& s = impl_->state;
+    if (!s.loaded_model()) return 0;
+    const request_queue::ticket t = s.queue.enter(s.next_request_id.fetch_add(1));
+    if (!s.queue.wait_turn(t, [&s] { return s.shutting_down.load(); })) return 0;
+    session& engine = s.engine_session();
+    const size_t n = engine.cached_tokens();
+    return n > 0 && engine.park() != 0 ? n : 0;
+}
+
 void http_server::stop() {
     impl_->http.serving(-1);
     impl_->accepting.stop();

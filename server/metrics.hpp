@@ -37,6 +37,9 @@ public:
         request_queue::snapshot queue;
         bool model_loaded = false;
         bool shutting_down = false;
+        bool draining = false, ready = false;
+        double drain_s = 0;            // seconds since the drain began (0: not draining)
+        int in_flight = 0;             // generation requests admitted and not yet answered
         uint64_t expert_tokens = 0;
         uint64_t expert_lookups = 0, vram_hits = 0;
         std::vector<model_info::node_share> placement;

@@ -369,6 +369,14 @@ completion_request parse_completion_request(const json& body, endpoint kind, con
     r.generation.stop = parse_stop(body);
     r.generation.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
     parse_logprobs(body, kind, r);
+    for (const char* key : {"prompt_cache_key", "user"}) {
+        const json* v = field(body, key);
+        if (!v || v->is_null()) continue;
+        if (!v->is_string()) throw wrong_type(key, "a string", *v);
+        check_conversation_key(key, v->get_ref<const std::string&>());
+        if (r.conversation.empty()) r.conversation = v->get<std::string>();
+    }
+    r.generation.cache_scope = cache_scope_of(r.conversation);
 
     // max_completion_tokens is the chat API's newer name; n_predict is llama-server's.
     std::optional<int64_t> max_tokens;
@@ -412,6 +420,19 @@ completion_request parse_completion_request(const json& body, endpoint kind, con
         r.generation.max_tokens = static_cast<int>(n_ctx - n_prompt);
     }
     return r;
+}
+
+void check_conversation_key(std::string_view name, std::string_view key) {
+    if (key.size() > max_conversation_key_bytes)
+        throw bad_field(std::string(name), fmt::format("'{}' is {} bytes long; at most {} are accepted", name, key.size(),
+                                                       max_conversation_key_bytes));
+    for (const char c : key)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+            throw bad_field(std::string(name), fmt::format("'{}' holds a control character", name));
+}
+
+std::string cache_scope_of(std::string_view conversation) {
+    return conversation.empty() ? std::string() : "conversation:" + std::string(conversation);
 }
 
 tokenize_request parse_tokenize_request(const json& body) {

@@ -95,6 +95,41 @@ std::optional<server_state::engine_snapshot> server_state::snapshot() const {
     return snapshot_;
 }
 
+bool server_state::begin_drain() {
+    if (draining.exchange(true)) return false;
+    drain_began_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started)
+                         .count();
+    log->info("Draining: not ready, new generation requests get 503 with Retry-After; {} admitted request(s) run to "
+              "their end.", in_flight.load());
+    return true;
+}
+
+bool server_state::request_drain() {
+    if (!begin_drain()) return false;
+    std::function<void()> hook;
+    {
+        std::lock_guard lock(drain_hook_mutex_);
+        hook = drain_hook_;
+    }
+    if (hook) hook();
+    return true;
+}
+
+void server_state::set_drain_hook(std::function<void()> fn) {
+    std::lock_guard lock(drain_hook_mutex_);
+    drain_hook_ = std::move(fn);
+}
+
+std::string_view server_state::not_ready_reason() const {
+    if (shutting_down.load()) return "shutting_down";
+    if (draining.load()) return "draining";
+    if (!loaded_model()) return "loading";
+    if (options.ready_max_waiting > 0 &&
+        queue.state().waiting.size() > static_cast<size_t>(options.ready_max_waiting))
+        return "busy";
+    return "";
+}
+
 double server_state::uptime_s() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,6 +29,9 @@ struct server_state {
     const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
     std::shared_ptr<spdlog::logger> log;
     std::atomic<bool> shutting_down{false};
+    // Draining: not ready, new generations refused at admission, the admitted ones finish (set once).
+    std::atomic<bool> draining{false};
+    std::atomic<int64_t> drain_began_ms{0};     // steady-clock milliseconds since `started`
     std::atomic<uint64_t> next_request_id{1};
     std::atomic<int> in_flight{0};
     request_queue queue;
@@ -61,6 +65,15 @@ struct server_state {
 
     double uptime_s() const;
 
+    // Starts draining; false when it already was.
+    bool begin_drain();
+    // POST /admin/drain: starts draining and, when it was not yet, runs the hook (the binary's way to
+    // finish the drain and exit). False when already draining.
+    bool request_drain();
+    void set_drain_hook(std::function<void()> fn);
+    // Why /health/ready answers 503 ("loading", "draining", "shutting_down", "busy"), or "" when ready.
+    std::string_view not_ready_reason() const;
+
 private:
     mutable std::mutex model_mutex_;
     std::shared_ptr<model> model_;
@@ -69,6 +82,8 @@ private:
     int64_t model_created_ = 0;
     std::mutex id_mutex_;
     std::mt19937_64 id_rng_;
+    std::mutex drain_hook_mutex_;
+    std::function<void()> drain_hook_;
     mutable std::mutex snapshot_mutex_;
     std::optional<engine_snapshot> snapshot_;
 };

@@ -14,6 +14,7 @@ using json = nlohmann::json;
 
 static std::string state_name(const server_state& s, bool loaded) {
     if (s.shutting_down.load()) return "shutting_down";
+    if (s.draining.load()) return "draining";
     return loaded ? "ready" : "loading";
 }
 
@@ -180,6 +181,10 @@ std::string metrics_text(const server_state& state) {
     g.queue = state.queue.state();
     g.model_loaded = state.loaded_model() != nullptr;
     g.shutting_down = state.shutting_down.load();
+    g.draining = state.draining.load();
+    g.ready = state.not_ready_reason().empty();
+    if (g.draining) g.drain_s = std::max(0.0, state.uptime_s() - double(state.drain_began_ms.load()) / 1000.0);
+    g.in_flight = state.in_flight.load();
     if (const auto snap = state.snapshot()) {
         g.expert_tokens = snap->experts.tokens;
         g.expert_lookups = snap->experts.expert_lookups;

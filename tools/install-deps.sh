@@ -15,7 +15,11 @@ packages=(
   libjs-marked libjs-highlight.js libjs-chart.js chromium chromium-driver python3-selenium
   # the chat-template test's oracle (tests/engine/template/render_jinja.py)
   python3-jinja2
+  # the deploy test lane: replicas behind HAProxy, promtool on /metrics, the Kubernetes manifests
+  haproxy prometheus python3-yaml
 )
+# kubectl: Debian's kubernetes-client, unless another package (Google's kubectl) already provides it.
+command -v kubectl >/dev/null || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -91,6 +91,9 @@ struct generation_options {
     int top_logprobs = 0;            // > 0: that many alternatives per token, with log-probabilities
     bool logprobs = false;           // record the chosen tokens' log-probabilities
     bool ignore_eos = false;         // keep generating past end-of-generation tokens
+    // Who may reuse this prompt's cached prefix: a prompt reuses the session's state or a parked
+    // snapshot only when they were left under the same scope ("" for unscoped callers).
+    std::string cache_scope;
 };
 
 struct token_logprob {
