@@ -69,7 +69,10 @@ void delta_net_mixer::run(const layer_weights& l, int r, recurrent_state& state,
                 float* ot = o + t * value_dim;
                 const float* zt = z + t * value_dim + static_cast<size_t>(h) * dk;
                 cpu::rms_norm(ot, l.ssm_norm, hp_.rms_eps, dk, ot);
-                for (int i = 0; i < dk; ++i) ot[i] *= silu(zt[i]);
+                if (hp_.ssm_gate_sigmoid)
+                    for (int i = 0; i < dk; ++i) ot[i] *= 1.0f / (1.0f + std::exp(-zt[i]));
+                else
+                    for (int i = 0; i < dk; ++i) ot[i] *= silu(zt[i]);
             }
         }
     });

@@ -117,6 +117,8 @@ forward_pass::forward_pass(arenas::expert_pool& pool, const hparams& hp, const m
       dnet_(pool, hp) {
     routing_.counts.assign(static_cast<size_t>(hp.n_layer) * hp.n_expert, 0);
     for (int il = 0, r = 0; il < hp.n_layer; ++il) rec_index_.push_back(hp.is_recurrent(il) ? r++ : -1);
+    for (int il = 0, r = 0; il < hp.n_layer && hp.qwen4(); ++il)
+        qsa_index_.push_back(hp.qsa_ratio[static_cast<size_t>(il)] > 0 ? r++ : -1);
 }
 
 const char* phase_clock::name(int p) {
@@ -219,6 +221,10 @@ void forward_pass::eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cac
 
 void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits,
                                bool all_logits) {
+    if (hp_.qwen4()) {
+        eval_layers_qwen4(tokens, n_tok, pos0, kv, logits, all_logits);
+        return;
+    }
     const size_t n_embd = static_cast<size_t>(hp_.n_embd);
     const size_t nt = static_cast<size_t>(n_tok);
     x_.resize(nt * n_embd);
@@ -335,7 +341,7 @@ void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
         cpu::rope_apply(k, hp_.n_head_kv, hd, hp_.n_rot, cs, hp_.arch.rope);
         kv.store(kvl, pos0 + t, k, v);
     }
-    attn_.run(kv, kvl, q_.data(), n_tok, pos0, att_.data());
+    if (!qsa_only_) attn_.run(kv, kvl, q_.data(), n_tok, pos0, att_.data());
     if (gated)
         for (size_t i = 0; i < static_cast<size_t>(n_tok) * n_q; ++i) att_[i] *= sigmoid(gate_[i]);
 }

@@ -98,6 +98,31 @@ private:
     // join instead of one each) where they share an activation format and whole work items; else in turn.
     void matmul_same_input(std::span<const weight_matrix* const> w, int n_tok, const float* in, std::span<float* const> y);
 
+    // qwen4exp (qwen4exp_forward.cpp): the layers over hc residual streams mixed by hyper-connections,
+    // the PLE block and QSA attention.
+    void eval_layers_qwen4(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
+    // xn_ [n_tok][n_embd] = mixer m over hc_x_; inj (unless null): [n_tok][hc] 2 sigmoid(inject xn / hc).
+    void hc_mix(const hc_mixer& m, int n_tok, float* inj);
+    // hc_x_[t][s] += inj[t][s] * y[t] for every stream s.
+    void hc_add(int n_tok, const float* y, const float* inj);
+    // The PLE block of layer l on hc_x_, continuing st's conv inputs and n-gram window.
+    void ple_block(const layer_weights& l, const int32_t* tokens, int n_tok, recurrent_state& st);
+    // A QSA layer: the indexer's keys stored, and each query whose budget leaves blocks out attends to
+    // the chosen blocks only (att_ overwritten for it); after attention().
+    void qsa_select(int il, int n_tok, int pos0, kv_cache& kv);
+    std::vector<int> qsa_index_;   // [n_layer] a QSA layer's index in kv.indexer_keys(), -1 otherwise
+    bool qsa_only_ = false;        // attention() leaves the attention itself to qsa_select (a sparse decode)
+    std::vector<float> hc_x_;      // [n_tok][hc][n_embd] the wide residual
+    std::vector<float> hc_xn_;     // [n_tok][hc][n_embd] its grouped norm in a mixer
+    std::vector<float> hc_lo_;     // [n_tok][hc_rank]
+    std::vector<float> hc_gate_;   // [n_tok][hc][n_embd]
+    std::vector<float> hc_inj_;    // [n_tok][hc]
+    std::vector<float> blk_out_;   // [n_tok][n_embd] a block's output (MoE + shared expert)
+    std::vector<float> ple_emb_;   // [n_tok][ple_dim] gathered rows
+    std::vector<float> ple_k_;     // [n_tok][hc][n_embd]
+    std::vector<float> ple_v_;     // [n_tok][n_embd]
+    std::vector<float> idx_q_, idx_k_;  // [n_tok][idx_n_head][idx_head_dim], [n_tok][idx_head_dim]
+
     arenas::expert_pool& pool_;
     phase_clock* clock_ = nullptr;
     double* seconds(phase_clock::part p) { return clock_ ? &clock_->seconds[p] : nullptr; }

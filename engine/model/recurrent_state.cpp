@@ -12,7 +12,13 @@ recurrent_state::recurrent_state(const hparams& hp) {
     n_layer_ = hp.n_recurrent();
     conv_floats_ = static_cast<size_t>(hp.ssm_conv_kernel - 1) * static_cast<size_t>(hp.ssm_conv_dim());
     ssm_floats_ = static_cast<size_t>(hp.ssm_n_v_head) * static_cast<size_t>(hp.ssm_d_state) * hp.ssm_d_state;
-    data_.assign(static_cast<size_t>(n_layer_) * layer_floats(), 0.0f);
+    if (hp.ple_layer >= 0) {
+        ple_conv_floats_ = static_cast<size_t>(hp.ple_conv_kernel - 1) * hp.ple_ngram * static_cast<size_t>(hp.hc_dim());
+        ple_window_floats_ = static_cast<size_t>(hp.ple_ngram - 1);
+    }
+    hc_floats_ = static_cast<size_t>(hp.hc_dim());
+    data_.assign(static_cast<size_t>(n_layer_) * layer_floats() + ple_conv_floats_ + ple_window_floats_ + hc_floats_,
+                 0.0f);
 }
 
 void recurrent_state::reset() {
@@ -63,7 +69,11 @@ size_t recurrent_state_bytes(const hparams& hp) {
     if (!hp.hybrid()) return 0;
     const size_t conv = static_cast<size_t>(hp.ssm_conv_kernel - 1) * static_cast<size_t>(hp.ssm_conv_dim());
     const size_t ssm = static_cast<size_t>(hp.ssm_n_v_head) * static_cast<size_t>(hp.ssm_d_state) * hp.ssm_d_state;
-    return static_cast<size_t>(hp.n_recurrent()) * (conv + ssm) * sizeof(float);
+    size_t extra = static_cast<size_t>(hp.hc_dim());
+    if (hp.ple_layer >= 0)
+        extra += static_cast<size_t>(hp.ple_conv_kernel - 1) * hp.ple_ngram * static_cast<size_t>(hp.hc_dim()) +
+                 static_cast<size_t>(hp.ple_ngram - 1);
+    return (static_cast<size_t>(hp.n_recurrent()) * (conv + ssm) + extra) * sizeof(float);
 }
 
 }  // namespace strata::engine

@@ -30,6 +30,11 @@ public:
     size_t bytes() const { return data_.size() * sizeof(float); }
     float* conv(int r) { return data_.data() + static_cast<size_t>(r) * layer_floats(); }
     float* ssm(int r) { return conv(r) + conv_floats_; }
+    // qwen4exp's state past the DeltaNet layers: the PLE conv's last inputs [(kernel - 1) x ngram][hc * n_embd],
+    // the PLE n-gram window (the last ngram - 1 token ids + 1; 0: none), the last token's wide residual [hc * n_embd].
+    float* ple_conv() { return data_.data() + static_cast<size_t>(n_layer_) * layer_floats(); }
+    float* ple_window() { return ple_conv() + ple_conv_floats_; }
+    float* hc_last() { return ple_window() + ple_window_floats_; }
     std::span<const float> data() const { return data_; }
 
     int pos() const { return pos_; }
@@ -56,6 +61,7 @@ private:
 
     int n_layer_ = 0;
     size_t conv_floats_ = 0, ssm_floats_ = 0;
+    size_t ple_conv_floats_ = 0, ple_window_floats_ = 0, hc_floats_ = 0;
     std::vector<float> data_;  // [n_layer][conv | ssm]
     int pos_ = 0;
     std::vector<state_checkpoint> checkpoints_;  // by position
