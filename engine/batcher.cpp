@@ -89,6 +89,7 @@ batch_stats step_batcher::stats() const {
     batch_stats b;
     b.steps = steps_.load();
     b.rows = rows_.load();
+    b.bytes = bytes_.load();
     b.active = n_active_.load();
     b.last_step_rows = last_rows_.load();
     b.max_step_rows = max_rows_.load();
@@ -209,6 +210,7 @@ bool step_batcher::step() {
                 if (f) f->set_clock(nullptr);
             }
         } detached{timed ? m_.forward.get() : nullptr};
+        const uint64_t bytes_before = m_.forward ? m_.forward->bytes_read() : 0;
         try {
             if (m_.hybrid)
                 for (const engine::step_segment& s : segs)
@@ -229,6 +231,7 @@ bool step_batcher::step() {
         }
         steps_.fetch_add(1);
         rows_.fetch_add(static_cast<uint64_t>(rows));
+        if (!m_.hybrid && m_.forward) bytes_.fetch_add(m_.forward->bytes_read() - bytes_before);
         last_rows_.store(rows);
         max_rows_.store(std::max(max_rows_.load(), rows));
     }

@@ -46,7 +46,7 @@ private:
     std::vector<std::unique_ptr<generation>> active_;   // engine thread only
     size_t next_ = 0;                                   // round-robin start
     bool logged_sequential_ = false;
-    std::atomic<uint64_t> steps_{0}, rows_{0};
+    std::atomic<uint64_t> steps_{0}, rows_{0}, bytes_{0};
     std::atomic<int> n_active_{0}, last_rows_{0}, max_rows_{0};
 };
 

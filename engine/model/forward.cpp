@@ -445,13 +445,11 @@ void forward_pass::moe(int il, int n_tok) {
     }
     t.reset();
     moe_.run(moe_il, n_tok, xn_.data(), ids_.data(), weights_.data(), tmp_.data());
-    if (clock_) {
-        const arenas::moe_layer& e = moe_layers_[static_cast<size_t>(moe_il)];
-        const uint64_t n = moe_.n_active();
-        clock_->bytes[phase_clock::experts_gate_up] +=
-            n * (static_cast<uint64_t>(e.gate.n_rows) * e.gate.row_stride + static_cast<uint64_t>(e.up.n_rows) * e.up.row_stride);
-        clock_->bytes[phase_clock::experts_down] += n * static_cast<uint64_t>(e.down.n_rows) * e.down.row_stride;
-    }
+    const arenas::moe_layer& e = moe_layers_[static_cast<size_t>(moe_il)];
+    const uint64_t n = moe_.n_active();
+    add_bytes(phase_clock::experts_gate_up, n * (static_cast<uint64_t>(e.gate.n_rows) * e.gate.row_stride +
+                                                 static_cast<uint64_t>(e.up.n_rows) * e.up.row_stride));
+    add_bytes(phase_clock::experts_down, n * static_cast<uint64_t>(e.down.n_rows) * e.down.row_stride);
 }
 
 void forward_pass::ffn(const weight_matrix& gate, const weight_matrix& up, const weight_matrix& down, int n_ff,

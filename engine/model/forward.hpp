@@ -87,6 +87,9 @@ public:
     bool batches_sequences() const { return !hp_.mla() && !hp_.hybrid(); }
 
     const routing_counts& routing() const { return routing_; }
+    // Weight and KV bytes the passes so far read (dense matrices, the experts each MoE phase touched,
+    // each row's KV cache), as the phase clock counts them.
+    uint64_t bytes_read() const { return bytes_read_; }
 
     // Times every later pass into `clock` (nullptr: off, no clock reads).
     void set_clock(phase_clock* clock);
@@ -123,8 +126,10 @@ private:
     phase_clock* clock_ = nullptr;
     double* seconds(phase_clock::part p) { return clock_ ? &clock_->seconds[p] : nullptr; }
     void add_bytes(phase_clock::part p, uint64_t b) {
+        bytes_read_ += b;
         if (clock_) clock_->bytes[p] += b;
     }
+    uint64_t bytes_read_ = 0;
     const hparams& hp_;
     const model_weights& w_;
     std::vector<arenas::moe_layer> moe_layers_;

@@ -256,6 +256,8 @@ struct conversation_cache_stats {
 struct batch_stats {
     uint64_t steps = 0;              // forward passes run for generations
     uint64_t rows = 0;               // tokens those passes evaluated
+    uint64_t bytes = 0;              // weight and KV bytes they read (dense once per pass, the experts the
+                                     // pass's rows touched, each row's cache); CPU forward pass only
     int active = 0;                  // generations in flight (reading their prompt or decoding)
     int waiting = 0;                 // generations submitted, not yet started
     int last_step_rows = 0;
