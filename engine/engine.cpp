@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/fmt/fmt.h>
 
+#include "batcher.hpp"
 #include "gpu/device.hpp"
 #include "gpu/expert_cache.hpp"
 #include "log.hpp"
@@ -34,6 +35,14 @@ void engine_thread::run(const std::function<void()>& fn) {
     }
     wake_.notify_one();
     done.get();
+}
+
+void engine_thread::post(std::function<void()> fn) {
+    {
+        std::lock_guard lock(mutex_);
+        tasks_.emplace_back(std::move(fn));
+    }
+    wake_.notify_one();
 }
 
 void engine_thread::loop() {
@@ -359,7 +368,7 @@ model::impl::impl(const model_options& o)
     }
 }
 
-model::model(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+model::model(std::unique_ptr<impl> p) : impl_(std::move(p)) { impl_->batcher = std::make_unique<step_batcher>(*impl_); }
 
 model::~model() {
     // The pool and the forward pass belong to the engine thread: tear them down there.
@@ -445,6 +454,8 @@ expert_stats model::statistics() const {
 }
 
 conversation_cache_stats model::conversation_statistics() const { return impl_->conversations->stats(); }
+
+batch_stats model::batching() const { return impl_->batcher->stats(); }
 
 std::vector<int32_t> model::tokenize(std::string_view text, bool add_special, bool parse_special) const {
     return impl_->tokenizer.encode(text, {.add_special = add_special, .parse_special = parse_special});

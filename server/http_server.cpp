@@ -198,7 +198,7 @@ struct http_server::impl {
         f.body_timeout = to_ms(so.body_timeout_s);
         f.keep_alive_timeout = std::chrono::seconds(keep_alive_s);
         // A streamed token waits this long for a client that stopped reading before counting as gone.
-        f.write_timeout = std::chrono::seconds(30);
+        f.write_timeout = to_ms(so.write_timeout_s);
         f.workers = std::max(so.http_threads, 2);
         f.max_requests_per_connection = max_requests_per_connection;
         f.max_connections = so.max_connections;
@@ -253,7 +253,9 @@ void http_server::begin_shutdown() {
     if (impl_->state.shutting_down.exchange(true)) return;
     const request_queue::snapshot q = impl_->state.queue.state();
     impl_->state.log->info("Shutting down: new requests get 503; {} waiting request(s) get 503{}.", q.waiting.size(),
-                           q.running ? fmt::format(", request {} stops at its next prompt batch or token", *q.running) : "");
+                           q.running.empty() ? std::string()
+                                             : fmt::format(", request(s) {} stop at their next prompt batch or token",
+                                                           fmt::join(q.running, ", ")));
 }
 
 bool http_server::begin_drain() { return impl_->state.begin_drain(); }

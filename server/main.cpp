@@ -41,6 +41,10 @@ cxxopts::Options make_options() {
         ("alias", "model id in /v1/models and responses (default: the model file's name)", cxxopts::value<std::string>())
         ("timeout", "seconds a generation request may take, queue wait included (0: no limit)",
          cxxopts::value<double>()->default_value("600"))
+        ("parallel", "generations at once (slots); their tokens share each forward pass (1: one at a time)",
+         cxxopts::value<int>()->default_value("4"))
+        ("write-timeout", "seconds a streamed answer waits for a client that stopped reading before that request "
+                          "ends", cxxopts::value<double>()->default_value("30"))
         ("max-body", "largest request body in bytes (larger: 413)", cxxopts::value<size_t>()->default_value("8388608"))
         ("http-threads", "requests answered at once (each waiting request holds one)",
          cxxopts::value<int>()->default_value("32"))
@@ -82,6 +86,12 @@ server::server_options server_options_from(const cxxopts::ParseResult& a) {
     if (a.count("alias")) s.model_id = a["alias"].as<std::string>();
     s.request_timeout_s = a["timeout"].as<double>();
     if (s.request_timeout_s < 0) throw std::invalid_argument("--timeout must be 0 or positive");
+    s.parallel = a["parallel"].as<int>();
+    if (s.parallel < 1 || s.parallel > 256)
+        throw std::invalid_argument(fmt::format("--parallel must be 1..256, got {}", s.parallel));
+    s.write_timeout_s = a["write-timeout"].as<double>();
+    if (!(s.write_timeout_s >= 0.1))
+        throw std::invalid_argument(fmt::format("--write-timeout must be at least 0.1 s, got {:g}", s.write_timeout_s));
     s.max_body_bytes = a["max-body"].as<size_t>();
     if (s.max_body_bytes < 1024) throw std::invalid_argument("--max-body must be at least 1024 bytes");
     s.http_threads = a["http-threads"].as<int>();

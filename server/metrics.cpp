@@ -113,8 +113,18 @@ std::string metrics::render(const gauges& g) const {
     out += fmt::format("strata_request_duration_seconds_count {}\n", duration_count_);
     family(out, "strata_queue_waiting", "gauge", "Generation requests waiting for the engine.");
     out += fmt::format("strata_queue_waiting {}\n", g.queue.waiting.size());
-    family(out, "strata_queue_running", "gauge", "Generation requests holding the engine (0 or 1).");
-    out += fmt::format("strata_queue_running {}\n", g.queue.running ? 1 : 0);
+    family(out, "strata_queue_running", "gauge", "Generation requests holding a slot (at most --parallel).");
+    out += fmt::format("strata_queue_running {}\n", g.queue.running.size());
+    family(out, "strata_slots", "gauge", "Slots: generations that may run at once (--parallel).");
+    out += fmt::format("strata_slots {}\n", g.queue.slots);
+    family(out, "strata_active_slots", "gauge", "Slots whose generation is in the engine's batched steps.");
+    out += fmt::format("strata_active_slots {}\n", g.batching.active);
+    family(out, "strata_batch_steps_total", "counter", "Forward passes the step batcher ran for generations.");
+    out += fmt::format("strata_batch_steps_total {}\n", g.batching.steps);
+    family(out, "strata_batch_rows_total", "counter", "Tokens those passes evaluated (rows / steps: mean batch size).");
+    out += fmt::format("strata_batch_rows_total {}\n", g.batching.rows);
+    family(out, "strata_batch_size", "gauge", "Tokens in the last step.");
+    out += fmt::format("strata_batch_size {}\n", g.batching.last_step_rows);
     family(out, "strata_requests_in_flight", "gauge",
            "Generation requests admitted and not yet answered (waiting, generating or streaming).");
     out += fmt::format("strata_requests_in_flight {}\n", g.in_flight);

@@ -47,6 +47,7 @@ public:
         conversation_cache_stats conversations;
         // Hybrid models: one session's recurrent state, and the checkpoints of it the session keeps.
         uint64_t state_bytes_per_session = 0, state_checkpoints = 0, state_checkpoint_bytes = 0;
+        batch_stats batching;       // the engine's step batcher
     };
     std::string render(const gauges& g) const;
     std::optional<generation_record> last() const;

@@ -161,7 +161,8 @@ void forward_pass::eval_layers_qwen4(const int32_t* tokens, int n_tok, int pos0,
             const int r = hp_.qsa_ratio[static_cast<size_t>(il)];
             // A lone query that leaves blocks out needs no dense pass: its cost is the budget's.
             qsa_only_ = r > 0 && n_tok == 1 && (pos0 + 1) / r > hp_.idx_top_k / r;
-            attention(il, n_tok, pos0, kv);
+            const step_segment seg{tokens, n_tok, pos0, &kv, nullptr, false};
+            attention(il, std::span(&seg, 1), n_tok);
             qsa_only_ = false;
             if (r > 0) {
                 arenas::scoped_seconds t(seconds(phase_clock::attention));

@@ -2,14 +2,15 @@
 // per-token callback and cancellation, tokenize, apply the chat template, read statistics.
 //
 // Thread-safety: a model may be shared by any number of threads and sessions; its forward passes run
-// one at a time on the model's own engine thread (the thread that owns the CPU expert pool), so
-// concurrent generate() calls on different sessions queue in arrival order. Every copy into or out of
+// on the model's own engine thread (the thread that owns the CPU expert pool), where concurrent
+// generate() calls on different sessions advance together, one step (forward pass) for all at a time. Every copy into or out of
 // the conversation cache runs on that thread too. A session is used by one
 // thread at a time, except cancel(), which any thread may call at any time.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -258,6 +259,20 @@ struct conversation_cache_stats {
     std::vector<conversation_cache_entry> entries;  // most recently used first
 };
 
+// The step batcher's counters: generations in flight advance together, one forward pass per step.
+struct batch_stats {
+    uint64_t steps = 0;              // forward passes run for generations
+    uint64_t rows = 0;               // tokens those passes evaluated
+    uint64_t bytes = 0;              // weight and KV bytes they read (dense once per pass, the experts the
+                                     // pass's rows touched, each row's cache); CPU forward pass only
+    int active = 0;                  // generations in flight (reading their prompt or decoding)
+    int waiting = 0;                 // generations submitted, not yet started
+    int last_step_rows = 0;
+    int max_step_rows = 0;
+    bool sequences_in_one_pass = false;  // false: a step evaluates its sequences in turn (latent attention,
+                                         // recurrent layers, the GPU hybrid)
+};
+
 // Thrown for a request that cannot run (a prompt longer than the context, bad sampling values); the
 // message names the numbers. Load failures throw std::runtime_error.
 struct request_error : std::invalid_argument {
@@ -278,6 +293,8 @@ public:
     // The conversation cache's counters and snapshots. Safe from any thread; does not wait for the
     // engine thread.
     conversation_cache_stats conversation_statistics() const;
+    // The step batcher's counters. Safe from any thread; does not wait for the engine thread.
+    batch_stats batching() const;
 
     std::vector<int32_t> tokenize(std::string_view text, bool add_special = true, bool parse_special = false) const;
     // render_special: control tokens ("<|im_start|>") come out as their text instead of nothing.
@@ -324,6 +341,16 @@ public:
     // context. The callback runs on the model's engine thread.
     generation_result generate(std::span<const int32_t> prompt, const generation_options& options,
                                const token_callback& on_token = {});
+
+    // generate() without waiting: the generation joins the model's step batcher, where the generations
+    // of all sessions advance together (each step: the next token of every decoding generation, then
+    // prompt chunks, up to n_batch tokens). The logits of each are bitwise those of running alone.
+    // on_token runs on the engine thread and should not block (it holds up every generation); `ready`,
+    // polled there before each of this generation's decode steps, may return false to hold this
+    // generation back (its reader is behind) while the others go on. Validation errors throw here;
+    // the future holds the result or what the generation threw. One generation per session at a time.
+    std::future<generation_result> start(std::span<const int32_t> prompt, const generation_options& options,
+                                         token_callback on_token = {}, std::function<bool()> ready = {});
 
     // Stops the generation in progress at its next prompt batch or token (reason `cancelled`); a no-op
     // when idle (generate() clears it on entry).

@@ -1,6 +1,7 @@
 // strata-server as a library: an OpenAI-compatible HTTP server over one loaded model. Requests that
-// generate run one at a time in arrival order on one engine session (so a prompt prefix shared with
-// the previous request is reused); everything else (health, status, metrics, tokenize) is answered
+// generate take one of `parallel` slots (engine sessions) in arrival order, preferring the free slot
+// whose cache shares the longest prefix with the prompt; the slots' generations advance together in
+// the engine's batched steps. Everything else (health, status, metrics, tokenize) is answered
 // while a generation runs.
 //
 // Thread-safety: bind() and run() from one thread; set_model(), begin_shutdown(), begin_drain(),
@@ -25,6 +26,8 @@ struct server_options {
     std::string model_id;                   // the id /v1/models reports; empty: the model file's name
     size_t max_body_bytes = 8u << 20;       // larger request bodies get 413
     double request_timeout_s = 600;         // queue wait plus generation; 0: no limit
+    int parallel = 1;                       // generations at once (slots); strata-server's --parallel: 4
+    double write_timeout_s = 30;            // a streamed answer's client that stops reading this long is cut
     int http_threads = 32;                  // requests answered at once (each waiting request holds one)
     double header_timeout_s = 10;           // a connection's request head must be whole this long after it
                                             // connects (or, kept alive, after its first byte): else 408
