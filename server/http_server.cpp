@@ -267,11 +267,20 @@ void http_server::on_drain_requested(std::function<void()> fn) { impl_->state.se
 size_t http_server::park_conversation() {
     server_state& s = impl_->state;
     if (!s.loaded_model()) return 0;
-    const request_queue::ticket t = s.queue.enter(s.next_request_id.fetch_add(1));
-    if (!s.queue.wait_turn(t, [&s] { return s.shutting_down.load(); })) return 0;
-    session& engine = s.engine_session();
-    const size_t n = engine.cached_tokens();
-    return n > 0 && engine.park() != 0 ? n : 0;
+    // A queue turn for every slot: then no generation runs and each slot's session can be parked.
+    const size_t n_slots = s.slots().size();
+    std::vector<request_queue::ticket> turns;
+    for (size_t i = 0; i < n_slots; ++i) {
+        turns.push_back(s.queue.enter(s.next_request_id.fetch_add(1)));
+        if (!s.queue.wait_turn(turns.back(), [&s] { return s.shutting_down.load(); })) return 0;
+    }
+    size_t parked = 0;
+    for (size_t i = 0; i < n_slots; ++i) {
+        session& engine = s.slot_session(static_cast<int>(i));
+        const size_t n = engine.cached_tokens();
+        if (n > 0 && engine.park() != 0) parked += n;
+    }
+    return parked;
 }
 
 void http_server::stop() {

@@ -75,8 +75,8 @@ public:
     // Called (once, on the request's thread) when POST /admin/drain starts a drain: the binary finishes
     // it from there (waits for in_flight() to reach 0, parks, stops).
     void on_drain_requested(std::function<void()> fn);
-    // Parks the session's conversation in the conversation cache, taking the engine's turn in the queue
-    // (waits for the running generation). The number of tokens parked (0: none, or no model).
+    // Parks every slot's conversation in the conversation cache, taking a queue turn per slot (waits
+    // for the running generations). The number of tokens parked (0: none, or no model).
     size_t park_conversation();
     // Closes the listening socket; run() returns when the open connections are done. Before run()
     // too: run() then returns at once.
