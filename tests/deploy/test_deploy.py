@@ -45,7 +45,9 @@ class Replica:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [ARGS.server, "-m", model, "--port", "0", "--ctx", "8192", "--numa-pool", "off", "--pool-workers", "1",
-             "--cache-ram", "256", "--temp", "0", "--admin-key", ADMIN_KEY, "--drain-timeout", "30", "--no-webui"],
+             "--cache-ram", "256", "--temp", "0", "--admin-key", ADMIN_KEY, "--drain-timeout", "30", "--no-webui",
+             # One slot, so that the kill test (c) has requests waiting, not started, behind a running one.
+             "--parallel", "1"],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.port = None
 
