@@ -88,7 +88,11 @@ TEST(ServerParallel, AClientThatStopsReadingEndsOnlyItsOwnRequest) {
     test_server s(parallel(2, 1.0), hold_model());
     // A small receive window: the server's writes to it block soon after it stops reading.
     raw_connection stuck(s.port(), 4096);
-    stuck.send_all(http_post_text("/v1/completions", text_body("Nobody reads this answer.", hold_tokens, true).dump()));
+    // Twenty top logprobs make each event about 2 KB, so the socket buffers fill after a few thousand
+    // tokens (with bare text events they took most of hold_tokens: minutes under a sanitizer).
+    json body = text_body("Nobody reads this answer.", hold_tokens, true);
+    body["logprobs"] = 20;
+    stuck.send_all(http_post_text("/v1/completions", body.dump()));
     ASSERT_TRUE(stuck.read_until("data: ")) << stuck.received();
     // From here on it reads nothing. Another client is served in full meanwhile.
     for (int i = 0; i < 3; ++i) {
