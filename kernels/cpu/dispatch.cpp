@@ -39,13 +39,13 @@ static bool use_avx_vnni() {
 }
 
 // The AVX2 prompt GEMM kernels (4 tokens per call: 16 registers); where the CPU has AVX-VNNI, its
-// vpdpbusd for the formats where it saves the most (the same bits either way). The K-quants are
-// repacked only where their GEMM form also decodes (one token) as fast as the per-row kernels:
-// Q4_K and Q5_K with AVX-VNNI, Q6_K nowhere on this path (a repacked matrix decodes through gemm16).
+// vpdpbusd for the formats where it saves the most (the same bits either way). A repacked matrix also
+// decodes through its GEMM kernel (one token), so a format is repacked only where that form reads
+// DRAM as fast as the per-row kernel: not Q6_K on this path (its one-token form is ~10 % slower).
 static void fill_avx2_gemm(isa_table& t) {
     const bool vnni = use_avx_vnni();
-    set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx2, 4, vnni);
-    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avx2, 4, vnni);
+    set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avx2, 4, true);
     set_gemm16(t, ggml_type::Q6_K, gemm16_q6_k_avx2, 4, false);
     set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avx2, 4, true);
     set_gemm16(t, ggml_type::Q4_0, gemm16_q4_0_avx2, 4, true);
