@@ -410,10 +410,6 @@ std::shared_ptr<model> model::load(const model_options& options) {
                                "snapshots do not cover.");
         cache_budget = 0;
     }
-    if (r.hp.qwen4() && cache_budget > 0) {
-        logger("engine")->info("The conversation cache is off: snapshots do not keep qwen4exp's QSA indexer keys.");
-        cache_budget = 0;
-    }
     r.conversations = std::make_unique<engine::conversation_cache>(cache_budget, *r.hot);
     r.info = describe(r, r.pool->plan());
     if (r.hp.hybrid())
