@@ -20,6 +20,8 @@
 #include "model/qsa.hpp"
 #include "qwen4exp_spec.hpp"
 #include "reference_qwen4exp.hpp"
+#include "region_map.hpp"
+#include "strata/engine.hpp"
 
 namespace strata::engine {
 namespace {
@@ -350,6 +352,48 @@ TEST(Qwen4Generate, LargeSparsePleTable) {
     const auto tokens = some_tokens(small->hp.n_vocab, 24);
     const std::vector<float> a = run(*big, *pool, tokens, {7, 1}), b = run(*small, *pool, tokens, {7, 1});
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+    std::remove(path.c_str());
+}
+
+// Through the engine: the PLE table is its own cold region (the file's bytes, listed with no NUMA intent
+// in the region map), and what the passes gather from it is counted, in the counters and --breakdown.
+TEST(Qwen4Cold, PleTableIsAColdRegionWithItsReads) {
+    const std::string path = ::testing::TempDir() + "qwen4exp_cold.gguf";
+    quick_writer().write_file(path);
+    model_options o;
+    o.path = path;
+    o.numa_pool = "off";
+    o.n_ctx = 256;
+    o.cache_ram_mib = 0;
+    o.phase_timing = true;
+    const auto m = model::load(o);
+    const uint64_t table = 4096 * 34;  // 4096 Q8_0 rows of 32
+    std::vector<cold_region_stats> cold = m->cold_regions();
+    ASSERT_EQ(cold.size(), 1u);
+    EXPECT_EQ(cold[0].bytes_mapped, table);
+    EXPECT_NE(cold[0].where.find(path), std::string::npos) << cold[0].where;
+    EXPECT_EQ(cold[0].rows_read, 0u);
+    bool listed = false;
+    for (const arenas::region& r : arenas::region_map::read(m->info().region_map_path))
+        listed |= r.name == "ple table (cold, file-backed)" && r.bytes == table && r.node == -1;
+    EXPECT_TRUE(listed);
+
+    generation_options g;
+    g.max_tokens = 5;
+    g.sampling.temperature = 0;
+    g.ignore_eos = true;
+    session s(m);
+    const generation_result r = s.generate(some_tokens(m->info().n_vocab, 20), g);
+    cold = m->cold_regions();
+    EXPECT_EQ(cold[0].tokens, 24u);  // the prompt, then 4 decode passes
+    EXPECT_EQ(cold[0].rows_read, 24u * 4);
+    EXPECT_GT(cold[0].bytes_resident, 0u);
+    EXPECT_LE(cold[0].bytes_resident, table);
+    EXPECT_LE(cold[0].page_faults, cold[0].rows_read);
+    const auto part = std::find_if(r.time.decode_phases.begin(), r.time.decode_phases.end(),
+                                   [](const phase_time& p) { return p.name == "PLE rows (cold table)"; });
+    ASSERT_NE(part, r.time.decode_phases.end());
+    EXPECT_EQ(part->bytes, static_cast<uint64_t>(r.time.decode_passes) * 4 * 34);
     std::remove(path.c_str());
 }
 
