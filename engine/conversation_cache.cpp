@@ -65,6 +65,7 @@ struct conversation_cache::snapshot {
     double last_use_s = 0;
     stream_layout layout{};
     std::vector<state_checkpoint> states;         // recurrent states by position, the last at tokens.size()
+    std::vector<std::vector<float>> indexer_keys; // qwen4exp: the QSA indexer's stores as parked
 
     // The newest position at or before n this snapshot can be restored at.
     size_t usable(size_t n) const {
@@ -146,6 +147,8 @@ void conversation_cache::restore(uint64_t id, size_t from, size_t to, kv_cache& 
             if (static_cast<size_t>(c.pos) < to) before.push_back(c);
         kv.recurrent().assign(*at, std::move(before));
     }
+    // The stores hold every parked position; those past `to` are rewritten before they are read.
+    if (!s.indexer_keys.empty()) kv.indexer_keys() = s.indexer_keys;
     touch(*it);
     counters_.tokens_restored += to - from;
 }
@@ -178,6 +181,8 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
         states.push_back({rs.pos(), std::vector<float>(rs.data().begin(), rs.data().end())});
         need += states.size() * rs.bytes();
     }
+    const std::vector<std::vector<float>>& keys = kv.indexer_keys();
+    for (const std::vector<float>& k : keys) need += k.size() * sizeof(float);
     if (need > budget_) {
         logger("engine")->info("A conversation of {} tokens was not parked: its snapshot needs {:.1f} MiB, the "
                                "conversation cache's budget is {:.1f} MiB (--cache-ram).",
@@ -200,6 +205,7 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
     s.tokens.assign(tokens.begin(), tokens.end());
     s.layout = layout;
     s.states = std::move(states);
+    s.indexer_keys = keys;
     try {
         for (size_t at = 0; at < total; at += segment_bytes)
             s.segments.push_back(hot_.allocate_cold(std::min(segment_bytes, total - at),

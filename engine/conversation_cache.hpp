@@ -10,6 +10,7 @@
 // verbatim, so a restored prefix is the same as one evaluated again. A hybrid model's snapshot also
 // keeps its recurrent state at the parked position and the session's checkpoints before it (on the
 // heap; their bytes count against the budget): it can be restored only at one of those positions.
+// A qwen4exp snapshot keeps the QSA indexer's key stores too (heap, counted the same way).
 //
 // Thread-safety: every member locks; park() and restore() run on the engine thread (they read and
 // write a session's cache), stats() from any thread.

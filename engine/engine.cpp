@@ -366,6 +366,21 @@ model::impl::impl(const model_options& o)
     } catch (const std::exception& e) {
         chat_error = e.what();
     }
+    if (weights.ple.data) register_ple_table();
+}
+
+void model::impl::register_ple_table() {
+    // The table stays where the file maps it: listed with no NUMA intent (placement-report shows its
+    // page-cache residency), counted apart from the resident weights.
+    const engine::ple_table& t = weights.ple;
+    weights.ple.reads = &ple_reads;
+    const gguf::tensor_info* info = file.find_tensor("per_layer_token_embd.weight");
+    const uint64_t at = file.data_offset() + (info ? info->offset : 0);
+    ple_where = fmt::format("file-backed: {} bytes {}..{}, page cache, no NUMA placement", file.path(), at, at + t.bytes());
+    regions.add({"ple table (cold, file-backed)", reinterpret_cast<std::uintptr_t>(t.data), t.bytes(), -1});
+    logger("engine")->info("The PLE table ({:.1f} MiB, {} rows) is read in place from the file, a few rows a token: it "
+                           "is not copied, placed or pinned, and not counted in the resident weights.",
+                           double(t.bytes()) / (1 << 20), t.n_rows);
 }
 
 model::model(std::unique_ptr<impl> p) : impl_(std::move(p)) { impl_->batcher = std::make_unique<step_batcher>(*impl_); }
@@ -410,10 +425,6 @@ std::shared_ptr<model> model::load(const model_options& options) {
                                "snapshots do not cover.");
         cache_budget = 0;
     }
-    if (r.hp.qwen4() && cache_budget > 0) {
-        logger("engine")->info("The conversation cache is off: snapshots do not keep qwen4exp's QSA indexer keys.");
-        cache_budget = 0;
-    }
     r.conversations = std::make_unique<engine::conversation_cache>(cache_budget, *r.hot);
     r.info = describe(r, r.pool->plan());
     if (r.hp.hybrid())
@@ -454,6 +465,20 @@ expert_stats model::statistics() const {
 }
 
 conversation_cache_stats model::conversation_statistics() const { return impl_->conversations->stats(); }
+
+std::vector<cold_region_stats> model::cold_regions() const {
+    const engine::ple_table& t = impl_->weights.ple;
+    if (!t.data) return {};
+    cold_region_stats c;
+    c.name = "ple table";
+    c.where = impl_->ple_where;
+    c.bytes_mapped = t.bytes();
+    c.bytes_resident = engine::resident_bytes(t.data, t.bytes());
+    c.tokens = impl_->ple_reads.tokens.load();
+    c.rows_read = impl_->ple_reads.rows.load();
+    c.page_faults = impl_->ple_reads.faults.load();
+    return {c};
+}
 
 batch_stats model::batching() const { return impl_->batcher->stats(); }
 

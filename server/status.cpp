@@ -189,6 +189,11 @@ json status_json(const server_state& state) {
     s["placement"] = placement_section(i);
     s["experts"] = expert_section(i, snap);
     s["conversation_cache"] = conversation_cache_section(m->conversation_statistics());
+    s["cold_regions"] = json::array();
+    for (const cold_region_stats& c : m->cold_regions())
+        s["cold_regions"].push_back({{"name", c.name}, {"where", c.where}, {"bytes_mapped", c.bytes_mapped},
+                                     {"bytes_resident", c.bytes_resident}, {"tokens", c.tokens},
+                                     {"rows_read", c.rows_read}, {"page_faults", c.page_faults}});
     return s;
 }
 

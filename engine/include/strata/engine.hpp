@@ -279,6 +279,18 @@ struct request_error : std::invalid_argument {
     using std::invalid_argument::invalid_argument;
 };
 
+// A file-backed region the forward pass reads a few rows at a time and that is never copied, placed,
+// pinned or counted in the resident weights: qwen4exp's PLE table. Counters since load.
+struct cold_region_stats {
+    std::string name;              // "ple table" (per_layer_token_embd)
+    std::string where;             // "file-backed: FILE bytes A..B, page cache, no NUMA placement"
+    uint64_t bytes_mapped = 0;
+    uint64_t bytes_resident = 0;   // of those, in the page cache now (mincore)
+    uint64_t tokens = 0;           // tokens evaluated through it
+    uint64_t rows_read = 0;        // rows gathered for them
+    uint64_t page_faults = 0;      // major faults during the gathers: rows the page cache did not hold
+};
+
 class session;
 
 class model {
@@ -293,6 +305,8 @@ public:
     // The conversation cache's counters and snapshots. Safe from any thread; does not wait for the
     // engine thread.
     conversation_cache_stats conversation_statistics() const;
+    // The cold file-backed regions (qwen4exp's PLE table; empty for other models). Safe from any thread.
+    std::vector<cold_region_stats> cold_regions() const;
     // The step batcher's counters. Safe from any thread; does not wait for the engine thread.
     batch_stats batching() const;
 
