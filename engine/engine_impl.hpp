@@ -76,6 +76,7 @@ struct model::impl {
     std::unique_ptr<step_batcher> batcher;         // generations in flight; steps run on `thread`
     std::unique_ptr<arenas::expert_pool> pool;     // created and used on `thread`
     std::unique_ptr<arenas::hot_node> hot;         // ditto
+    std::unique_ptr<engine::memory_budget> budget;  // sessions' KV caches, checkpoints and snapshots draw from it
     std::unique_ptr<engine::conversation_cache> conversations;  // parked KV snapshots, segments from `hot`
     std::unique_ptr<arenas::expert_store> store;   // the resident routed experts the pool reads
     std::unique_ptr<engine::forward_pass> forward; // ditto

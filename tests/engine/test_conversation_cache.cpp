@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <random>
-#include <thread>
 
 #include "generate.hpp"
 #include "strata/engine.hpp"
@@ -276,17 +276,28 @@ TEST(ConversationCache, APromptCancelledAfterARestoreLeavesCacheAndSessionUsable
     const int n_vocab = m->info().n_vocab;
     const auto a = tokens(300, 40, n_vocab);
     const uint64_t id = park(m, a);
-    // 600 new tokens in batches of 8: the cancelling thread has 70 batches to get its turn after 340
-    // positions, even when the pool holds both cores.
+    // 600 new tokens in batches of 8. The cancel comes from another session's token callback, which runs
+    // on the engine thread after each step the two share: it sees the prompt at 340 positions or a few
+    // more, whatever the machine's load.
     const auto prompt = concat(a, tokens(600, 41, n_vocab));
 
-    session s(m);
-    std::thread canceller([&] {
-        while (s.cached_tokens() < 340) std::this_thread::yield();
-        s.cancel();
+    session s(m), clock(m);
+    std::promise<void> ticking;
+    bool started = false, cancelled = false;
+    auto ticks = clock.start(tokens(4, 42, n_vocab), greedy(500), [&](const token_event&) {
+        if (!started) ticking.set_value();
+        started = true;
+        if (!cancelled && s.cached_tokens() >= 340) {
+            s.cancel();
+            cancelled = true;
+            return true;
+        }
+        return !cancelled;
     });
+    ticking.get_future().wait();
     const auto cut = s.generate(prompt, greedy(4));
-    canceller.join();
+    ticks.get();
+    EXPECT_TRUE(cancelled);
     EXPECT_EQ(cut.reason, stop_reason::cancelled);
     EXPECT_EQ(cut.time.cache_snapshot, id);
     EXPECT_LT(cut.time.prompt_n, 600);
