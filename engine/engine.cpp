@@ -442,6 +442,14 @@ expert_stats model::statistics() const {
 
 conversation_cache_stats model::conversation_statistics() const { return impl_->conversations->stats(); }
 
+speculation_stats model::speculation_statistics() const {
+    const std::lock_guard lock(impl_->spec_mutex);
+    speculation_stats s = impl_->spec_totals;
+    for (int n = 1; n <= engine::spec::cost_table::max_tokens; ++n)
+        if (impl_->spec_costs.measured(n)) s.costs.push_back({n, impl_->spec_costs.ms(n), impl_->spec_costs.passes(n)});
+    return s;
+}
+
 std::vector<int32_t> model::tokenize(std::string_view text, bool add_special, bool parse_special) const {
     return impl_->tokenizer.encode(text, {.add_special = add_special, .parse_special = parse_special});
 }

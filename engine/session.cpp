@@ -7,6 +7,8 @@
 
 #include "engine_impl.hpp"
 #include "log.hpp"
+#include "spec/controller.hpp"
+#include "spec/ngram.hpp"
 #include "tokenizer/sampler.hpp"
 #include "tokenizer/stop_strings.hpp"
 
@@ -34,6 +36,21 @@ tok::sampler_params to_sampler(const sampling_options& s) {
     return p;
 }
 
+void check_speculation(const speculation_options& so) {
+    if (so.type == "mtp")
+        throw request_error("speculative decoding with the model's MTP block is not implemented yet; use the spec "
+                            "type ngram, auto or off");
+    if (so.type != "off" && so.type != "ngram" && so.type != "auto" && so.type != "forced")
+        throw request_error(fmt::format("unknown speculation type '{}': expected off, ngram, auto or mtp", so.type));
+    if (so.n_max < 1 || so.n_max > engine::spec::cost_table::max_tokens - 1)
+        throw request_error(fmt::format("the draft length must be 1..{}, got {}",
+                                        engine::spec::cost_table::max_tokens - 1, so.n_max));
+    if (so.ngram_min < 1 || so.ngram_min > 4)
+        throw request_error(fmt::format("the n-gram drafts' shortest match must be 1..4 tokens, got {}", so.ngram_min));
+    if (!(so.min_p >= 0.0f && so.min_p <= 1.0f))
+        throw request_error(fmt::format("the draft's minimum probability must be 0..1, got {}", so.min_p));
+}
+
 }  // namespace
 
 struct session::impl {
@@ -46,6 +63,11 @@ struct session::impl {
     std::atomic<size_t> n_cached{0};  // cached.size(), readable from any thread
     std::atomic<size_t> kv_bytes{0};  // allocated_kv(), readable from any thread
     std::atomic<size_t> n_checkpoints{0}, checkpoint_bytes{0};  // the recurrent state's, from any thread
+    // Speculative decoding: the logits of a verification batch [k + 1][n_vocab], the recurrent state
+    // before it, and where it starts in `cached`.
+    std::vector<float> verify_logits;
+    engine::state_checkpoint before_verify;
+    size_t verify_start = 0;
 
     void store_state_counts() {
         n_checkpoints.store(kv.recurrent().checkpoints().size());
@@ -73,6 +95,13 @@ struct session::impl {
         store_state_counts();
         m.tokens_evaluated += tokens.size();
     }
+
+    // Evaluates `tokens` (the last accepted token, then drafts) as one batch, all logits into
+    // verify_logits, and records the pass's cost for the model.
+    void verify(std::span<const int32_t> tokens);
+    // Keeps the first n_keep positions of the cache, dropping the rejected drafts of the last
+    // verification; a recurrent state goes back to before the batch and runs the kept tokens again.
+    void drop_rejected(size_t n_keep);
 
     // Routed lookups and VRAM hits since load (on the engine thread; zero CPU-only).
     engine::gpu::cache_stats expert_cache_stats() const {
@@ -136,6 +165,36 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, timings& t) 
     return common;
 }
 
+void session::impl::verify(std::span<const int32_t> tokens) {
+    engine::recurrent_state& rs = kv.recurrent();
+    if (!rs.empty() && tokens.size() > 1) rs.save(before_verify);
+    verify_start = cached.size();
+    verify_logits.resize(tokens.size() * static_cast<size_t>(m.hp.n_vocab));
+    const auto t0 = clock_type::now();
+    eval(tokens, verify_logits.data(), true);
+    const double ms = ms_since(t0);
+    const std::lock_guard lock(m.spec_mutex);
+    m.spec_costs.record(static_cast<int>(tokens.size()), ms);
+}
+
+void session::impl::drop_rejected(size_t n_keep) {
+    if (n_keep >= cached.size()) return;
+    engine::recurrent_state& rs = kv.recurrent();
+    if (rs.empty()) {
+        cached.resize(n_keep);
+    } else {
+        // NOTE: the state is rebuilt by running the kept tokens again (the sequential DeltaNet form gives
+        // the same bits for any split), instead of keeping a copy of it after every verified position.
+        const std::vector<int32_t> kept(cached.begin() + static_cast<ptrdiff_t>(verify_start),
+                                        cached.begin() + static_cast<ptrdiff_t>(n_keep));
+        rs.rewind(before_verify);
+        cached.resize(verify_start);
+        if (!kept.empty()) eval(kept, logits.data());
+    }
+    n_cached.store(cached.size());
+    store_state_counts();
+}
+
 generation_result session::impl::generate(std::span<const int32_t> prompt, const generation_options& o,
                                           const token_callback& cb) {
     generation_result result;
@@ -183,12 +242,24 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
     tok::stop_matcher stops(o.stop);
     const int want_top = o.top_logprobs > 0 ? o.top_logprobs : (o.logprobs ? 0 : -1);
     result.reason = stop_reason::length;
+    // Speculation: the tokens so far (prompt and generated) for the drafter; the drafts under
+    // verification, the row of verify_logits the next token is drawn from, and the positions of the
+    // cache that are final (the rest hold drafts not yet accepted).
+    const speculation_options& so = o.speculation;
+    const bool speculate = so.type != "off" && !m.hybrid;
+    engine::spec::controller control(so.type == "auto", so.n_max, m.spec_costs);
+    std::vector<int32_t> history(prompt.begin(), prompt.end());
+    std::vector<int32_t> drafts, batch;
+    size_t row = 0;
+    const float* next_logits = logits.data();
+    size_t n_final = cached.size();
+    bool turned_off = false;
     for (int i = 0; i < o.max_tokens; ++i) {
         if (cancel.load(std::memory_order_relaxed)) {
             result.reason = stop_reason::cancelled;
             break;
         }
-        const tok::sample_result s = sampler.sample(logits, want_top);
+        const tok::sample_result s = sampler.sample(std::span(next_logits, logits.size()), want_top);
         if (!o.ignore_eos && m.tokenizer.is_eog(s.id)) {
             result.reason = stop_reason::eos;
             break;
@@ -197,6 +268,7 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
         for (const auto& t : s.top_logprobs)
             g.top.push_back({t.id, std::string(m.tokenizer.token_to_piece(t.id, true)), t.logprob});
         result.tokens.push_back(g);
+        history.push_back(s.id);
         text += decoder.push(s.id);
         const tok::stop_scan scan = stops.scan(text);
         const size_t safe = scan.safe_length;
@@ -212,20 +284,73 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
             result.reason = stop_reason::cancelled;
             break;
         }
-        if (static_cast<int>(cached.size()) >= n_ctx) {
+        if (static_cast<int>(n_final) >= n_ctx) {
             result.reason = stop_reason::length;
             break;
         }
-        if (i + 1 < o.max_tokens) {
-            try {
-                eval(std::span(&s.id, 1), logits.data());
-            } catch (const engine::kv_cache_full& e) {
-                // Out of memory growing the cache: what was generated stands, the generation ends here.
-                logger("engine")->warn("The generation stops at {} tokens: {}.", result.tokens.size(), e.what());
-                result.reason = stop_reason::length;
-                break;
+        if (i + 1 >= o.max_tokens) continue;
+        // A draft the sampler picked: its position is in the cache already, its logits in the batch's.
+        if (row < drafts.size() && drafts[row] == s.id) {
+            ++row;
+            ++n_final;
+            ++result.time.spec_accepted;
+            next_logits = verify_logits.data() + row * logits.size();
+            continue;
+        }
+        drop_rejected(n_final);
+        if (!drafts.empty()) control.record(static_cast<int>(drafts.size()), static_cast<int>(row));
+        drafts.clear();
+        row = 0;
+        if (speculate) {
+            // Every draft must be a token the generation may still produce, at a position the context has.
+            const int room = std::min(o.max_tokens - 2 - i, n_ctx - 1 - static_cast<int>(n_final));
+            const int k = std::min(control.draft_length(), room);
+            if (!control.turned_off().empty() && !turned_off) {
+                turned_off = true;
+                logger("engine")->info("Speculative decoding turned itself off after {} tokens: {}.",
+                                       result.tokens.size(), control.turned_off());
+            }
+            if (k > 0 && so.type == "forced") {
+                const size_t from = std::min(result.tokens.size(), so.forced.size());
+                drafts.assign(so.forced.begin() + static_cast<ptrdiff_t>(from),
+                              so.forced.begin() + static_cast<ptrdiff_t>(std::min(so.forced.size(), from + static_cast<size_t>(k))));
+            } else if (k > 0) {
+                drafts = engine::spec::ngram_draft(history, k, {so.ngram_min, std::max(so.ngram_min, 4)});
             }
         }
+        batch.assign(1, s.id);
+        batch.insert(batch.end(), drafts.begin(), drafts.end());
+        try {
+            if (drafts.empty()) {
+                const auto t_step = clock_type::now();
+                eval(std::span(&s.id, 1), logits.data());
+                const double ms = ms_since(t_step);
+                next_logits = logits.data();
+                const std::lock_guard lock(m.spec_mutex);
+                m.spec_costs.record(1, ms);
+            } else {
+                verify(batch);
+                next_logits = verify_logits.data();
+                result.time.spec_drafted += static_cast<int>(drafts.size());
+                ++result.time.spec_verifications;
+            }
+            ++n_final;
+        } catch (const engine::kv_cache_full& e) {
+            // Out of memory growing the cache: what was generated stands, the generation ends here.
+            logger("engine")->warn("The generation stops at {} tokens: {}.", result.tokens.size(), e.what());
+            drafts.clear();
+            result.reason = stop_reason::length;
+            break;
+        }
+    }
+    drop_rejected(n_final);
+    if (!drafts.empty()) control.record(static_cast<int>(drafts.size()), static_cast<int>(row));
+    {
+        const std::lock_guard lock(m.spec_mutex);
+        m.spec_totals.drafted += static_cast<uint64_t>(result.time.spec_drafted);
+        m.spec_totals.accepted += static_cast<uint64_t>(result.time.spec_accepted);
+        m.spec_totals.verifications += static_cast<uint64_t>(result.time.spec_verifications);
+        m.spec_totals.turned_off += turned_off ? 1 : 0;
     }
     if (result.reason != stop_reason::stop_string) {
         text += decoder.flush();
@@ -253,6 +378,7 @@ generation_result session::generate(std::span<const int32_t> prompt, const gener
         throw request_error(fmt::format("max_tokens must be at least 1, got {}", options.max_tokens));
     if (options.top_logprobs < 0 || options.top_logprobs > 20)
         throw request_error(fmt::format("top_logprobs must be 0..20, got {}", options.top_logprobs));
+    check_speculation(options.speculation);
     generation_result result;
     impl_->cancel.store(false);
     impl_->m.thread.run([&] {

@@ -50,6 +50,19 @@ int recurrent_state::cut_back(int n_pos) {
     return pos_;
 }
 
+void recurrent_state::save(state_checkpoint& out) const {
+    out.pos = pos_;
+    out.data.assign(data_.begin(), data_.end());
+}
+
+void recurrent_state::rewind(const state_checkpoint& c) {
+    if (c.data.size() != data_.size())
+        throw std::logic_error(fmt::format("recurrent state of {} floats given one of {}", data_.size(), c.data.size()));
+    std::copy(c.data.begin(), c.data.end(), data_.begin());
+    pos_ = c.pos;
+    std::erase_if(checkpoints_, [&](const state_checkpoint& k) { return k.pos > c.pos; });
+}
+
 void recurrent_state::assign(const state_checkpoint& c, std::vector<state_checkpoint> others) {
     if (c.data.size() != data_.size())
         throw std::logic_error(fmt::format("recurrent state of {} floats given one of {}", data_.size(), c.data.size()));

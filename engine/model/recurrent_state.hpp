@@ -44,6 +44,11 @@ public:
     // Goes back to the newest checkpoint at or before n_pos (the zero state at 0 when none), drops
     // the checkpoints after it, and returns its position.
     int cut_back(int n_pos);
+    // Copies the state at pos() into `out` (reusing its memory), without keeping it as a checkpoint:
+    // where a speculative verification batch goes back to when drafts are rejected.
+    void save(state_checkpoint& out) const;
+    // Goes back to `c` (taken by save) and drops the checkpoints after its position.
+    void rewind(const state_checkpoint& c);
     // Sets the state to `c` (whose size must match) and keeps `others` as the checkpoints.
     void assign(const state_checkpoint& c, std::vector<state_checkpoint> others);
 
