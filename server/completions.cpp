@@ -297,6 +297,7 @@ void handle_completion(server_state& state, const httplib::Request& req, httplib
     const json body = parse_body(req.body);
     completion_request request =
         parse_completion_request(body, kind, *m, state.options.default_sampling, state.options.special_in_content, req.body);
+    request.generation.speculation = state.options.default_speculation;
 
     const uint64_t id = state.next_request_id.fetch_add(1);
     response_meta meta{kind, state.new_response_id(kind == endpoint::chat ? "chatcmpl" : "cmpl"),

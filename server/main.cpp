@@ -29,6 +29,7 @@ cxxopts::Options make_options() {
     cxxopts::Options o("strata-server", "OpenAI-compatible HTTP server for a GGUF Mixture-of-Experts model");
     cli::add_model_flags(o);
     cli::add_sampling_flags(o);
+    cli::add_spec_flags(o);
     o.add_options("server")
         ("host", "address to listen on", cxxopts::value<std::string>()->default_value("127.0.0.1"))
         ("port", "port to listen on (0: any free port)", cxxopts::value<int>()->default_value("8080"))
@@ -93,6 +94,7 @@ server::server_options server_options_from(const cxxopts::ParseResult& a) {
                                                 "--max-body ({}) and its head ({})", s.max_bytes_in_flight,
                                                 s.max_body_bytes, server::request_reader::max_head_bytes));
     s.default_sampling = cli::sampling_options_from(a);
+    s.default_speculation = cli::speculation_options_from(a);
     if (a.count("cors-origin")) s.cors_origin = a["cors-origin"].as<std::string>();
     s.special_in_content = a.count("special-in-content") > 0;
     s.webui = a.count("no-webui") == 0;
