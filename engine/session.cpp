@@ -307,7 +307,7 @@ generation_result session::impl::generate(std::span<const int32_t> prompt, const
             const int k = std::min(control.draft_length(), room);
             if (!control.turned_off().empty() && !turned_off) {
                 turned_off = true;
-                logger("engine")->info("Speculative decoding turned itself off after {} tokens: {}.",
+                logger("engine")->info("Speculative decoding turned itself off at generated token {}: {}.",
                                        result.tokens.size(), control.turned_off());
             }
             if (k > 0 && so.type == "forced") {
