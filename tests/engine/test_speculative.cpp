@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <array>
 #include <filesystem>
+#include <map>
 
 #include "generate.hpp"
 #include "gguf/gguf_writer.hpp"
@@ -167,6 +169,60 @@ INSTANTIATE_TEST_SUITE_P(Generator, SpecFamilies,
                          testing::Values(arch::qwen3moe, arch::qwen2moe, arch::mixtral, arch::glm4moe, arch::deepseek2,
                                          arch::qwen35moe, arch::qwen3next),
                          [](const auto& info) { return make_model::arch_name(info.param); });
+
+// Sampled decoding with drafts draws from the model's distribution: over many seeds, the tokens after a
+// fixed draft (accepted when the sampler picks it, else another token drawn from the rest) have the same
+// histogram as without drafts, within a chi-square bound (two samples, p = 0.001).
+TEST(Speculation, SampledTokensFollowTheModelsDistribution) {
+    const auto m = load(arch::qwen3moe);
+    const auto prompt = m->tokenize("The river ran quietly under the old bridge");
+    session s(m);
+    generation_options o = options("off", 1.0f, 0);
+    o.max_tokens = 3;
+    o.top_logprobs = 0;
+    o.sampling.top_k = 3;
+    const auto first = s.generate(prompt, o);
+    std::vector<int32_t> draft;
+    for (const auto& t : first.tokens) draft.push_back(t.id);
+    constexpr int n_draws = 600;
+    std::map<std::pair<int, int32_t>, std::array<int, 2>> counts;  // (position, token) -> [plain, drafted]
+    int accepted = 0;
+    for (int arm = 0; arm < 2; ++arm)
+        for (uint64_t seed = 100; seed < 100 + n_draws; ++seed) {
+            generation_options g = options(arm ? "forced" : "off", 1.0f, seed);
+            g.max_tokens = 3;
+            g.top_logprobs = 0;
+            g.sampling.top_k = 3;
+            g.speculation.forced = draft;
+            const auto r = s.generate(prompt, g);
+            accepted += r.time.spec_accepted;
+            for (size_t i = 1; i < r.tokens.size(); ++i) ++counts[{static_cast<int>(i), r.tokens[i].id}][arm];
+        }
+    EXPECT_GT(accepted, 0);
+    EXPECT_LT(accepted, 2 * n_draws);
+    // Categories with fewer than 10 draws in all are pooled per position.
+    std::map<std::pair<int, int32_t>, std::array<int, 2>> cells;
+    for (const auto& [key, c] : counts) {
+        const bool small = c[0] + c[1] < 10;
+        auto& cell = cells[{key.first, small ? -1 : key.second}];
+        cell[0] += c[0];
+        cell[1] += c[1];
+    }
+    double chi2 = 0;
+    for (const auto& [key, c] : cells) {
+        const double total = c[0] + c[1];
+        for (int arm = 0; arm < 2; ++arm) {
+            const double expected_count = total / 2;  // equal sample sizes
+            chi2 += (c[arm] - expected_count) * (c[arm] - expected_count) / expected_count;
+        }
+    }
+    const int df = static_cast<int>(cells.size()) - 2;  // one constraint per position
+    // Wilson-Hilferty: the chi-square quantile at p = 0.001 (z = 3.09).
+    const double bound = df * std::pow(1 - 2.0 / (9 * df) + 3.09 * std::sqrt(2.0 / (9 * df)), 3);
+    std::printf("  chi-square %.2f over %d degrees of freedom (bound %.2f), %d drafts accepted\n", chi2, df, bound,
+                accepted);
+    EXPECT_LT(chi2, bound);
+}
 
 TEST(Speculation, BadOptionsAreRequestErrors) {
     const auto m = load(arch::qwen3moe);
