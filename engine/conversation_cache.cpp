@@ -57,6 +57,7 @@ struct stream_layout {
 
 struct conversation_cache::snapshot {
     uint64_t id = 0;
+    std::string scope;                            // who may restore it (see find())
     std::vector<int32_t> tokens;
     std::vector<arenas::placed_buffer> segments;  // full segment_bytes each but the last
     uint64_t bytes = 0;                           // mapped
@@ -104,12 +105,13 @@ void conversation_cache::touch(snapshot& s) {
 }
 
 std::optional<conversation_cache::match> conversation_cache::find(std::span<const int32_t> prompt, size_t limit,
-                                                                  size_t better_than) {
+                                                                  size_t better_than, std::string_view scope) {
     std::lock_guard lock(mutex_);
     if (!enabled()) return std::nullopt;
     std::optional<match> best;
     uint64_t best_use = 0;
     for (const snapshot& s : snapshots_) {
+        if (s.scope != scope) continue;
         const size_t common = static_cast<size_t>(
             std::mismatch(s.tokens.begin(), s.tokens.end(), prompt.begin(), prompt.end()).first - s.tokens.begin());
         const size_t n = s.usable(std::min(common, limit));
@@ -148,19 +150,19 @@ void conversation_cache::restore(uint64_t id, size_t from, size_t to, kv_cache& 
     counters_.tokens_restored += to - from;
 }
 
-uint64_t conversation_cache::park(std::span<const int32_t> tokens, const kv_cache& kv) {
+uint64_t conversation_cache::park(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope) {
     std::lock_guard lock(mutex_);
     if (!enabled() || tokens.empty()) return 0;
-    return park_locked(tokens, kv);
+    return park_locked(tokens, kv, scope);
 }
 
-uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const kv_cache& kv) {
+uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope) {
     const recurrent_state& rs = kv.recurrent();
     if (!rs.empty() && static_cast<size_t>(rs.pos()) != tokens.size())
         throw std::logic_error(fmt::format("conversation cache: parking {} tokens with a recurrent state at {}",
                                            tokens.size(), rs.pos()));
     for (snapshot& s : snapshots_)
-        if (s.tokens.size() >= tokens.size() && std::equal(tokens.begin(), tokens.end(), s.tokens.begin()) &&
+        if (s.scope == scope && s.tokens.size() >= tokens.size() && std::equal(tokens.begin(), tokens.end(), s.tokens.begin()) &&
             s.usable(tokens.size()) == tokens.size()) {
             touch(s);
             return s.id;
@@ -184,6 +186,7 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
     }
     // Superseded: snapshots of the same conversation at an earlier turn.
     std::erase_if(snapshots_, [&](const snapshot& s) {
+        if (s.scope != scope) return false;
         const size_t common = static_cast<size_t>(
             std::mismatch(s.tokens.begin(), s.tokens.end(), tokens.begin(), tokens.end()).first - s.tokens.begin());
         const bool extended = common + min_tail_tokens > s.tokens.size();
@@ -193,6 +196,7 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
     evict_for(need);
     snapshot s;
     s.id = next_id_;
+    s.scope = scope;
     s.tokens.assign(tokens.begin(), tokens.end());
     s.layout = layout;
     s.states = std::move(states);

@@ -19,6 +19,8 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "hot_node.hpp"
@@ -48,8 +50,10 @@ public:
     };
     // The snapshot sharing the longest prefix with `prompt`, cut to `limit` tokens (and, with a recurrent
     // state, back to its newest state at or before that), when longer than `better_than`; ties go to
-    // the most recently used. Counts a hit or a miss.
-    std::optional<match> find(std::span<const int32_t> prompt, size_t limit, size_t better_than);
+    // the most recently used. Only snapshots parked under `scope` are considered (callers that must not
+    // see each other's prompts use different scopes). Counts a hit or a miss.
+    std::optional<match> find(std::span<const int32_t> prompt, size_t limit, size_t better_than,
+                              std::string_view scope = {});
 
     // Copies positions [from, to) of snapshot `id` into `kv` (which has room for them) and marks the
     // snapshot used. The caller's positions [0, from) must hold the same tokens as the snapshot's. With
@@ -60,15 +64,16 @@ public:
     // Parks `tokens` with their rows of `kv`. A snapshot that these extend (all but fewer than
     // min_tail_tokens of its tokens are a prefix of these) is replaced; when these are a prefix of a
     // snapshot's, that one is only marked used. Returns the id
-    // of the snapshot holding them, or 0 when none (off, larger than the budget, out of memory).
-    uint64_t park(std::span<const int32_t> tokens, const kv_cache& kv);
+    // of the snapshot holding them, or 0 when none (off, larger than the budget, out of memory). Only
+    // snapshots of the same `scope` are replaced or reused.
+    uint64_t park(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope = {});
 
     conversation_cache_stats stats() const;
 
 private:
     struct snapshot;
 
-    uint64_t park_locked(std::span<const int32_t> tokens, const kv_cache& kv);
+    uint64_t park_locked(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope);
     void touch(snapshot& s);
     void evict_for(uint64_t bytes);
 

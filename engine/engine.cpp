@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/fmt/fmt.h>
 
+#include "batcher.hpp"
 #include "gpu/device.hpp"
 #include "gpu/expert_cache.hpp"
 #include "log.hpp"
@@ -34,6 +35,14 @@ void engine_thread::run(const std::function<void()>& fn) {
     }
     wake_.notify_one();
     done.get();
+}
+
+void engine_thread::post(std::function<void()> fn) {
+    {
+        std::lock_guard lock(mutex_);
+        tasks_.emplace_back(std::move(fn));
+    }
+    wake_.notify_one();
 }
 
 void engine_thread::loop() {
@@ -359,7 +368,7 @@ model::impl::impl(const model_options& o)
     }
 }
 
-model::model(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+model::model(std::unique_ptr<impl> p) : impl_(std::move(p)) { impl_->batcher = std::make_unique<step_batcher>(*impl_); }
 
 model::~model() {
     // The pool and the forward pass belong to the engine thread: tear them down there.
@@ -399,6 +408,10 @@ std::shared_ptr<model> model::load(const model_options& options) {
     if (r.hybrid && cache_budget > 0) {
         logger("engine")->info("The conversation cache is off: the GPU hybrid keeps the KV cache in VRAM, which "
                                "snapshots do not cover.");
+        cache_budget = 0;
+    }
+    if (r.hp.qwen4() && cache_budget > 0) {
+        logger("engine")->info("The conversation cache is off: snapshots do not keep qwen4exp's QSA indexer keys.");
         cache_budget = 0;
     }
     r.conversations = std::make_unique<engine::conversation_cache>(cache_budget, *r.hot);
@@ -449,6 +462,7 @@ speculation_stats model::speculation_statistics() const {
         if (impl_->spec_costs.measured(n)) s.costs.push_back({n, impl_->spec_costs.ms(n), impl_->spec_costs.passes(n)});
     return s;
 }
+batch_stats model::batching() const { return impl_->batcher->stats(); }
 
 std::vector<int32_t> model::tokenize(std::string_view text, bool add_special, bool parse_special) const {
     return impl_->tokenizer.encode(text, {.add_special = add_special, .parse_special = parse_special});

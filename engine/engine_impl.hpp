@@ -30,6 +30,8 @@
 
 namespace strata {
 
+class step_batcher;
+
 // Runs tasks one at a time, in submission order, on one thread: the thread that built the expert pool
 // (under the NUMA split the pool pins it to the host core and phases must start from it).
 class engine_thread {
@@ -38,6 +40,8 @@ public:
     ~engine_thread();
     // Runs fn on the engine thread and waits; rethrows what fn throws.
     void run(const std::function<void()>& fn);
+    // Queues fn without waiting; what it throws is dropped (fn handles its own errors).
+    void post(std::function<void()> fn);
 
 private:
     void loop();
@@ -66,6 +70,7 @@ struct model::impl {
 
     arenas::region_map regions;                    // published for placement-report --pid
     engine_thread thread;                          // declared before what it owns, so it stops last
+    std::unique_ptr<step_batcher> batcher;         // generations in flight; steps run on `thread`
     std::unique_ptr<arenas::expert_pool> pool;     // created and used on `thread`
     std::unique_ptr<arenas::hot_node> hot;         // ditto
     std::unique_ptr<engine::conversation_cache> conversations;  // parked KV snapshots, segments from `hot`

@@ -2,6 +2,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
 #include <optional>
 
 #include <httplib.h>
@@ -43,6 +47,25 @@ struct in_flight_guard {
     in_flight_guard& operator=(const in_flight_guard&) = delete;
 };
 
+// The slot a job's generation runs in, given back when the job ends (before its queue turn is).
+struct slot_lease {
+    server_state& state;
+    int index = -1;
+    ~slot_lease() {
+        if (index >= 0) state.release_slot(index);
+    }
+};
+
+// Server-sent events on their way from the engine thread to the connection's writer. Bounded: a
+// client that stops reading holds back only its own generation (the batcher's ready check).
+struct event_queue {
+    static constexpr size_t capacity = 64;
+    std::mutex mutex;
+    std::condition_variable added;
+    std::deque<std::string> events;
+    std::optional<clock_type::time_point> full_since;
+};
+
 struct job {
     server_state& state;
     std::shared_ptr<model> m;
@@ -52,6 +75,7 @@ struct job {
     clock_type::time_point arrival = clock_type::now();
     std::optional<clock_type::time_point> deadline;
     request_queue::ticket ticket;
+    slot_lease slot{state};  // after the ticket: released first
     in_flight_guard busy;
     std::atomic<cut> cut_by{cut::none};  // set once, by the engine thread or the cancel watch
     double queue_s = 0;
@@ -97,6 +121,7 @@ struct job {
     bool wait_for_engine() {
         const bool got = state.queue.wait_turn(ticket, [this] { return !keep_going(); });
         queue_s = std::chrono::duration<double>(clock_type::now() - arrival).count();
+        if (got) slot.index = state.take_slot(ticket.id(), request.prompt);
         return got;
     }
 
@@ -137,13 +162,75 @@ struct job {
     // Runs the generation; the caller holds the engine. The watch cancels it between prompt batches or
     // tokens once the request should stop. request_error (a prompt the engine refuses) becomes a 400.
     generation_result generate(const token_callback& cb) {
-        session& engine = state.engine_session();
+        session& engine = state.slot_session(slot.index);
         const cancel_watch watch([this] { return !keep_going(); }, [&engine] { engine.cancel(); });
         try {
             return engine.generate(request.prompt, request.generation, cb);
         } catch (const request_error& e) {
-            throw api_error(400, e.what(), "invalid_request_error",
-                            request.kind == endpoint::chat ? "messages" : "prompt", "invalid_value");
+            throw invalid(e);
+        }
+    }
+
+    api_error invalid(const request_error& e) const {
+        return api_error(400, e.what(), "invalid_request_error", request.kind == endpoint::chat ? "messages" : "prompt",
+                         "invalid_value");
+    }
+
+    // Streams: the engine thread formats each event (make_event) into `q`; this thread writes them
+    // with `write` until the generation is over. A queue full for longer than --write-timeout ends
+    // the request (its client stopped reading), never the others'.
+    generation_result stream(event_queue& q, const std::function<std::optional<std::string>(const token_event&)>& make_event,
+                             const std::function<bool(const std::string&)>& write) {
+        session& engine = state.slot_session(slot.index);
+        const auto write_timeout = std::chrono::duration<double>(state.options.write_timeout_s);
+        const auto on_token = [&](const token_event& e) {
+            if (!keep_going()) return false;
+            std::optional<std::string> ev = make_event(e);
+            if (ev) {
+                std::lock_guard lock(q.mutex);
+                q.events.push_back(std::move(*ev));
+            }
+            q.added.notify_one();
+            return true;
+        };
+        const auto ready = [&] {
+            if (cut_by.load() != cut::none) return true;  // let it end at its next token
+            std::lock_guard lock(q.mutex);
+            if (q.events.size() < event_queue::capacity) {
+                q.full_since.reset();
+                return true;
+            }
+            if (!q.full_since) q.full_since = clock_type::now();
+            if (clock_type::now() - *q.full_since < write_timeout) return false;
+            state.log->warn("Request {}: its client read nothing for {:g} s (--write-timeout); the request ends.",
+                            ticket.id(), state.options.write_timeout_s);
+            cut_for(cut::client_gone);
+            return true;
+        };
+        const cancel_watch watch([this] { return !keep_going(); }, [&engine] { engine.cancel(); });
+        std::future<generation_result> f;
+        try {
+            f = engine.start(request.prompt, request.generation, on_token, ready);
+        } catch (const request_error& e) {
+            throw invalid(e);
+        }
+        bool writing = true;
+        for (;;) {
+            std::unique_lock lock(q.mutex);
+            q.added.wait_for(lock, std::chrono::milliseconds(10), [&] { return !q.events.empty(); });
+            if (q.events.empty()) {
+                if (f.wait_for(std::chrono::seconds(0)) == std::future_status::ready) break;
+                continue;
+            }
+            std::string ev = std::move(q.events.front());
+            q.events.pop_front();
+            lock.unlock();
+            if (writing && !write(ev)) writing = false;  // the client is gone: the generation ends at its next step
+        }
+        try {
+            return f.get();
+        } catch (const request_error& e) {
+            throw invalid(e);
         }
     }
 
@@ -159,7 +246,7 @@ struct job {
         g.queue_s = queue_s;
         g.total_s = std::chrono::duration<double>(clock_type::now() - arrival).count();
         state.counters.count_generation(g);
-        state.take_snapshot(g.id);
+        state.take_snapshot(g.id, slot.index);
         const uint64_t lookups = r.time.expert_lookups, hits = r.time.vram_hits;
         const std::string in_prompt =
             cut_in_prompt(r) ? fmt::format(" during the prompt, with {} of its {} tokens evaluated or reused",
@@ -222,9 +309,8 @@ void answer_whole(job& j, httplib::Response& res) {
 }
 
 // Writes the whole event stream from inside cpp-httplib's content provider (on the connection's
-// thread), holding the engine's turn (the handler waited for it); the token callback, on the engine
-// thread, writes to the same sink while that thread waits in generate(), so the sink is never used by
-// two threads at once. A failure once the stream has begun is an error event and [DONE]. False: the
+// thread), holding a slot (the handler waited for it); the engine thread formats the token events
+// into a bounded queue and only this thread writes to the sink. A failure once the stream has begun is an error event and [DONE]. False: the
 // client is gone.
 bool stream_events(job& j, httplib::DataSink& sink) {
     const auto write = [&](const std::string& event) {
@@ -246,19 +332,21 @@ bool stream_events(job& j, httplib::DataSink& sink) {
     reply_stream splitter(j.reply_opts());
     const bool chat = rq.kind == endpoint::chat;
     generation_result r;
+    event_queue q;
     try {
-        r = j.generate([&](const token_event& e) {
-            if (!j.keep_going()) return false;
+        r = j.stream(q, [&](const token_event& e) -> std::optional<std::string> {
             json logprobs = nullptr;
             if (rq.logprobs && &e.token != previous)
                 logprobs = logprobs_json(rq.kind, std::span(&e.token, 1), *j.m, rq.top_logprobs, std::span(&emitted, 1));
             previous = &e.token;
             emitted += e.text.size();
             const reply_stream::delta d = chat ? splitter.push(e.text) : reply_stream::delta{{}, std::string(e.text)};
-            if (d.content.empty() && d.reasoning.empty() && logprobs.is_null()) return true;
-            return write(sse_event(stream_chunk(j.meta, {.piece = d.content, .reasoning = d.reasoning,
-                                                         .logprobs = std::move(logprobs), .usage_null = rq.include_usage})));
-        });
+            const bool calls = !d.tool_calls.empty();
+            if (d.content.empty() && d.reasoning.empty() && !calls && logprobs.is_null()) return std::nullopt;
+            return sse_event(stream_chunk(j.meta, {.piece = d.content, .reasoning = d.reasoning,
+                                                   .tool_calls = calls ? &d.tool_calls : nullptr,
+                                                   .logprobs = std::move(logprobs), .usage_null = rq.include_usage}));
+        }, write);
     } catch (const api_error& e) {
         return finish(sse_event(error_body(e)));
     } catch (const std::exception& e) {
@@ -275,10 +363,10 @@ bool stream_events(job& j, httplib::DataSink& sink) {
     std::string_view reason = j.finish_reason(r);
     if (chat) {
         const parsed_reply rest = splitter.finish();
-        const bool calls = !rest.tool_calls.empty();
-        if ((!rest.content.empty() || !rest.reasoning.empty() || calls) &&
+        const bool calls = !rest.tool_calls.empty(), deltas = !rest.tool_call_deltas.empty();
+        if ((!rest.content.empty() || !rest.reasoning.empty() || deltas) &&
             !write(sse_event(stream_chunk(j.meta, {.piece = rest.content, .reasoning = rest.reasoning,
-                                                   .tool_calls = calls ? &rest.tool_calls : nullptr,
+                                                   .tool_calls = deltas ? &rest.tool_call_deltas : nullptr,
                                                    .usage_null = rq.include_usage}))))
             return false;
         if (calls) reason = "tool_calls";
@@ -298,6 +386,12 @@ void handle_completion(server_state& state, const httplib::Request& req, httplib
     completion_request request =
         parse_completion_request(body, kind, *m, state.options.default_sampling, state.options.special_in_content, req.body);
     request.generation.speculation = state.options.default_speculation;
+    // The header a balancer hashes on names the conversation ahead of the body's fields.
+    if (const std::string header = req.get_header_value("X-Conversation-Id"); !header.empty()) {
+        check_conversation_key("X-Conversation-Id", header);
+        request.conversation = header;
+        request.generation.cache_scope = cache_scope_of(header);
+    }
 
     const uint64_t id = state.next_request_id.fetch_add(1);
     response_meta meta{kind, state.new_response_id(kind == endpoint::chat ? "chatcmpl" : "cmpl"),
@@ -307,6 +401,13 @@ void handle_completion(server_state& state, const httplib::Request& req, httplib
     const int fd = current_connection_socket(req.remote_port);
     const bool stream = request.stream;
     auto j = std::make_shared<job>(state, id, m, std::move(request), std::move(meta), fd);
+    // Refused at admission while draining; checked after the job counts in in_flight, so a drain that
+    // saw in_flight reach 0 can never be followed by a generation.
+    if (state.draining.load()) {
+        res.set_header("Retry-After", "1");
+        throw api_error(503, "the server is draining: this request was not started, retry it on another replica",
+                        "unavailable_error", "", "draining");
+    }
     if (!stream) {
         answer_whole(*j, res);
         return;

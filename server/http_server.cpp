@@ -198,7 +198,7 @@ struct http_server::impl {
         f.body_timeout = to_ms(so.body_timeout_s);
         f.keep_alive_timeout = std::chrono::seconds(keep_alive_s);
         // A streamed token waits this long for a client that stopped reading before counting as gone.
-        f.write_timeout = std::chrono::seconds(30);
+        f.write_timeout = to_ms(so.write_timeout_s);
         f.workers = std::max(so.http_threads, 2);
         f.max_requests_per_connection = max_requests_per_connection;
         f.max_connections = so.max_connections;
@@ -253,7 +253,34 @@ void http_server::begin_shutdown() {
     if (impl_->state.shutting_down.exchange(true)) return;
     const request_queue::snapshot q = impl_->state.queue.state();
     impl_->state.log->info("Shutting down: new requests get 503; {} waiting request(s) get 503{}.", q.waiting.size(),
-                           q.running ? fmt::format(", request {} stops at its next prompt batch or token", *q.running) : "");
+                           q.running.empty() ? std::string()
+                                             : fmt::format(", request(s) {} stop at their next prompt batch or token",
+                                                           fmt::join(q.running, ", ")));
+}
+
+bool http_server::begin_drain() { return impl_->state.begin_drain(); }
+
+bool http_server::draining() const { return impl_->state.draining.load(); }
+
+void http_server::on_drain_requested(std::function<void()> fn) { impl_->state.set_drain_hook(std::move(fn)); }
+
+size_t http_server::park_conversation() {
+    server_state& s = impl_->state;
+    if (!s.loaded_model()) return 0;
+    // A queue turn for every slot: then no generation runs and each slot's session can be parked.
+    const size_t n_slots = s.slots().size();
+    std::vector<request_queue::ticket> turns;
+    for (size_t i = 0; i < n_slots; ++i) {
+        turns.push_back(s.queue.enter(s.next_request_id.fetch_add(1)));
+        if (!s.queue.wait_turn(turns.back(), [&s] { return s.shutting_down.load(); })) return 0;
+    }
+    size_t parked = 0;
+    for (size_t i = 0; i < n_slots; ++i) {
+        session& engine = s.slot_session(static_cast<int>(i));
+        const size_t n = engine.cached_tokens();
+        if (n > 0 && engine.park() != 0) parked += n;
+    }
+    return parked;
 }
 
 void http_server::stop() {

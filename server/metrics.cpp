@@ -127,8 +127,26 @@ std::string metrics::render(const gauges& g) const {
     out += fmt::format("strata_request_duration_seconds_count {}\n", duration_count_);
     family(out, "strata_queue_waiting", "gauge", "Generation requests waiting for the engine.");
     out += fmt::format("strata_queue_waiting {}\n", g.queue.waiting.size());
-    family(out, "strata_queue_running", "gauge", "Generation requests holding the engine (0 or 1).");
-    out += fmt::format("strata_queue_running {}\n", g.queue.running ? 1 : 0);
+    family(out, "strata_queue_running", "gauge", "Generation requests holding a slot (at most --parallel).");
+    out += fmt::format("strata_queue_running {}\n", g.queue.running.size());
+    family(out, "strata_slots", "gauge", "Slots: generations that may run at once (--parallel).");
+    out += fmt::format("strata_slots {}\n", g.queue.slots);
+    family(out, "strata_active_slots", "gauge", "Slots whose generation is in the engine's batched steps.");
+    out += fmt::format("strata_active_slots {}\n", g.batching.active);
+    family(out, "strata_batch_steps_total", "counter", "Forward passes the step batcher ran for generations.");
+    out += fmt::format("strata_batch_steps_total {}\n", g.batching.steps);
+    family(out, "strata_batch_rows_total", "counter", "Tokens those passes evaluated (rows / steps: mean batch size).");
+    out += fmt::format("strata_batch_rows_total {}\n", g.batching.rows);
+    family(out, "strata_batch_size", "gauge", "Tokens in the last step.");
+    out += fmt::format("strata_batch_size {}\n", g.batching.last_step_rows);
+    family(out, "strata_requests_in_flight", "gauge",
+           "Generation requests admitted and not yet answered (waiting, generating or streaming).");
+    out += fmt::format("strata_requests_in_flight {}\n", g.in_flight);
+    family(out, "strata_prompt_cache_hit_ratio", "gauge",
+           "Share of all prompt tokens so far that were reused from the KV cache or a parked snapshot.");
+    const uint64_t all_prompt = prompt_tokens_ + cached_tokens_;
+    out += fmt::format("strata_prompt_cache_hit_ratio {:.6f}\n",
+                       all_prompt ? double(cached_tokens_) / double(all_prompt) : 0.0);
     family(out, "strata_expert_routed_tokens_total", "counter",
            "Tokens the engine routed through the MoE layers (as of the last finished generation).");
     out += fmt::format("strata_expert_routed_tokens_total {}\n", g.expert_tokens);
@@ -136,6 +154,12 @@ std::string metrics::render(const gauges& g) const {
     out += fmt::format("strata_model_loaded {}\n", g.model_loaded ? 1 : 0);
     family(out, "strata_shutting_down", "gauge", "1 once a graceful shutdown has begun.");
     out += fmt::format("strata_shutting_down {}\n", g.shutting_down ? 1 : 0);
+    family(out, "strata_ready", "gauge", "1 while /health/ready answers 200 (loaded, not draining, queue short).");
+    out += fmt::format("strata_ready {}\n", g.ready ? 1 : 0);
+    family(out, "strata_draining", "gauge", "1 once a drain (SIGTERM, POST /admin/drain) has begun.");
+    out += fmt::format("strata_draining {}\n", g.draining ? 1 : 0);
+    family(out, "strata_drain_seconds", "gauge", "Seconds since the drain began (0 when not draining).");
+    out += fmt::format("strata_drain_seconds {:.3f}\n", g.drain_s);
     family(out, "strata_uptime_seconds", "gauge", "Seconds since the server started.");
     out += fmt::format("strata_uptime_seconds {:.3f}\n", g.uptime_s);
     family(out, "strata_expert_vram_lookups_total", "counter",

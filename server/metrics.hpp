@@ -37,6 +37,9 @@ public:
         request_queue::snapshot queue;
         bool model_loaded = false;
         bool shutting_down = false;
+        bool draining = false, ready = false;
+        double drain_s = 0;            // seconds since the drain began (0: not draining)
+        int in_flight = 0;             // generation requests admitted and not yet answered
         uint64_t expert_tokens = 0;
         uint64_t expert_lookups = 0, vram_hits = 0;
         std::vector<model_info::node_share> placement;
@@ -45,6 +48,7 @@ public:
         speculation_stats speculation;
         // Hybrid models: one session's recurrent state, and the checkpoints of it the session keeps.
         uint64_t state_bytes_per_session = 0, state_checkpoints = 0, state_checkpoint_bytes = 0;
+        batch_stats batching;       // the engine's step batcher
     };
     std::string render(const gauges& g) const;
     std::optional<generation_record> last() const;

@@ -117,7 +117,8 @@ json stream_chunk(const response_meta& meta, const chunk_fields& f) {
         if (!f.reasoning.empty()) delta["reasoning_content"] = f.reasoning;
         if (f.tool_calls) {
             json calls = *f.tool_calls;
-            for (size_t i = 0; i < calls.size(); ++i) calls[i]["index"] = i;
+            for (size_t i = 0; i < calls.size(); ++i)
+                if (!calls[i].contains("index")) calls[i]["index"] = i;
             delta["tool_calls"] = std::move(calls);
         }
         choice["delta"] = std::move(delta);

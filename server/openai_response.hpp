@@ -51,7 +51,7 @@ json completion_response(const response_meta& meta, const parsed_reply& reply, s
 struct chunk_fields {
     std::string_view piece;
     std::string_view reasoning;                       // chat: delta.reasoning_content
-    const json* tool_calls = nullptr;                 // chat: delta.tool_calls (each with its index)
+    const json* tool_calls = nullptr;                 // chat: delta.tool_calls (an entry without "index" gets its position)
     bool first = false;
     json logprobs;                                    // null when not asked for
     std::optional<std::string_view> finish_reason;

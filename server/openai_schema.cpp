@@ -8,6 +8,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "api_error.hpp"
+#include "chat_output.hpp"
 #include "json_body.hpp"
 #include "text.hpp"
 
@@ -97,8 +98,6 @@ void reject_unsupported(const json& body) {
             throw bad_field("response_format", "only {\"type\": \"text\"} is supported in 'response_format'",
                             "unsupported_value");
     }
-    if (const json* v = field(body, "logit_bias"); v && !(v->is_object() && v->empty()))
-        throw bad_field("logit_bias", "'logit_bias' is not supported", "unsupported_value");
     if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
         throw bad_field("suffix", "'suffix' (text after the completion) is not supported", "unsupported_value");
 }
@@ -121,6 +120,33 @@ sampling_options parse_sampling(const json& body, const sampling_options& defaul
         else s.seed.reset();  // llama.cpp: -1 asks for a random seed
     }
     return s;
+}
+
+// OpenAI logit_bias: {"token id": bias}, the id as a decimal string within the vocabulary, the bias a
+// number in [-100, 100].
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& body, int n_vocab) {
+    const json* v = field(body, "logit_bias");
+    if (!v) return {};
+    if (!v->is_object()) throw wrong_type("logit_bias", "an object mapping token ids to biases", *v);
+    std::vector<std::pair<int32_t, float>> out;
+    for (auto it = v->begin(); it != v->end(); ++it) {
+        const std::string& key = it.key();
+        const std::string where = fmt::format("logit_bias[\"{}\"]", key.substr(0, 32));
+        const bool digits = !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits)
+            throw bad_field("logit_bias", fmt::format("'logit_bias' key \"{}\" is not a token id (a non-negative "
+                                                      "integer as a string)", key.substr(0, 32)));
+        const int64_t id = std::stoll(key);
+        if (id >= n_vocab)
+            throw bad_field("logit_bias", fmt::format("token id {} in 'logit_bias' is outside the vocabulary (0..{})",
+                                                      id, n_vocab - 1));
+        if (!it->is_number()) throw wrong_type(where, "a number", *it);
+        const double bias = it->get<double>();
+        if (!(bias >= -100.0 && bias <= 100.0))
+            throw bad_field("logit_bias", fmt::format("'{}' must be between -100 and 100, got {}", where, bias));
+        out.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+    }
+    return out;
 }
 
 std::vector<std::string> parse_stop(const json& body) {
@@ -347,11 +373,7 @@ void parse_logprobs(const json& body, endpoint kind, completion_request& r) {
 
 json parse_body(std::string_view body) { return parse_json_body(body); }
 
-bool opens_thinking(std::string_view prompt) {
-    const size_t end = prompt.find_last_not_of(" \t\n\r");
-    if (end == std::string_view::npos) return false;
-    return prompt.substr(0, end + 1).ends_with("<think>");
-}
+bool opens_thinking(std::string_view prompt) { return opens_reasoning(prompt); }
 
 completion_request parse_completion_request(const json& body, endpoint kind, const model& m,
                                             const sampling_options& defaults, bool special_in_content,
@@ -366,9 +388,18 @@ completion_request parse_completion_request(const json& body, endpoint kind, con
         r.include_usage = get_bool(*so, "include_usage").value_or(false);
     }
     r.generation.sampling = parse_sampling(body, defaults);
+    r.generation.sampling.logit_bias = parse_logit_bias(body, m.info().n_vocab);
     r.generation.stop = parse_stop(body);
     r.generation.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
     parse_logprobs(body, kind, r);
+    for (const char* key : {"prompt_cache_key", "user"}) {
+        const json* v = field(body, key);
+        if (!v || v->is_null()) continue;
+        if (!v->is_string()) throw wrong_type(key, "a string", *v);
+        check_conversation_key(key, v->get_ref<const std::string&>());
+        if (r.conversation.empty()) r.conversation = v->get<std::string>();
+    }
+    r.generation.cache_scope = cache_scope_of(r.conversation);
 
     // max_completion_tokens is the chat API's newer name; n_predict is llama-server's.
     std::optional<int64_t> max_tokens;
@@ -412,6 +443,19 @@ completion_request parse_completion_request(const json& body, endpoint kind, con
         r.generation.max_tokens = static_cast<int>(n_ctx - n_prompt);
     }
     return r;
+}
+
+void check_conversation_key(std::string_view name, std::string_view key) {
+    if (key.size() > max_conversation_key_bytes)
+        throw bad_field(std::string(name), fmt::format("'{}' is {} bytes long; at most {} are accepted", name, key.size(),
+                                                       max_conversation_key_bytes));
+    for (const char c : key)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+            throw bad_field(std::string(name), fmt::format("'{}' holds a control character", name));
+}
+
+std::string cache_scope_of(std::string_view conversation) {
+    return conversation.empty() ? std::string() : "conversation:" + std::string(conversation);
 }
 
 tokenize_request parse_tokenize_request(const json& body) {

@@ -26,9 +26,23 @@ struct completion_request {
     int top_logprobs = 0;
     bool thinking_opened = false;      // chat: the rendered prompt ends inside <think>
     bool tools_offered = false;        // chat: the template was given tools
+    // The conversation's identity (prompt_cache_key, else user; the X-Conversation-Id header, checked
+    // by the caller, comes first): generation.cache_scope is derived from it. Empty: none given.
+    std::string conversation;
 };
 
-// Whether a rendered chat prompt ends with an open "<think>" (the generation starts as reasoning).
+// The longest conversation key accepted (prompt_cache_key, user, X-Conversation-Id), in bytes.
+inline constexpr size_t max_conversation_key_bytes = 256;
+
+// A conversation key given in field (or header) `name`: 400 naming it when it is longer than
+// max_conversation_key_bytes or holds control characters.
+void check_conversation_key(std::string_view name, std::string_view key);
+
+// The cache scope of a conversation key ("" stays ""): what generation_options::cache_scope is set to.
+std::string cache_scope_of(std::string_view conversation);
+
+// Whether a rendered chat prompt ends with an open reasoning marker such as "<think>" (the generation
+// starts as reasoning).
 bool opens_thinking(std::string_view prompt);
 
 // The body as a JSON object: 400 for invalid UTF-8 (with the byte offset), malformed JSON (with the

@@ -14,6 +14,14 @@ request_queue::ticket request_queue::enter(uint64_t id) {
     return ticket(*this, id);
 }
 
+void request_queue::set_slots(int slots) {
+    {
+        std::lock_guard lock(mutex_);
+        slots_ = slots < 1 ? 1 : slots;
+    }
+    turn_changed_.notify_all();
+}
+
 bool request_queue::wait_turn(const ticket& t, const std::function<bool()>& give_up,
                               std::chrono::milliseconds poll) {
     std::unique_lock lock(mutex_);
@@ -23,8 +31,10 @@ bool request_queue::wait_turn(const ticket& t, const std::function<bool()>& give
         const bool quit = give_up && give_up();
         lock.lock();
         if (quit) return false;
-        if (!order_.empty() && order_.front() == t.id() && !running_) {
-            running_ = t.id();
+        if (!order_.empty() && order_.front() == t.id() && static_cast<int>(running_.size()) < slots_) {
+            order_.pop_front();
+            running_.push_back(t.id());
+            turn_changed_.notify_all();  // the next in line may take another free slot
             return true;
         }
         turn_changed_.wait_for(lock, poll);
@@ -34,8 +44,8 @@ bool request_queue::wait_turn(const ticket& t, const std::function<bool()>& give
 void request_queue::leave(uint64_t id) {
     {
         std::lock_guard lock(mutex_);
-        if (running_ == id) {
-            running_.reset();
+        if (const auto r = std::find(running_.begin(), running_.end(), id); r != running_.end()) {
+            running_.erase(r);
             ++served_;
         }
         const auto it = std::find(order_.begin(), order_.end(), id);
@@ -49,8 +59,8 @@ request_queue::snapshot request_queue::state() const {
     snapshot s;
     s.running = running_;
     s.served = served_;
-    for (uint64_t id : order_)
-        if (id != running_) s.waiting.push_back(id);
+    s.slots = slots_;
+    s.waiting.assign(order_.begin(), order_.end());
     return s;
 }
 

@@ -1,5 +1,5 @@
-// FIFO admission for generations: requests join in arrival order and run one at a time. A waiting
-// request can give up (its client left, the server is shutting down, its deadline passed) and leaves
+// FIFO admission for generations: requests join in arrival order and up to `slots` run at once (each
+// holds one slot, a session of its own). A waiting request can give up (its client left, the server is shutting down, its deadline passed) and leaves
 // the queue without disturbing the order of the others.
 #pragma once
 
@@ -17,9 +17,10 @@ namespace strata::server {
 class request_queue {
 public:
     struct snapshot {
-        std::optional<uint64_t> running;   // the request holding the engine
+        std::vector<uint64_t> running;     // the requests holding a slot, in the order they got it
         std::vector<uint64_t> waiting;     // in the order they will run
-        uint64_t served = 0;               // requests that held the engine and released it
+        uint64_t served = 0;               // requests that held a slot and released it
+        int slots = 1;
     };
 
     // A place in the queue; leaving scope releases the engine or the place.
@@ -38,9 +39,13 @@ public:
         uint64_t id_;
     };
 
-    ticket enter(uint64_t id);
+    explicit request_queue(int slots = 1) : slots_(slots < 1 ? 1 : slots) {}
 
-    // Blocks until `t` is first in line (true, the engine is then its own until the ticket goes) or
+    ticket enter(uint64_t id);
+    void set_slots(int slots);
+
+    // Blocks until `t` is first among the waiting and a slot is free (true, the slot is then its own
+    // until the ticket goes) or
     // until give_up() returns true (false); give_up is polled every `poll` while waiting.
     bool wait_turn(const ticket& t, const std::function<bool()>& give_up,
                    std::chrono::milliseconds poll = std::chrono::milliseconds(20));
@@ -52,8 +57,9 @@ private:
 
     mutable std::mutex mutex_;
     std::condition_variable turn_changed_;
-    std::deque<uint64_t> order_;   // front: running or next to run
-    std::optional<uint64_t> running_;
+    int slots_;
+    std::deque<uint64_t> order_;      // waiting, front: next to run
+    std::vector<uint64_t> running_;
     uint64_t served_ = 0;
 };
 

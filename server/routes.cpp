@@ -86,6 +86,41 @@ void handle_health(server_state& state, const httplib::Request&, httplib::Respon
     send_json(res, 200, {{"status", "ok"}});
 }
 
+// Kubernetes' liveness probe: 200 while the process answers (loading and draining included).
+void handle_live(server_state&, const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, {{"status", "alive"}});
+}
+
+// A balancer's readiness check: 503 while loading, draining, shutting down or with more than
+// --ready-max-waiting requests queued; 200 otherwise.
+void handle_ready(server_state& state, const httplib::Request&, httplib::Response& res) {
+    const size_t waiting = state.queue.state().waiting.size();
+    const std::string_view why = state.not_ready_reason();
+    if (why.empty()) {
+        send_json(res, 200, {{"status", "ready"}, {"waiting", waiting}});
+        return;
+    }
+    const std::string message = why == "loading" ? "Loading model"
+                                : why == "busy"  ? fmt::format("{} requests are waiting for the engine, more than "
+                                                               "--ready-max-waiting {}", waiting,
+                                                               state.options.ready_max_waiting)
+                                : why == "draining" ? "the server is draining: running generations finish, new ones "
+                                                      "go elsewhere"
+                                                    : "the server is shutting down";
+    throw api_error(503, message, "unavailable_error", "", std::string(why));
+}
+
+// POST /admin/drain with the admin key: starts a drain (the binary then exits once it is done).
+void handle_admin_drain(server_state& state, const httplib::Request& req, httplib::Response& res) {
+    if (state.options.admin_key.empty())
+        throw api_error(403, "no admin key is set (--admin-key or STRATA_ADMIN_KEY): the /admin/ routes are off",
+                        "permission_error", "", "admin_disabled");
+    if (auto e = key_problem(state.options.admin_key, header_of(req, "Authorization"), header_of(req, "x-api-key")))
+        throw *e;
+    const bool started = state.request_drain();
+    send_json(res, 202, {{"status", "draining"}, {"started", started}, {"in_flight", state.in_flight.load()}});
+}
+
 void handle_tokenize(server_state& state, const httplib::Request& req, httplib::Response& res) {
     const auto m = require_model(state);
     const tokenize_request r = parse_tokenize_request(parse_body(req.body));
@@ -146,6 +181,9 @@ const std::vector<route>& route_table() {
     static const std::vector<route> table = {
         {"/health", "GET", "health", true, false, handle_health},
         {"/v1/health", "GET", "health", true, false, handle_health},
+        {"/health/live", "GET", "health", true, true, handle_live},
+        {"/health/ready", "GET", "health", true, true, handle_ready},
+        {"/admin/drain", "POST", "admin", true, true, handle_admin_drain},
         {"/v1/models", "GET", "models", false, false,
          [](server_state& s, const httplib::Request&, httplib::Response& res) { send_json(res, 200, models_json(s)); }},
         {"/models", "GET", "models", false, false,
@@ -201,8 +239,10 @@ httplib::Server::Handler guarded(server_state& state, const route& r) {
     return [&state, &r](const httplib::Request& req, httplib::Response& res) {
         try {
             if (!r.open) check_api_key(state, req);
-            if (state.shutting_down.load() && !r.during_shutdown)
+            if (state.shutting_down.load() && !r.during_shutdown) {
+                res.set_header("Retry-After", "1");
                 throw api_error(503, "the server is shutting down", "unavailable_error", "", "shutting_down");
+            }
             check_json_depth(req.body);
             r.run(state, req, res);
         } catch (const api_error& e) {
@@ -224,7 +264,11 @@ httplib::Server::Handler guarded(server_state& state, const route& r) {
 
 std::optional<api_error> api_key_problem(const server_state& state, std::optional<std::string_view> authorization,
                                          std::optional<std::string_view> x_api_key) {
-    const std::string& key = state.options.api_key;
+    return key_problem(state.options.api_key, authorization, x_api_key);
+}
+
+std::optional<api_error> key_problem(const std::string& key, std::optional<std::string_view> authorization,
+                                     std::optional<std::string_view> x_api_key) {
     if (key.empty()) return std::nullopt;
     std::string_view given;
     constexpr std::string_view bearer = "Bearer ";

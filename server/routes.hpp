@@ -24,6 +24,9 @@ bool route_is_open(std::string_view method, std::string_view path);
 // The key is compared in constant time and never logged.
 std::optional<api_error> api_key_problem(const server_state& state, std::optional<std::string_view> authorization,
                                          std::optional<std::string_view> x_api_key);
+// The same against any key (the admin key); nothing when `key` is empty.
+std::optional<api_error> key_problem(const std::string& key, std::optional<std::string_view> authorization,
+                                     std::optional<std::string_view> x_api_key);
 
 // The Access-Control-Allow-Origin value for a request's Origin: "*", the origin itself, or nothing.
 std::optional<std::string> cors_origin_for(const server_state& state, std::optional<std::string_view> origin);

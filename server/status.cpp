@@ -14,6 +14,7 @@ using json = nlohmann::json;
 
 static std::string state_name(const server_state& s, bool loaded) {
     if (s.shutting_down.load()) return "shutting_down";
+    if (s.draining.load()) return "draining";
     return loaded ? "ready" : "loading";
 }
 
@@ -148,10 +149,26 @@ static json last_request_section(const server_state& state) {
             {"vram", vram_json(r->time.expert_lookups, r->time.vram_hits)}};
 }
 
+static json batching_json(const batch_stats& b) {
+    return {{"steps", b.steps}, {"rows", b.rows}, {"active", b.active}, {"last_step_rows", b.last_step_rows},
+            {"max_step_rows", b.max_step_rows}, {"sequences_in_one_pass", b.sequences_in_one_pass}};
+}
+
 static json queue_section(const server_state& state) {
     const request_queue::snapshot q = state.queue.state();
-    return {{"policy", "fifo: generation requests run one at a time in arrival order"},
-            {"running", q.running ? json(*q.running) : json(nullptr)},
+    const auto m = state.loaded_model();
+    json slots = json::array();
+    for (const server_state::slot_view& v : state.slots())
+        slots.push_back({{"slot", v.index}, {"state", v.state}, {"request", v.request ? json(v.request) : json(nullptr)},
+                         {"cached_tokens", v.cached_tokens}, {"prompt_tokens", v.prompt_tokens}});
+    return {{"policy", fmt::format("fifo: generation requests take one of {} slots in arrival order; the slots' "
+                                   "generations advance together in batched steps", q.slots)},
+            {"parallel", q.slots},
+            {"budget", m ? json(m->info().n_batch) : json(nullptr)},
+            {"batching", m ? batching_json(m->batching()) : json(nullptr)},
+            {"running", q.running.empty() ? json(nullptr) : json(q.running.front())},
+            {"running_all", q.running},
+            {"slots", slots},
             {"waiting", q.waiting},
             {"n_waiting", q.waiting.size()},
             {"served", q.served}};
@@ -191,6 +208,10 @@ std::string metrics_text(const server_state& state) {
     g.queue = state.queue.state();
     g.model_loaded = state.loaded_model() != nullptr;
     g.shutting_down = state.shutting_down.load();
+    g.draining = state.draining.load();
+    g.ready = state.not_ready_reason().empty();
+    if (g.draining) g.drain_s = std::max(0.0, state.uptime_s() - double(state.drain_began_ms.load()) / 1000.0);
+    g.in_flight = state.in_flight.load();
     if (const auto snap = state.snapshot()) {
         g.expert_tokens = snap->experts.tokens;
         g.expert_lookups = snap->experts.expert_lookups;
@@ -204,6 +225,7 @@ std::string metrics_text(const server_state& state) {
         g.conversations = m->conversation_statistics();
         g.state_bytes_per_session = m->info().state_bytes_per_session;
     }
+    if (const auto m = state.loaded_model()) g.batching = m->batching();
     g.uptime_s = state.uptime_s();
     return state.counters.render(g);
 }

@@ -15,7 +15,27 @@ packages=(
   libjs-marked libjs-highlight.js libjs-chart.js chromium chromium-driver python3-selenium
   # the chat-template test's oracle (tests/engine/template/render_jinja.py)
   python3-jinja2
+  # the deploy test lane: replicas behind HAProxy, promtool on /metrics, the Kubernetes manifests
+  haproxy prometheus python3-yaml
 )
+# kubectl: Debian's kubernetes-client, unless another package (Google's kubectl) already provides it.
+command -v kubectl >/dev/null || packages+=(kubernetes-client)
+
+# tests/sdk: the openai Node SDK, pinned, from the npm registry into .sdk/ (ignored by git), run on
+# node (Debian's nodejs and npm when the machine has no node of its own).
+sdk_version=5.23.2
+install_sdk() {
+  local root dir
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  dir="$root/.sdk"
+  if [ -f "$dir/node_modules/openai/package.json" ] &&
+     grep -q "\"version\": \"$sdk_version\"" "$dir/node_modules/openai/package.json"; then
+    return 0
+  fi
+  echo "install-deps: installing the openai Node SDK $sdk_version into $dir"
+  npm install --prefix "$dir" --no-save --no-package-lock --no-audit --no-fund "openai@$sdk_version" >/dev/null
+}
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then packages+=(nodejs npm); fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -26,6 +46,7 @@ if [ ${#missing[@]} -eq 0 ]; then
   if [ "$(id -u)" -eq 0 ] && ! apt-cache show linux-image-amd64 >/dev/null 2>&1; then
     apt-get update -qq
   fi
+  install_sdk
   exit 0
 fi
 
@@ -38,3 +59,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_sdk

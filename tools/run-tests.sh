@@ -55,7 +55,7 @@ tools/configure-tests.sh build >/dev/null
 cmake --build build -j"$jobs"
 
 echo "== tests"
-ctest_lane unit+model+server+readme+install --test-dir build --output-on-failure --no-tests=error -j"$jobs" -LE 'numa-vm|webui'
+ctest_lane unit+model+server+readme+install --test-dir build --output-on-failure --no-tests=error -j"$jobs" -LE 'numa-vm|webui|deploy|sdk'
 
 echo "== the web pages in headless chromium (tests/webui; screenshots in build/tests/webui/artifacts)"
 ctest --test-dir build --output-on-failure --no-tests=error -V -L webui | tee "$log"
@@ -68,6 +68,31 @@ else
   webui_passed=$(sed -n 's/^.*webui: \([0-9]*\) passed, 0 failed.*$/\1/p' "$log" | tail -1)
   [ -n "$webui_passed" ] || { echo "== webui lane: the browser test printed no passed count" >&2; exit 1; }
   record_lane webui "$webui_passed passed"
+fi
+
+echo "== three replicas behind the shipped HAProxy configuration, and the Kubernetes manifests (tests/deploy)"
+ctest --test-dir build --output-on-failure --no-tests=error -V -L deploy | tee "$log"
+if grep -q '^.*deploy: skipped' "$log"; then
+  why=$(sed -n 's/^.*deploy: skipped: //p' "$log" | head -1)
+  echo "== deploy lane: skipped: $why"
+  skipped_in_ci deploy "$why"
+  record_lane deploy "skipped"
+else
+  deploy_passed=$(sed -n 's/^.*deploy: \([0-9]*\) passed, 0 failed.*$/\1/p' "$log" | tail -1)
+  [ -n "$deploy_passed" ] || { echo "== deploy lane: the deploy test printed no passed count" >&2; exit 1; }
+  record_lane deploy "$deploy_passed passed"
+fi
+echo "== the openai Node SDK's tool-calling flow against the server (tests/sdk)"
+ctest --test-dir build --output-on-failure --no-tests=error -V -L sdk | tee "$log"
+if grep -q 'sdk: skipped' "$log"; then
+  why=$(sed -n 's/^.*sdk: skipped: //p' "$log" | head -1)
+  echo "== sdk lane: skipped: $why"
+  skipped_in_ci sdk "$why"
+  record_lane sdk "skipped"
+else
+  sdk_passed=$(sed -n 's/^.*sdk: \([0-9]*\) passed, 0 failed.*$/\1/p' "$log" | tail -1)
+  [ -n "$sdk_passed" ] || { echo "== sdk lane: the SDK test printed no passed count" >&2; exit 1; }
+  record_lane sdk "$sdk_passed passed"
 fi
 
 echo "== the ISA-dependent tests as a CPU without AVX-512 runs them (STRATA_MAX_ISA=avx2), and the kernel tests without AVX2 (scalar)"

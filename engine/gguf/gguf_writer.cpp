@@ -111,13 +111,27 @@ void writer::add_tensor(const std::string& name, formats::ggml_type type, std::v
     }
 }
 
+void writer::set_zero_tail(const std::string& name, uint64_t bytes) {
+    for (auto& t : tensors_)
+        if (t.name == name) {
+            if (bytes > t.n_bytes)
+                throw gguf_error(fmt::format("tensor '{}' has {} bytes, fewer than a zero tail of {}", name, t.n_bytes,
+                                             bytes));
+            t.zero_tail = bytes;
+            return;
+        }
+    throw gguf_error(fmt::format("no tensor '{}' to give a zero tail", name));
+}
+
 uint32_t writer::alignment() const {
     for (const auto& [k, v] : kv_)
         if (k == "general.alignment") return static_cast<uint32_t>(v.as_u64("general.alignment"));
     return kDefaultAlignment;
 }
 
-void writer::write(std::ostream& out) const {
+void writer::write(std::ostream& out) const { write_impl(out, false); }
+
+uint64_t writer::write_impl(std::ostream& out, bool holes) const {
     const uint32_t align = alignment();
     if (align == 0 || (align & (align - 1)) != 0)
         throw gguf_error(fmt::format("general.alignment is {}, which is not a power of two", align));
@@ -147,24 +161,34 @@ void writer::write(std::ostream& out) const {
 
     std::vector<uint8_t> buffer;
     for (const auto& t : tensors_) {
-        buffer.assign(t.n_bytes, 0);
+        buffer.assign(t.n_bytes - t.zero_tail, 0);
         t.fill(buffer);
         out.write(reinterpret_cast<const char*>(buffer.data()), static_cast<std::streamsize>(buffer.size()));
         pos += buffer.size();
+        if (holes) {
+            out.seekp(static_cast<std::streamoff>(t.zero_tail), std::ios::cur);
+        } else {
+            const std::vector<char> zeros(std::min<uint64_t>(t.zero_tail, uint64_t{1} << 20), 0);
+            for (uint64_t left = t.zero_tail; left > 0; left -= std::min<uint64_t>(left, zeros.size()))
+                out.write(zeros.data(), static_cast<std::streamsize>(std::min<uint64_t>(left, zeros.size())));
+        }
+        pos += t.zero_tail;
         pad_to(out, pos, align);
     }
     if (!out) throw gguf_error("write failed");
+    return pos;
 }
 
 void writer::write_file(const std::string& path) const {
     // A name of this process's own, so concurrent writers of one path never share a temporary file.
     static std::atomic<unsigned> counter{0};
     const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), counter++);
+    uint64_t size = 0;
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) throw gguf_error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
         try {
-            write(out);
+            size = write_impl(out, true);
             out.flush();
             if (!out) throw gguf_error(fmt::format("{}: write failed: {}", tmp, std::strerror(errno)));
         } catch (...) {
@@ -174,6 +198,11 @@ void writer::write_file(const std::string& path) const {
         }
     }
     std::error_code ec;
+    std::filesystem::resize_file(tmp, size, ec);  // a zero tail at the very end leaves the file short
+    if (ec) {
+        std::remove(tmp.c_str());
+        throw gguf_error(fmt::format("{}: cannot size to {} bytes: {}", tmp, size, ec.message()));
+    }
     std::filesystem::rename(tmp, path, ec);
     if (ec) {
         std::remove(tmp.c_str());

@@ -33,6 +33,9 @@ public:
                     std::vector<uint8_t> bytes);
 
     size_t tensor_count() const { return tensors_.size(); }
+    // The last `bytes` of a tensor's data are zeros: its fill callback gets only the bytes before them,
+    // and write_file leaves them as a hole in the file (sparse where the file system allows).
+    void set_zero_tail(const std::string& name, uint64_t bytes);
 
     // Writes PATH.tmp and renames it over PATH, so a failed write never leaves a partial file at PATH.
     void write_file(const std::string& path) const;
@@ -46,8 +49,11 @@ private:
         std::vector<int64_t> ne;
         uint64_t n_bytes;
         fill_fn fill;
+        uint64_t zero_tail = 0;
     };
     uint32_t alignment() const;
+    // Writes the file's bytes (holes: seek over zero tails); returns its size.
+    uint64_t write_impl(std::ostream& out, bool holes) const;
 
     std::vector<std::pair<std::string, value>> kv_;
     std::vector<pending_tensor> tensors_;

@@ -117,6 +117,8 @@ forward_pass::forward_pass(arenas::expert_pool& pool, const hparams& hp, const m
       dnet_(pool, hp) {
     routing_.counts.assign(static_cast<size_t>(hp.n_layer) * hp.n_expert, 0);
     for (int il = 0, r = 0; il < hp.n_layer; ++il) rec_index_.push_back(hp.is_recurrent(il) ? r++ : -1);
+    for (int il = 0, r = 0; il < hp.n_layer && hp.qwen4(); ++il)
+        qsa_index_.push_back(hp.qsa_ratio[static_cast<size_t>(il)] > 0 ? r++ : -1);
 }
 
 const char* phase_clock::name(int p) {
@@ -199,8 +201,28 @@ void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv,
     }
 }
 
+void forward_pass::eval_step(std::span<const step_segment> segments, int n_batch) {
+    if (!batches_sequences() || segments.size() == 1) {
+        for (const step_segment& g : segments)
+            eval(std::span(g.tokens, static_cast<size_t>(g.n_tok)), g.pos0, *g.kv, g.logits, g.all_logits, n_batch);
+        return;
+    }
+    for (const step_segment& g : segments) {
+        if (g.pos0 < 0 || int64_t{g.pos0} + g.n_tok > g.kv->n_ctx())
+            throw kv_cache_full(fmt::format("positions {}..{} do not fit the context of {}", g.pos0,
+                                            int64_t{g.pos0} + g.n_tok - 1, g.kv->n_ctx()));
+    }
+    for (const step_segment& g : segments) g.kv->reserve(g.pos0 + g.n_tok);
+    timed_layers(segments);
+}
+
 void forward_pass::eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits,
                               bool all_logits) {
+    const step_segment one{tokens, n_tok, pos0, &kv, logits, all_logits};
+    timed_layers(std::span(&one, 1));
+}
+
+void forward_pass::timed_layers(std::span<const step_segment> segs) {
     double total = 0, parts_before = 0;
     if (clock_) {
         for (double x : clock_->seconds) parts_before += x;
@@ -208,7 +230,7 @@ void forward_pass::eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cac
     }
     {
         arenas::scoped_seconds whole(clock_ ? &total : nullptr);
-        eval_layers(tokens, n_tok, pos0, kv, logits, all_logits);
+        eval_layers(segs);
     }
     if (clock_) {
         double parts = 0;
@@ -217,8 +239,14 @@ void forward_pass::eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cac
     }
 }
 
-void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits,
-                               bool all_logits) {
+void forward_pass::eval_layers(std::span<const step_segment> segs) {
+    if (hp_.qwen4()) {  // one segment: a hybrid model's sequences are not batched (batches_sequences())
+        const step_segment& g = segs[0];
+        eval_layers_qwen4(g.tokens, g.n_tok, g.pos0, *g.kv, g.logits, g.all_logits);
+        return;
+    }
+    int n_tok = 0;
+    for (const step_segment& g : segs) n_tok += g.n_tok;
     const size_t n_embd = static_cast<size_t>(hp_.n_embd);
     const size_t nt = static_cast<size_t>(n_tok);
     x_.resize(nt * n_embd);
@@ -233,26 +261,31 @@ void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_ca
     ids_.resize(nt * hp_.n_expert_used);
     weights_.resize(nt * hp_.n_expert_used);
 
-    // Every layer turns q and k by the same angles at a position: computed once per token.
+    // Every layer turns q and k by the same angles at a position: computed once per row.
     rope_cs_.resize(nt * static_cast<size_t>(hp_.n_rot));
-    for (int t = 0; t < n_tok; ++t)
-        cpu::rope_angles(hp_.n_rot, pos0 + t, hp_.rope, rope_cs_.data() + static_cast<size_t>(t) * hp_.n_rot);
+    tok_.clear();
+    for (const step_segment& g : segs)
+        for (int t = 0; t < g.n_tok; ++t) {
+            cpu::rope_angles(hp_.n_rot, g.pos0 + t, hp_.rope, rope_cs_.data() + tok_.size() * hp_.n_rot);
+            tok_.push_back(g.tokens[t]);
+        }
 
     const cpu::matrix& embd = w_.tok_embd.m;
     for (int t = 0; t < n_tok; ++t) {
-        const auto* row = static_cast<const uint8_t*>(embd.data) + static_cast<size_t>(tokens[t]) * embd.row_stride;
+        const auto* row = static_cast<const uint8_t*>(embd.data) + static_cast<size_t>(tok_[t]) * embd.row_stride;
         formats::dequantize_row(embd.type, row, x_.data() + t * n_embd, hp_.n_embd);
     }
     for (int il = 0; il < hp_.n_layer; ++il) {
         const layer_weights& l = w_.layers[static_cast<size_t>(il)];
         for (int t = 0; t < n_tok; ++t)
             cpu::rms_norm(x_.data() + t * n_embd, l.attn_norm, hp_.rms_eps, hp_.n_embd, xn_.data() + t * n_embd);
+        // Latent attention and recurrent layers see one segment (eval_step runs them in turn).
         if (hp_.is_recurrent(il))
-            delta_net(il, n_tok, kv.recurrent());
+            delta_net(il, n_tok, segs[0].kv->recurrent());
         else if (hp_.mla())
-            mla_attention(il, n_tok, pos0, kv);
+            mla_attention(il, n_tok, segs[0].pos0, *segs[0].kv);
         else
-            attention(il, n_tok, pos0, kv);
+            attention(il, segs, n_tok);
         {
             arenas::scoped_seconds t(seconds(phase_clock::attn_proj));
             matmul(l.wo, n_tok, att_.data(), tmp_.data());
@@ -281,18 +314,39 @@ void forward_pass::eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_ca
             for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
         }
     }
-    if (!logits) return;
-    const int first = all_logits ? 0 : n_tok - 1;
-    const int n_out = n_tok - first;
-    arenas::scoped_seconds t_head(seconds(phase_clock::head));
-    add_bytes(phase_clock::head, bytes_of(w_.output));
-    for (int t = first; t < n_tok; ++t)
-        cpu::rms_norm(x_.data() + t * n_embd, w_.output_norm, hp_.rms_eps, hp_.n_embd,
-                      xn_.data() + (t - first) * n_embd);
-    matmul(w_.output, n_out, xn_.data(), logits);
+    output_head(segs);
 }
 
-void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
+void forward_pass::output_head(std::span<const step_segment> segs) {
+    const size_t n_embd = static_cast<size_t>(hp_.n_embd), n_vocab = static_cast<size_t>(hp_.n_vocab);
+    // The rows that want logits, packed at the front of xn_ (a row's slot never runs ahead of it).
+    int n_out = 0;
+    for (int row = 0; const step_segment& g : segs) {
+        const int first = g.all_logits ? 0 : g.n_tok - 1;
+        if (g.logits)
+            for (int t = first; t < g.n_tok; ++t, ++n_out)
+                cpu::rms_norm(x_.data() + static_cast<size_t>(row + t) * n_embd, w_.output_norm, hp_.rms_eps,
+                              hp_.n_embd, xn_.data() + static_cast<size_t>(n_out) * n_embd);
+        row += g.n_tok;
+    }
+    if (n_out == 0) return;
+    arenas::scoped_seconds t_head(seconds(phase_clock::head));
+    add_bytes(phase_clock::head, bytes_of(w_.output));
+    if (segs.size() == 1) {
+        matmul(w_.output, n_out, xn_.data(), segs[0].logits);
+        return;
+    }
+    head_out_.resize(static_cast<size_t>(n_out) * n_vocab);
+    matmul(w_.output, n_out, xn_.data(), head_out_.data());
+    for (size_t done = 0; const step_segment& g : segs) {
+        if (!g.logits) continue;
+        const size_t n = g.all_logits ? static_cast<size_t>(g.n_tok) : 1;
+        std::memcpy(g.logits, head_out_.data() + done * n_vocab, n * n_vocab * sizeof(float));
+        done += n;
+    }
+}
+
+void forward_pass::attention(int il, std::span<const step_segment> segs, int n_tok) {
     const layer_weights& l = w_.layers[static_cast<size_t>(il)];
     const int hd = hp_.head_dim, n_q = hp_.n_q(), n_kv = hp_.n_kv(), kvl = hp_.kv_layer(il);
     const bool gated = hp_.attn_gate();
@@ -314,28 +368,34 @@ void forward_pass::attention(int il, int n_tok, int pos0, kv_cache& kv) {
                 std::memcpy(gate_.data() + t * n_q + static_cast<size_t>(h) * hd, src + hd, sizeof(float) * hd);
             }
     arenas::scoped_seconds t(seconds(phase_clock::attention));
-    add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, hp_.n_head_kv, hd, kv.type()) *
-                                          static_cast<uint64_t>(pos0 + n_tok));
-    for (int t = 0; t < n_tok; ++t) {
-        float* q = q_.data() + static_cast<size_t>(t) * n_q;
-        float* k = k_.data() + static_cast<size_t>(t) * n_kv;
-        float* v = v_.data() + static_cast<size_t>(t) * n_kv;
-        if (l.bq)
-            for (int i = 0; i < n_q; ++i) q[i] += l.bq[i];
-        if (l.bk)
-            for (int i = 0; i < n_kv; ++i) k[i] += l.bk[i];
-        if (l.bv)
-            for (int i = 0; i < n_kv; ++i) v[i] += l.bv[i];
-        if (l.q_norm) {
-            for (int h = 0; h < hp_.n_head; ++h) cpu::rms_norm(q + h * hd, l.q_norm, hp_.rms_eps, hd, q + h * hd);
-            for (int h = 0; h < hp_.n_head_kv; ++h) cpu::rms_norm(k + h * hd, l.k_norm, hp_.rms_eps, hd, k + h * hd);
+    for (int row0 = 0; const step_segment& g : segs) {
+        kv_cache& kv = *g.kv;
+        add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, hp_.n_head_kv, hd, kv.type()) *
+                                              static_cast<uint64_t>(g.pos0 + g.n_tok));
+        for (int t = row0; t < row0 + g.n_tok; ++t) {
+            float* q = q_.data() + static_cast<size_t>(t) * n_q;
+            float* k = k_.data() + static_cast<size_t>(t) * n_kv;
+            float* v = v_.data() + static_cast<size_t>(t) * n_kv;
+            if (l.bq)
+                for (int i = 0; i < n_q; ++i) q[i] += l.bq[i];
+            if (l.bk)
+                for (int i = 0; i < n_kv; ++i) k[i] += l.bk[i];
+            if (l.bv)
+                for (int i = 0; i < n_kv; ++i) v[i] += l.bv[i];
+            if (l.q_norm) {
+                for (int h = 0; h < hp_.n_head; ++h) cpu::rms_norm(q + h * hd, l.q_norm, hp_.rms_eps, hd, q + h * hd);
+                for (int h = 0; h < hp_.n_head_kv; ++h) cpu::rms_norm(k + h * hd, l.k_norm, hp_.rms_eps, hd, k + h * hd);
+            }
+            const float* cs = rope_cs_.data() + static_cast<size_t>(t) * hp_.n_rot;
+            cpu::rope_apply(q, hp_.n_head, hd, hp_.n_rot, cs, hp_.arch.rope);
+            cpu::rope_apply(k, hp_.n_head_kv, hd, hp_.n_rot, cs, hp_.arch.rope);
+            kv.store(kvl, g.pos0 + t - row0, k, v);
         }
-        const float* cs = rope_cs_.data() + static_cast<size_t>(t) * hp_.n_rot;
-        cpu::rope_apply(q, hp_.n_head, hd, hp_.n_rot, cs, hp_.arch.rope);
-        cpu::rope_apply(k, hp_.n_head_kv, hd, hp_.n_rot, cs, hp_.arch.rope);
-        kv.store(kvl, pos0 + t, k, v);
+        if (!qsa_only_)
+            attn_.run(kv, kvl, q_.data() + static_cast<size_t>(row0) * n_q, g.n_tok, g.pos0,
+                      att_.data() + static_cast<size_t>(row0) * n_q);
+        row0 += g.n_tok;
     }
-    attn_.run(kv, kvl, q_.data(), n_tok, pos0, att_.data());
     if (gated)
         for (size_t i = 0; i < static_cast<size_t>(n_tok) * n_q; ++i) att_[i] *= sigmoid(gate_[i]);
 }
@@ -393,13 +453,11 @@ void forward_pass::moe(int il, int n_tok) {
     }
     t.reset();
     moe_.run(moe_il, n_tok, xn_.data(), ids_.data(), weights_.data(), tmp_.data());
-    if (clock_) {
-        const arenas::moe_layer& e = moe_layers_[static_cast<size_t>(moe_il)];
-        const uint64_t n = moe_.n_active();
-        clock_->bytes[phase_clock::experts_gate_up] +=
-            n * (static_cast<uint64_t>(e.gate.n_rows) * e.gate.row_stride + static_cast<uint64_t>(e.up.n_rows) * e.up.row_stride);
-        clock_->bytes[phase_clock::experts_down] += n * static_cast<uint64_t>(e.down.n_rows) * e.down.row_stride;
-    }
+    const arenas::moe_layer& e = moe_layers_[static_cast<size_t>(moe_il)];
+    const uint64_t n = moe_.n_active();
+    add_bytes(phase_clock::experts_gate_up, n * (static_cast<uint64_t>(e.gate.n_rows) * e.gate.row_stride +
+                                                 static_cast<uint64_t>(e.up.n_rows) * e.up.row_stride));
+    add_bytes(phase_clock::experts_down, n * static_cast<uint64_t>(e.down.n_rows) * e.down.row_stride);
 }
 
 void forward_pass::ffn(const weight_matrix& gate, const weight_matrix& up, const weight_matrix& down, int n_ff,

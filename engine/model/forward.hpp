@@ -52,6 +52,17 @@ struct phase_clock {
     int passes = 0;
 };
 
+// One sequence's rows in a step (forward_pass::eval_step): tokens at positions [pos0, pos0 + n_tok) of
+// its own cache; logits as forward_pass::eval writes them (null: none).
+struct step_segment {
+    const int32_t* tokens = nullptr;
+    int n_tok = 0;
+    int pos0 = 0;
+    kv_cache* kv = nullptr;
+    float* logits = nullptr;
+    bool all_logits = false;
+};
+
 class forward_pass {
 public:
     // `rows` says where the pool's slices read expert rows (the mapped file, or placed copies);
@@ -67,7 +78,18 @@ public:
     void eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv, float* logits, bool all_logits = false,
               int n_batch = 512);
 
+    // Several sequences' rows in one pass: the dense matrices and experts are read once for all rows,
+    // attention runs per segment over its own cache. Each segment's logits are bitwise those of eval()
+    // on it alone. Models with latent attention or recurrent layers evaluate the segments in turn
+    // (batches_sequences() is false). Throws kv_cache_full, before evaluating anything, when a segment's
+    // positions do not fit its cache.
+    void eval_step(std::span<const step_segment> segments, int n_batch = 512);
+    bool batches_sequences() const { return !hp_.mla() && !hp_.hybrid(); }
+
     const routing_counts& routing() const { return routing_; }
+    // Weight and KV bytes the passes so far read (dense matrices, the experts each MoE phase touched,
+    // each row's KV cache), as the phase clock counts them.
+    uint64_t bytes_read() const { return bytes_read_; }
 
     // Times every later pass into `clock` (nullptr: off, no clock reads).
     void set_clock(phase_clock* clock);
@@ -77,8 +99,10 @@ public:
 
 private:
     void eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
-    void eval_layers(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
-    void attention(int layer, int n_tok, int pos0, kv_cache& kv);
+    void timed_layers(std::span<const step_segment> segs);  // eval_layers, timed into clock_ when set
+    void eval_layers(std::span<const step_segment> segs);
+    void output_head(std::span<const step_segment> segs);  // logits of the rows that want them
+    void attention(int layer, std::span<const step_segment> segs, int n_tok);
     // The hybrids' gated DeltaNet mixer (delta_net.hpp): xn_ -> att_ [n_tok][value_dim].
     void delta_net(int layer, int n_tok, recurrent_state& state);
     // deepseek2's multi-head latent attention (mla.cpp): xn_ -> att_ [n_tok][n_v].
@@ -98,12 +122,39 @@ private:
     // join instead of one each) where they share an activation format and whole work items; else in turn.
     void matmul_same_input(std::span<const weight_matrix* const> w, int n_tok, const float* in, std::span<float* const> y);
 
+    // qwen4exp (qwen4exp_forward.cpp): the layers over hc residual streams mixed by hyper-connections,
+    // the PLE block and QSA attention.
+    void eval_layers_qwen4(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
+    // xn_ [n_tok][n_embd] = mixer m over hc_x_; inj (unless null): [n_tok][hc] 2 sigmoid(inject xn / hc).
+    void hc_mix(const hc_mixer& m, int n_tok, float* inj);
+    // hc_x_[t][s] += inj[t][s] * y[t] for every stream s.
+    void hc_add(int n_tok, const float* y, const float* inj);
+    // The PLE block of layer l on hc_x_, continuing st's conv inputs and n-gram window.
+    void ple_block(const layer_weights& l, const int32_t* tokens, int n_tok, recurrent_state& st);
+    // A QSA layer: the indexer's keys stored, and each query whose budget leaves blocks out attends to
+    // the chosen blocks only (att_ overwritten for it); after attention().
+    void qsa_select(int il, int n_tok, int pos0, kv_cache& kv);
+    std::vector<int> qsa_index_;   // [n_layer] a QSA layer's index in kv.indexer_keys(), -1 otherwise
+    bool qsa_only_ = false;        // attention() leaves the attention itself to qsa_select (a sparse decode)
+    std::vector<float> hc_x_;      // [n_tok][hc][n_embd] the wide residual
+    std::vector<float> hc_xn_;     // [n_tok][hc][n_embd] its grouped norm in a mixer
+    std::vector<float> hc_lo_;     // [n_tok][hc_rank]
+    std::vector<float> hc_gate_;   // [n_tok][hc][n_embd]
+    std::vector<float> hc_inj_;    // [n_tok][hc]
+    std::vector<float> blk_out_;   // [n_tok][n_embd] a block's output (MoE + shared expert)
+    std::vector<float> ple_emb_;   // [n_tok][ple_dim] gathered rows
+    std::vector<float> ple_k_;     // [n_tok][hc][n_embd]
+    std::vector<float> ple_v_;     // [n_tok][n_embd]
+    std::vector<float> idx_q_, idx_k_;  // [n_tok][idx_n_head][idx_head_dim], [n_tok][idx_head_dim]
+
     arenas::expert_pool& pool_;
     phase_clock* clock_ = nullptr;
     double* seconds(phase_clock::part p) { return clock_ ? &clock_->seconds[p] : nullptr; }
     void add_bytes(phase_clock::part p, uint64_t b) {
+        bytes_read_ += b;
         if (clock_) clock_->bytes[p] += b;
     }
+    uint64_t bytes_read_ = 0;
     const hparams& hp_;
     const model_weights& w_;
     std::vector<arenas::moe_layer> moe_layers_;
@@ -134,6 +185,8 @@ private:
     std::vector<int32_t> ids_;    // [n_tok][n_expert_used]
     std::vector<float> weights_;  // [n_tok][n_expert_used]
     std::vector<uint8_t> act_;    // quantized activations of a matmul
+    std::vector<int32_t> tok_;    // [n_tok] the step's tokens, segment after segment
+    std::vector<float> head_out_; // [rows][n_vocab] logits of a multi-segment step before they are handed out
     // Latent attention (per token): the query through its bottleneck, the latent and rotated key, the
     // query's no-RoPE part absorbed into the latent; per work item, a chunk's keys laid out and states.
     std::vector<float> q_a_;      // [n_tok][n_lora_q]

@@ -1,5 +1,7 @@
 #include "model/hparams.hpp"
+#include "model/qwen4exp_keys.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -28,6 +30,9 @@ constexpr arch_traits kArchs[] = {
     {arch::qwen35moe, "qwen35moe", must, no, true, true, gating_func::softmax, no, "post_attention_norm",
      kernels::cpu::rope_style::neox},
     {arch::qwen3next, "qwen3next", must, no, true, true, gating_func::softmax, no, "post_attention_norm",
+     kernels::cpu::rope_style::neox},
+    // qwen35moe's layers with hyper-connection mixers in place of the pre-norms (model/hyper_conn.hpp).
+    {arch::qwen4exp, "qwen4exp", must, no, true, true, gating_func::softmax, no, "post_attention_norm",
      kernels::cpu::rope_style::neox},
 };
 
@@ -165,7 +170,7 @@ void apply_mla_rope_scale(hparams& hp, float file_attn_factor) {
 // The gated DeltaNet keys (ssm.*) and which layers are recurrent: the array attention.recurrent_layers,
 // else every layer but each full_attention_interval-th (default 4), as llama.cpp reads them.
 void read_hybrid_keys(const gguf::reader& f, const std::string& p, hparams& hp) {
-    if (hp.arch.id == arch::qwen35moe) {
+    if (hp.arch.id == arch::qwen35moe || hp.arch.id == arch::qwen4exp) {
         const std::string nextn_key = p + "nextn_predict_layers";
         hp.n_layer_nextn = read_int(f, nextn_key, 0);
         if (hp.n_layer_nextn >= hp.n_layer)
@@ -183,7 +188,8 @@ void read_hybrid_keys(const gguf::reader& f, const std::string& p, hparams& hp) 
     hp.ssm_n_k_head = read_int(f, p + "ssm.group_count");
     hp.ssm_n_v_head = read_int(f, p + "ssm.time_step_rank");
     const int inner = read_int(f, p + "ssm.inner_size");
-    hp.ssm_v_tiled = hp.arch.id == arch::qwen35moe;
+    hp.ssm_v_tiled = hp.arch.id == arch::qwen35moe || hp.arch.id == arch::qwen4exp;
+    hp.ssm_gate_sigmoid = hp.arch.id == arch::qwen4exp;
     if (hp.ssm_d_state < 1 || hp.ssm_n_k_head < 1 || hp.ssm_n_v_head % hp.ssm_n_k_head != 0 || hp.ssm_n_v_head < 1)
         throw std::runtime_error(fmt::format("{}: {}ssm.time_step_rank (value heads) is {} and {}ssm.group_count (key "
                                              "heads) {}: the value heads must be a positive multiple of the key heads, "
@@ -226,6 +232,13 @@ void read_hybrid_keys(const gguf::reader& f, const std::string& p, hparams& hp) 
 
 }  // namespace
 
+int64_t hparams::ple_rows() const {
+    int64_t rows = 0;
+    for (size_t h = 0; h < ple_offset.size(); ++h)
+        rows = std::max<int64_t>(rows, static_cast<int64_t>(ple_offset[h] + ple_vocab[h]));
+    return rows;
+}
+
 int hparams::n_kv_layer() const {
     if (!hybrid()) return n_layer;
     int n = 0;
@@ -257,9 +270,11 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
         hp.arch = traits(arch::qwen35moe);
     } else if (g == "qwen3next") {
         hp.arch = traits(arch::qwen3next);
+    } else if (g == "qwen4exp") {
+        hp.arch = traits(arch::qwen4exp);
     } else {
         throw std::runtime_error(fmt::format("{}: architecture '{}' is not supported (strata runs qwen3moe, qwen2moe, "
-                                             "glm4moe, deepseek2, qwen35moe, qwen3next and llama-style MoE such as "
+                                             "glm4moe, deepseek2, qwen35moe, qwen3next, qwen4exp and llama-style MoE such as "
                                              "Mixtral)",
                                              f.path(), g.empty() ? "(none)" : g));
     }
@@ -289,7 +304,8 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
     hp.expert_weights_norm = hp.arch.norm_topk;
     const bool ds = hp.arch.id == arch::deepseek2;
     if (hp.arch.id == arch::glm4moe || ds) read_routing_keys(f, p, hp);
-    if (hp.arch.id == arch::qwen35moe || hp.arch.id == arch::qwen3next) read_hybrid_keys(f, p, hp);
+    if (hp.arch.id == arch::qwen35moe || hp.arch.id == arch::qwen3next || hp.arch.id == arch::qwen4exp)
+        read_hybrid_keys(f, p, hp);
     read_expert_groups(f, p, hp);
     if (ds) {
         read_mla_keys(f, p, hp);
@@ -351,6 +367,7 @@ hparams read_hparams(const gguf::reader& f, const rope_overrides& rope) {
     if (ds) apply_mla_rope_scale(hp, static_cast<float>(f.get_f64(p + "rope.scaling.attn_factor", 1.0)));
     if (const gguf::value* tokens = f.find("tokenizer.ggml.tokens"))
         hp.n_vocab = static_cast<int>(tokens->as_array("tokenizer.ggml.tokens").size());
+    if (hp.arch.id == arch::qwen4exp) read_qwen4exp_keys(f, p, hp);
     return hp;
 }
 

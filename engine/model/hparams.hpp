@@ -11,7 +11,7 @@
 
 namespace strata::engine {
 
-enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2, qwen35moe, qwen3next };
+enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2, qwen35moe, qwen3next, qwen4exp };
 
 // Whether the file must, may or must not carry a class of tensors.
 enum class presence { absent, optional, required };
@@ -76,6 +76,24 @@ struct hparams {
     int ssm_n_v_head = 0;      // ssm.time_step_rank: value heads, each with a d_state x d_state state
     bool ssm_v_tiled = false;  // value head h reads key head h % n_k (qwen35moe); else h / (n_v / n_k)
     std::vector<int> kv_slot;  // [n_layer] the KV cache layer of an attention layer, -1 for DeltaNet layers
+    bool ssm_gate_sigmoid = false;  // the DeltaNet output gate is sigmoid(z) (qwen4exp), else SiLU(z)
+    // qwen4exp (0 / empty elsewhere): hc residual streams mixed by hyper-connections, QSA attention
+    // layers whose learned indexer picks blocks of keys, and the per-layer n-gram embedding (PLE).
+    int hc = 0;                // hyper_connection.count: the residual is hc x n_embd wide
+    int hc_rank = 0;           // hyper_connection.low_rank: the mixers' gate bottleneck
+    int idx_n_head = 0;        // attention.indexer.head_count
+    int idx_head_dim = 0;      // attention.indexer.key_length
+    int idx_top_k = 0;         // attention.indexer.top_k: the token budget of a QSA query
+    std::vector<int> qsa_ratio;  // [n_layer] attention.compress_ratios: tokens per indexer block (0: dense)
+    int ple_layer = -1;        // ple.layers: the (DeltaNet) layer the PLE block feeds; -1: none
+    int ple_ngram = 0;         // ple.ngram_size: n-grams of 2..ple_ngram tokens are hashed
+    int ple_heads_per_ngram = 0;
+    int ple_conv_kernel = 0;   // ple.conv_kernel: taps of its depthwise conv, dilated by ple_ngram
+    int ple_head_dim = 0;      // embedding_length_per_layer: the width of one gathered table row
+    int64_t ple_eos = 0;       // ple.eos_token_id: cuts the n-gram window and pads its start
+    std::vector<uint64_t> ple_mult;    // [ple_ngram] ple.layer_multipliers
+    std::vector<uint64_t> ple_offset;  // [heads] ple.head_offsets: each head's first table row
+    std::vector<uint64_t> ple_vocab;   // [heads] ple.head_vocab_sizes: each head's (prime) row count
 
     int n_q() const { return n_head * head_dim; }
     int n_kv() const { return n_head_kv * head_dim; }
@@ -96,6 +114,11 @@ struct hparams {
     int ssm_value_dim() const { return ssm_n_v_head * ssm_d_state; }
     int ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
     int n_moe_layer() const { return n_layer - n_layer_dense_lead; }
+    bool qwen4() const { return hc > 0; }
+    int hc_dim() const { return hc * n_embd; }
+    int ple_n_heads() const { return (ple_ngram - 1) * ple_heads_per_ngram; }
+    int ple_dim() const { return ple_n_heads() * ple_head_dim; }  // a token's gathered rows, concatenated
+    int64_t ple_rows() const;  // table rows the head ranges reach
 };
 
 // Reads and checks the hyper-parameters, llama.cpp's default for an absent optional key (docs/DETAILS.md

@@ -92,6 +92,11 @@ public:
     recurrent_state& recurrent() { return recurrent_; }
     const recurrent_state& recurrent() const { return recurrent_; }
 
+    // qwen4exp's QSA indexer keys, f32, tracked position for position with the attention layers:
+    // [qsa layer][pos][indexer key_length] (empty elsewhere; model/qsa.hpp).
+    std::vector<std::vector<float>>& indexer_keys() { return indexer_keys_; }
+    const std::vector<std::vector<float>>& indexer_keys() const { return indexer_keys_; }
+
 private:
     // The first byte of tile t of a chunk (read_rows's numbering).
     uint8_t* tile_rows(int layer, int chunk, int t) {
@@ -134,6 +139,7 @@ private:
     int n_chunks_ = 0;
     std::vector<slab> slabs_;  // [n_chunks]
     recurrent_state recurrent_;
+    std::vector<std::vector<float>> indexer_keys_;
 };
 
 }  // namespace strata::engine

@@ -12,13 +12,20 @@ recurrent_state::recurrent_state(const hparams& hp) {
     n_layer_ = hp.n_recurrent();
     conv_floats_ = static_cast<size_t>(hp.ssm_conv_kernel - 1) * static_cast<size_t>(hp.ssm_conv_dim());
     ssm_floats_ = static_cast<size_t>(hp.ssm_n_v_head) * static_cast<size_t>(hp.ssm_d_state) * hp.ssm_d_state;
-    data_.assign(static_cast<size_t>(n_layer_) * layer_floats(), 0.0f);
+    if (hp.ple_layer >= 0) {
+        ple_conv_floats_ = static_cast<size_t>(hp.ple_conv_kernel - 1) * hp.ple_ngram * static_cast<size_t>(hp.hc_dim());
+        ple_window_floats_ = static_cast<size_t>(hp.ple_ngram - 1);
+    }
+    hc_floats_ = static_cast<size_t>(hp.hc_dim());
+    data_.assign(static_cast<size_t>(n_layer_) * layer_floats() + ple_conv_floats_ + ple_window_floats_ + hc_floats_,
+                 0.0f);
 }
 
 void recurrent_state::reset() {
     std::fill(data_.begin(), data_.end(), 0.0f);
     pos_ = 0;
     checkpoints_.clear();
+    trace_on_ = false;
 }
 
 void recurrent_state::checkpoint() {
@@ -50,17 +57,32 @@ int recurrent_state::cut_back(int n_pos) {
     return pos_;
 }
 
-void recurrent_state::save(state_checkpoint& out) const {
-    out.pos = pos_;
-    out.data.assign(data_.begin(), data_.end());
+void recurrent_state::start_trace(int n) {
+    trace_pos_ = pos_;
+    trace_n_ = std::max(0, n);
+    trace_.resize(static_cast<size_t>(trace_n_) * data_.size());
+    trace_on_ = trace_n_ > 0;
 }
 
-void recurrent_state::rewind(const state_checkpoint& c) {
-    if (c.data.size() != data_.size())
-        throw std::logic_error(fmt::format("recurrent state of {} floats given one of {}", data_.size(), c.data.size()));
-    std::copy(c.data.begin(), c.data.end(), data_.begin());
-    pos_ = c.pos;
-    std::erase_if(checkpoints_, [&](const state_checkpoint& k) { return k.pos > c.pos; });
+void recurrent_state::release_trace() {
+    trace_on_ = false;
+    trace_n_ = 0;
+    std::vector<float>().swap(trace_);
+}
+
+float* recurrent_state::traced(int pos, const float* live) {
+    if (!trace_on_ || pos < trace_pos_ || pos >= trace_pos_ + trace_n_) return nullptr;
+    return trace_.data() + static_cast<size_t>(pos - trace_pos_) * data_.size() + (live - data_.data());
+}
+
+bool recurrent_state::restore_traced(int n_pos) {
+    const int i = n_pos - 1 - trace_pos_;
+    if (i < 0 || i >= trace_n_) return false;
+    const auto from = trace_.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(i) * data_.size());
+    std::copy(from, from + static_cast<ptrdiff_t>(data_.size()), data_.begin());
+    pos_ = n_pos;
+    std::erase_if(checkpoints_, [&](const state_checkpoint& k) { return k.pos > n_pos; });
+    return true;
 }
 
 void recurrent_state::assign(const state_checkpoint& c, std::vector<state_checkpoint> others) {
@@ -76,7 +98,11 @@ size_t recurrent_state_bytes(const hparams& hp) {
     if (!hp.hybrid()) return 0;
     const size_t conv = static_cast<size_t>(hp.ssm_conv_kernel - 1) * static_cast<size_t>(hp.ssm_conv_dim());
     const size_t ssm = static_cast<size_t>(hp.ssm_n_v_head) * static_cast<size_t>(hp.ssm_d_state) * hp.ssm_d_state;
-    return static_cast<size_t>(hp.n_recurrent()) * (conv + ssm) * sizeof(float);
+    size_t extra = static_cast<size_t>(hp.hc_dim());
+    if (hp.ple_layer >= 0)
+        extra += static_cast<size_t>(hp.ple_conv_kernel - 1) * hp.ple_ngram * static_cast<size_t>(hp.hc_dim()) +
+                 static_cast<size_t>(hp.ple_ngram - 1);
+    return (static_cast<size_t>(hp.n_recurrent()) * (conv + ssm) + extra) * sizeof(float);
 }
 
 }  // namespace strata::engine

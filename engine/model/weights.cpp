@@ -224,19 +224,72 @@ void bind_gated_attention(const binder& b, const hparams& hp, int i, layer_weigh
     l.k_norm = b.vec(p + "attn_k_norm.weight", hp.head_dim, "head_dim");
 }
 
-// The hybrids' MTP blocks: each a gated attention layer with its MoE and the nextn.* tensors.
+// A qwen4exp hyper-connection mixer: <prefix>norm, _down, _up (and _inject unless an output mixer).
+hc_mixer bind_hc(const binder& b, const hparams& hp, const std::string& prefix, bool inject, bool required = true) {
+    const int64_t dim = hp.hc_dim(), rank = hp.hc_rank;
+    hc_mixer m;
+    m.norm = b.vec(prefix + "norm.weight", dim, "hc * n_embd", required);
+    if (!m.norm) return m;
+    m.down = b.mat(prefix + "down.weight", dim, rank, "hc * n_embd, hyper_connection.low_rank");
+    m.up = b.mat(prefix + "up.weight", rank, dim, "hyper_connection.low_rank, hc * n_embd");
+    if (inject) m.inject = b.mat(prefix + "inject.weight", dim, hp.hc, "hc * n_embd, hyper_connection.count");
+    return m;
+}
+
+// A qwen4exp layer's mixers, its QSA indexer (attention layers) and PLE block (hp.ple_layer).
+void bind_qwen4(const binder& b, const hparams& hp, int i, layer_weights& l) {
+    const std::string p = fmt::format("blk.{}.", i);
+    l.hc_attn = bind_hc(b, hp, p + "hc_attn_", true);
+    l.hc_ffn = bind_hc(b, hp, p + "hc_ffn_", true);
+    if (i >= hp.n_layer || !hp.is_recurrent(i)) {
+        const int64_t d = hp.idx_head_dim;
+        l.idx_q = b.mat(p + "indexer.q_proj.weight", hp.n_embd, hp.idx_n_head * d, "n_embd, indexer heads * key_length");
+        l.idx_k = b.mat(p + "indexer.k_proj.weight", hp.n_embd, d, "n_embd, indexer key_length");
+        l.idx_q_norm = b.vec(p + "indexer.q_norm.weight", d, "indexer key_length");
+        l.idx_k_norm = b.vec(p + "indexer.k_norm.weight", d, "indexer key_length");
+    }
+    if (i != hp.ple_layer) return;
+    const int64_t dim = hp.hc_dim();
+    l.ple.key = b.mat(p + "ple_key.weight", hp.ple_dim(), dim, "PLE heads * embedding_length_per_layer, hc * n_embd");
+    l.ple.value = b.mat(p + "ple_value.weight", hp.ple_dim(), hp.n_embd, "PLE heads * embedding_length_per_layer, n_embd");
+    l.ple.norm_key = b.vec(p + "ple_norm_key.weight", dim, "hc * n_embd");
+    l.ple.norm_query = b.vec(p + "ple_norm_query.weight", dim, "hc * n_embd");
+    l.ple.norm_conv = b.vec(p + "ple_norm_conv.weight", dim, "hc * n_embd");
+    l.ple.conv1d = b.f32(*b.checked(p + "ple_conv1d.weight", {hp.ple_conv_kernel, dim}, "ple.conv_kernel, hc * n_embd"));
+}
+
+// per_layer_token_embd: at least the rows the head ranges reach, of a type rows can be read from.
+ple_table bind_ple_table(const gguf::reader& f, const binder& b, const hparams& hp) {
+    const std::string name = "per_layer_token_embd.weight";
+    const gguf::tensor_info* t = b.find(name, true);
+    if (t->ne.size() != 2 || t->ne[0] != hp.ple_head_dim || t->ne[1] < hp.ple_rows())
+        throw std::runtime_error(fmt::format("{}: tensor '{}' has shape {}, expected [{}, at least {}] "
+                                             "(embedding_length_per_layer, the rows the PLE head ranges reach)",
+                                             f.path(), name, t->shape_string(), hp.ple_head_dim, hp.ple_rows()));
+    if (!formats::info(t->type).quantized && t->type != formats::ggml_type::F32 && t->type != formats::ggml_type::F16 &&
+        t->type != formats::ggml_type::BF16)
+        throw std::runtime_error(fmt::format("{}: tensor '{}' has type {}, which strata cannot read rows of", f.path(),
+                                             name, formats::info(t->type).name));
+    return {f.tensor_data(*t).data(), t->type, t->ne[0], t->ne[1], formats::row_size(t->type, t->ne[0])};
+}
+
+// The hybrids' MTP blocks: each a gated attention layer with its MoE and the nextn.* tensors (qwen4exp:
+// hyper-connection mixers instead of the norms, hnorm over the wide residual, its own output mixer).
 void bind_nextn(const binder& b, const hparams& hp, model_weights& w) {
+    const bool q4 = hp.qwen4();
     for (int i = hp.n_layer; i < hp.n_layer + hp.n_layer_nextn; ++i) {
         const std::string p = fmt::format("blk.{}.", i);
         nextn_weights n;
-        n.layer.attn_norm = b.vec(p + "attn_norm.weight", hp.n_embd, "n_embd");
+        if (!q4) n.layer.attn_norm = b.vec(p + "attn_norm.weight", hp.n_embd, "n_embd");
         bind_gated_attention(b, hp, i, n.layer);
-        n.layer.ffn_norm = b.vec(p + "post_attention_norm.weight", hp.n_embd, "n_embd");
+        if (!q4) n.layer.ffn_norm = b.vec(p + "post_attention_norm.weight", hp.n_embd, "n_embd");
         bind_moe(b, hp, i, n.layer);
+        if (q4) bind_qwen4(b, hp, i, n.layer);
         n.eh_proj = b.mat(p + "nextn.eh_proj.weight", 2 * int64_t{hp.n_embd}, hp.n_embd, "2 n_embd, n_embd");
         n.enorm = b.vec(p + "nextn.enorm.weight", hp.n_embd, "n_embd");
-        n.hnorm = b.vec(p + "nextn.hnorm.weight", hp.n_embd, "n_embd");
+        n.hnorm = b.vec(p + "nextn.hnorm.weight", q4 ? hp.hc_dim() : hp.n_embd, q4 ? "hc * n_embd" : "n_embd");
         n.shared_head_norm = b.vec(p + "nextn.shared_head_norm.weight", hp.n_embd, "n_embd", false);
+        if (q4) n.hc_head = bind_hc(b, hp, p + "nextn.hc_head_", false, false);
         w.nextn.push_back(std::move(n));
     }
 }
@@ -253,14 +306,20 @@ model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
                                              f.path(), embd->shape_string(), hp.n_embd, hp.n_vocab));
     const int64_t n_vocab = embd->ne[1];
     w.tok_embd = b.mat("token_embd.weight", hp.n_embd, n_vocab, "n_embd, n_vocab");
-    w.output_norm = b.vec("output_norm.weight", hp.n_embd, "n_embd");
+    if (hp.qwen4()) {
+        w.hc_head = bind_hc(b, hp, "output_hc_", false);
+        if (hp.ple_layer >= 0) w.ple = bind_ple_table(f, b, hp);
+    } else {
+        w.output_norm = b.vec("output_norm.weight", hp.n_embd, "n_embd");
+    }
     w.output = b.mat("output.weight", hp.n_embd, n_vocab, "n_embd, n_vocab", false);
     if (!w.output.present()) w.output = w.tok_embd;  // tied embeddings
 
     for (int i = 0; i < hp.n_layer; ++i) {
         const std::string p = fmt::format("blk.{}.", i);
         layer_weights l;
-        l.attn_norm = b.vec(p + "attn_norm.weight", hp.n_embd, "n_embd");
+        if (!hp.qwen4()) l.attn_norm = b.vec(p + "attn_norm.weight", hp.n_embd, "n_embd");
+        if (hp.qwen4()) bind_qwen4(b, hp, i, l);
         if (hp.mla()) {
             bind_mla(b, hp, i, l, w);
         } else if (hp.is_recurrent(i)) {
@@ -288,7 +347,7 @@ model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
                                                          f.path(), i));
             }
         }
-        l.ffn_norm = b.vec(p + hp.arch.ffn_norm + ".weight", hp.n_embd, "n_embd");
+        if (!hp.qwen4()) l.ffn_norm = b.vec(p + hp.arch.ffn_norm + ".weight", hp.n_embd, "n_embd");
         if (!hp.is_moe_layer(i)) {
             l.ffn_gate = b.mat(p + "ffn_gate.weight", hp.n_embd, hp.n_ff, "n_embd, n_ff");
             l.ffn_up = b.mat(p + "ffn_up.weight", hp.n_embd, hp.n_ff, "n_embd, n_ff");

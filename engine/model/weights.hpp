@@ -27,6 +27,28 @@ struct weight_matrix {
 // One layer's routed experts (a merged 3-D tensor, or one tensor per expert in older Mixtral files).
 using expert_matrix = arenas::expert_tensor;
 
+// A hyper-connection mixer (qwen4exp): a grouped RMSNorm over the hc streams, a low-rank sigmoid gate,
+// the mean over the gated streams; inject gives each stream's weight for adding the block output back.
+struct hc_mixer {
+    const float* norm = nullptr;        // [hc * n_embd]
+    weight_matrix down;                 // [hc_rank x hc * n_embd]
+    weight_matrix up;                   // [hc * n_embd x hc_rank]
+    weight_matrix inject;               // [hc x hc * n_embd]; absent for the output mixers
+    bool present() const { return norm != nullptr; }
+};
+
+// The PLE block of one layer (qwen4exp): the token's gathered n-gram rows projected to a value and one
+// key per stream, a gate from the streams, and a depthwise conv dilated by the n-gram size.
+struct ple_weights {
+    weight_matrix key;                  // [hc * n_embd x ple_dim]
+    weight_matrix value;                // [n_embd x ple_dim]
+    const float* norm_key = nullptr;    // [hc * n_embd] each
+    const float* norm_query = nullptr;
+    const float* norm_conv = nullptr;
+    const float* conv1d = nullptr;      // [hc * n_embd][ple_conv_kernel]
+    bool present() const { return norm_key != nullptr; }
+};
+
 struct layer_weights {
     const float* attn_norm = nullptr;   // [n_embd]
     weight_matrix wq, wk, wv, wo;       // [n_q x n_embd], [n_kv x n_embd] x2, [n_embd x n_q]
@@ -63,6 +85,14 @@ struct layer_weights {
     expert_matrix gate, up, down;       // gate/up: [n_ff x n_embd] per expert; down: [n_embd x n_ff]
     const float* shexp_gate_inp = nullptr;      // [n_embd] (qwen2moe's sigmoid gate; glm4moe has none)
     weight_matrix shexp_gate, shexp_up, shexp_down;
+    // qwen4exp: mixers before the token mixer and before the MoE (no attn_norm / ffn_norm), the QSA
+    // indexer of attention layers, the PLE block of hp.ple_layer.
+    hc_mixer hc_attn, hc_ffn;
+    weight_matrix idx_q;                // [idx_n_head * idx_head_dim x n_embd]
+    weight_matrix idx_k;                // [idx_head_dim x n_embd]
+    const float* idx_q_norm = nullptr;  // [idx_head_dim]
+    const float* idx_k_norm = nullptr;
+    ple_weights ple;
 };
 
 // A next-token-prediction block past the trunk (qwen35moe's MTP): a gated attention layer with its
@@ -73,6 +103,17 @@ struct nextn_weights {
     const float* enorm = nullptr;       // [n_embd]
     const float* hnorm = nullptr;       // [n_embd]
     const float* shared_head_norm = nullptr;  // [n_embd] or absent
+    hc_mixer hc_head;                   // qwen4exp: the draft head's own output mixer (hnorm is hc * n_embd)
+};
+
+// The PLE table (per_layer_token_embd) where it lies in the mapped file: rows are gathered from there,
+// never copied, first-touched or pinned, so the resident set holds only the rows read.
+struct ple_table {
+    const uint8_t* data = nullptr;
+    formats::ggml_type type = formats::ggml_type::F32;
+    int64_t n_cols = 0, n_rows = 0;
+    size_t row_stride = 0;
+    size_t bytes() const { return row_stride * static_cast<size_t>(n_rows); }
 };
 
 struct model_weights {
@@ -81,6 +122,8 @@ struct model_weights {
     weight_matrix output;               // [n_vocab x n_embd]; tok_embd when tied
     std::vector<layer_weights> layers;
     std::vector<nextn_weights> nextn;   // hybrids' MTP blocks (blk.n_layer ..)
+    hc_mixer hc_head;                   // qwen4exp: the output mixer (output_hc_*; there is no output_norm)
+    ple_table ple;                      // qwen4exp with a PLE block
     std::vector<std::vector<uint8_t>> packed_storage;  // owns wk_b built from attn_kv_b
     // The dense rows16 copies, in one buffer advised for transparent huge pages: decode reads them all
     // every token, and with 4 KiB pages the TLB misses cost as much as a quarter of their read time.

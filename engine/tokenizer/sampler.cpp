@@ -77,6 +77,9 @@ sampler::sampler(sampler_params p) : params_(p) {
     check(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f, "presence_penalty", p.presence_penalty, "[-2, 2]");
     check(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f, "frequency_penalty", p.frequency_penalty,
           "[-2, 2]");
+    for (const auto& [id, bias] : p.logit_bias)
+        if (!(bias >= -100.0f && bias <= 100.0f))
+            throw std::invalid_argument(fmt::format("sampler: logit_bias for token {} is {}, outside [-100, 100]", id, bias));
     seed_ = p.seed ? *p.seed : (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
     rng_.seed(seed_);
 }
@@ -96,6 +99,8 @@ void sampler::accept(int32_t id) {
 
 void sampler::apply_penalties(std::span<float> logits) const {
     const auto n = static_cast<int64_t>(logits.size());
+    for (const auto& [id, bias] : params_.logit_bias)
+        if (id >= 0 && id < n) logits[static_cast<size_t>(id)] += bias;
     if (params_.repeat_penalty != 1.0f && params_.repeat_last_n != 0) {
         const size_t window = params_.repeat_last_n < 0
                                   ? history_.size()
@@ -139,8 +144,8 @@ int32_t sampler::draw(std::span<const float> logits) {
 }
 
 bool sampler::penalizes() const {
-    return (params_.repeat_penalty != 1.0f && params_.repeat_last_n != 0) || params_.presence_penalty != 0.0f ||
-           params_.frequency_penalty != 0.0f;
+    return !params_.logit_bias.empty() || (params_.repeat_penalty != 1.0f && params_.repeat_last_n != 0) ||
+           params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
 }
 
 sample_result sampler::sample(std::span<const float> logits, int n_top_logprobs) {

@@ -1,9 +1,9 @@
-// Picks the next token from the model's logits: repetition / presence / frequency penalties, then
+// Picks the next token from the model's logits: logit bias, repetition / presence / frequency penalties, then
 // greedy or top-k -> top-p -> min-p -> temperature -> a seeded draw (llama.cpp's default order), and
 // the log-probabilities OpenAI's `logprobs` / `top_logprobs` report.
 //
-// Log-probabilities are those of the model's distribution after penalties and temperature, over the
-// whole vocabulary and before top-k/top-p/min-p truncation: log_softmax(penalised logits / T), with
+// Log-probabilities are those of the model's distribution after bias, penalties and temperature, over
+// the whole vocabulary and before top-k/top-p/min-p truncation: log_softmax(penalised logits / T), with
 // T = 1 when sampling is greedy. So they describe the model, not the truncated sampler, and a token
 // the filters removed still has its honest (finite) value.
 //
@@ -16,6 +16,7 @@
 #include <random>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace strata::tok {
@@ -30,6 +31,9 @@ struct sampler_params {
     float presence_penalty = 0.0f;   // OpenAI: minus this once for every token generated at least once
     float frequency_penalty = 0.0f;  // OpenAI: minus this times the token's count in the generated text
     std::optional<uint64_t> seed;    // the same seed and logits give the same tokens; none: random
+    // OpenAI logit_bias: added to these ids' logits before the penalties (greedy included). An id
+    // outside the logits is ignored; a bias outside [-100, 100] is refused.
+    std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 struct token_logprob {
@@ -61,7 +65,8 @@ public:
     // Forgets the history and restarts the random sequence from the seed.
     void reset();
 
-    // The penalties sample() applies, in place (exposed for tests and for logit inspection).
+    // The logit bias and the penalties sample() applies, in place (exposed for tests and for logit
+    // inspection).
     void apply_penalties(std::span<float> logits) const;
 
     const sampler_params& params() const { return params_; }

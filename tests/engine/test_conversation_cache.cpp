@@ -178,6 +178,40 @@ TEST(ConversationCache, TheLongestSharedPrefixWins) {
     EXPECT_GE(stats.misses, 1u);
 }
 
+// generation_options::cache_scope: a prompt reuses neither the live state nor a snapshot another scope
+// left, and gets its own scope's back; park() keeps the session's scope.
+TEST(ConversationCache, ScopesNeverShareAPrefix) {
+    const auto m = load(make_model::arch::qwen3moe, "f16", 64);
+    const auto p = tokens(120, 30, m->info().n_vocab);
+    const auto scoped = [](std::string scope) {
+        generation_options g = greedy(2);
+        g.cache_scope = std::move(scope);
+        return g;
+    };
+    session s(m);
+    const auto a = s.generate(p, scoped("a"));
+    EXPECT_EQ(a.time.cache_n, 0);
+    const auto b = s.generate(p, scoped("b"));
+    EXPECT_EQ(b.time.cache_n, 0) << "scope a's live state";
+    EXPECT_EQ(b.time.cache_source, prefix_source::none);
+    const auto unscoped = s.generate(p, greedy(2));
+    EXPECT_EQ(unscoped.time.cache_n, 0) << "scope a's or b's snapshot";
+    const auto again = s.generate(p, scoped("a"));
+    EXPECT_EQ(again.time.cache_source, prefix_source::snapshot);
+    EXPECT_EQ(again.time.cache_n, 119);
+    EXPECT_EQ(again.tokens[0].id, a.tokens[0].id);
+    const auto live = s.generate(p, scoped("a"));
+    EXPECT_EQ(live.time.cache_source, prefix_source::live);
+    EXPECT_EQ(live.time.cache_n, 119);
+
+    session t(m);
+    EXPECT_EQ(t.generate(p, scoped("c")).time.cache_n, 0);
+    ASSERT_GT(t.park(), 0u);
+    session u(m);
+    EXPECT_EQ(u.generate(p, scoped("b")).time.cache_n, 119) << "b's own snapshot";
+    EXPECT_EQ(u.generate(p, scoped("c")).time.cache_n, 119) << "the snapshot t parked under c";
+}
+
 TEST(ConversationCache, EvictsTheLeastRecentlyUsedWithinTheBudget) {
     // Each snapshot of the tiny model maps one 2 MiB segment: a 5 MiB budget holds two.
     const auto m = load(make_model::arch::qwen3moe, "f16", 5);

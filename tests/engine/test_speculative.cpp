@@ -7,6 +7,8 @@
 #include <cstring>
 #include <array>
 #include <filesystem>
+#include <future>
+#include <memory>
 #include <map>
 
 #include "generate.hpp"
@@ -88,12 +90,13 @@ std::string model_path(arch a) {
     return path.string();
 }
 
-std::shared_ptr<model> load(arch a) {
+std::shared_ptr<model> load(arch a, int n_batch = 512) {
     model_options o;
     o.path = model_path(a);
     o.numa_pool = "off";
     o.pool_workers = 2;
     o.n_ctx = 256;
+    o.n_batch = n_batch;
     return model::load(o);
 }
 
@@ -134,10 +137,14 @@ TEST_P(SpecFamilies, GreedyAndSampledOutputIsBitwiseTheSameWithDrafts) {
     const auto m = load(GetParam());
     const auto prompt = m->tokenize("one two three four five six one two three four five six one two three");
     int drafted = 0, accepted = 0;
+    // qwen4exp's tiny model is the slowest: one sampled seed, fewer tokens.
+    const bool heavy = GetParam() == arch::qwen4exp;
     for (const float temperature : {0.0f, 1.0f})
-        for (uint64_t seed = 1; seed <= (temperature > 0 ? 3u : 1u); ++seed) {
+        for (uint64_t seed = 1; seed <= (temperature > 0 ? (heavy ? 1u : 3u) : 1u); ++seed) {
             session plain(m), fast(m);
-            const auto want = plain.generate(prompt, options("off", temperature, seed));
+            generation_options base = options("off", temperature, seed);
+            if (heavy) base.max_tokens = 40;
+            const auto want = plain.generate(prompt, base);
             EXPECT_EQ(want.time.spec_drafted, 0);
             // Forced drafts: the output itself, every fifth token altered, so batches are accepted in part.
             std::vector<int32_t> forced;
@@ -145,6 +152,7 @@ TEST_P(SpecFamilies, GreedyAndSampledOutputIsBitwiseTheSameWithDrafts) {
                 forced.push_back(forced.size() % 5 == 3 ? (t.id + 1) % m->info().n_vocab : t.id);
             for (const std::string type : {"ngram", "auto", "forced"}) {
                 generation_options o = options(type, temperature, seed);
+                o.max_tokens = base.max_tokens;
                 o.speculation.forced = forced;
                 const auto got = fast.generate(prompt, o);
                 expect_same(want, got, type + " T " + std::to_string(temperature) + " seed " + std::to_string(seed));
@@ -167,7 +175,7 @@ TEST_P(SpecFamilies, GreedyAndSampledOutputIsBitwiseTheSameWithDrafts) {
 
 INSTANTIATE_TEST_SUITE_P(Generator, SpecFamilies,
                          testing::Values(arch::qwen3moe, arch::qwen2moe, arch::mixtral, arch::glm4moe, arch::deepseek2,
-                                         arch::qwen35moe, arch::qwen3next),
+                                         arch::qwen35moe, arch::qwen3next, arch::qwen4exp),
                          [](const auto& info) { return make_model::arch_name(info.param); });
 
 // Sampled decoding with drafts draws from the model's distribution: over many seeds, the tokens after a
@@ -222,6 +230,64 @@ TEST(Speculation, SampledTokensFollowTheModelsDistribution) {
     std::printf("  chi-square %.2f over %d degrees of freedom (bound %.2f), %d drafts accepted\n", chi2, df, bound,
                 accepted);
     EXPECT_LT(chi2, bound);
+}
+
+// Several generations speculate in the same steps (each verification batch a segment of the step,
+// beside other slots' decode rows and prompt chunks): each one's tokens and log-probabilities are bit
+// for bit those of its solo run without drafts.
+TEST(Speculation, ConcurrentSpeculatingGenerationsEqualTheirSoloRuns) {
+    for (const arch a : {arch::qwen3moe, arch::qwen35moe}) {
+        // A budget of 8 rows: decode rows come first, so only two verifications (5 rows each) go past it.
+        const auto m = load(a, 8);
+        std::vector<std::vector<int32_t>> prompts;
+        for (int i = 0; i < 4; ++i) {
+            std::string text = "slot " + std::to_string(i) + ":";
+            for (int r = 0; r < 3; ++r) text += " red green blue " + std::to_string((r + i) % 3);
+            prompts.push_back(m->tokenize(text));
+        }
+        const std::array<std::string, 4> types = {"forced", "ngram", "off", "forced"};
+        std::vector<generation_result> solo;
+        std::vector<generation_options> opts;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            session s(m);
+            const float temperature = i % 2 ? 1.0f : 0.0f;
+            solo.push_back(s.generate(prompts[i], options("off", temperature, 5 + i)));
+            generation_options o = options(types[i], temperature, 5 + i);
+            o.max_tokens = 40;
+            solo.back().tokens.resize(std::min<size_t>(solo.back().tokens.size(), 40));
+            for (size_t t = 0; t < solo.back().tokens.size(); ++t)
+                o.speculation.forced.push_back(t % 4 == 2 ? (solo.back().tokens[t].id + 1) % m->info().n_vocab
+                                                          : solo.back().tokens[t].id);
+            opts.push_back(o);
+        }
+        const batch_stats before = m->batching();
+        std::vector<std::unique_ptr<session>> sessions;
+        std::vector<std::future<generation_result>> futures;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            sessions.push_back(std::make_unique<session>(m));
+            futures.push_back(sessions.back()->start(prompts[i], opts[i]));
+        }
+        int drafted = 0, accepted = 0;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            const generation_result r = futures[i].get();
+            ASSERT_EQ(r.tokens.size(), solo[i].tokens.size());
+            for (size_t t = 0; t < r.tokens.size(); ++t) {
+                ASSERT_EQ(r.tokens[t].id, solo[i].tokens[t].id) << make_model::arch_name(a) << " slot " << i << " token " << t;
+                ASSERT_EQ(std::memcmp(&r.tokens[t].logprob, &solo[i].tokens[t].logprob, sizeof(float)), 0)
+                    << make_model::arch_name(a) << " slot " << i << " token " << t;
+            }
+            drafted += r.time.spec_drafted;
+            accepted += r.time.spec_accepted;
+            EXPECT_EQ(sessions[i]->cached_tokens(), prompts[i].size() + r.tokens.size() - 1);
+        }
+        const batch_stats after = m->batching();
+        std::printf("  %s: %d drafted, %d accepted; largest step %d rows\n", make_model::arch_name(a).c_str(), drafted,
+                    accepted, after.max_step_rows);
+        EXPECT_GT(accepted, 0);
+        EXPECT_GT(drafted, accepted);
+        EXPECT_GT(after.max_step_rows, 8) << "the speculating generations never shared a step";
+        EXPECT_LT(after.steps - before.steps, after.rows - before.rows);
+    }
 }
 
 TEST(Speculation, BadOptionsAreRequestErrors) {

@@ -218,8 +218,9 @@ bool test_server::wait_for_waiting(size_t n, std::chrono::milliseconds timeout) 
     return false;
 }
 
-raw_connection::raw_connection(int port) {
+raw_connection::raw_connection(int port, int receive_buffer) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd_ >= 0 && receive_buffer > 0) setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));

@@ -94,7 +94,8 @@ private:
 // request lines) and for disconnecting in the middle of a stream.
 class raw_connection {
 public:
-    explicit raw_connection(int port);
+    // receive_buffer > 0: SO_RCVBUF before connecting (a client whose window fills fast).
+    explicit raw_connection(int port, int receive_buffer = 0);
     ~raw_connection();
     raw_connection(const raw_connection&) = delete;
     raw_connection& operator=(const raw_connection&) = delete;

@@ -257,6 +257,27 @@ TEST(MakeModel, TokenizerIsAConsistentByteLevelBpe) {
     EXPECT_NE(r.at("tokenizer.chat_template").as_string().find("<|im_start|>"), std::string::npos);
 }
 
+TEST(MakeModel, AddedTokensAreUserDefinedAfterTheSpecials) {
+    model_spec s = tiny(arch::qwen3moe);
+    s.added_tokens = {"<tool_call>\n{\"name\": \"f\", ", "It is sunny."};
+    const gguf::reader r = generate(s);
+    const auto& tokens = r.at("tokenizer.ggml.tokens").as_array();
+    const auto& types = r.at("tokenizer.ggml.token_type").as_array();
+    ASSERT_EQ(tokens.size(), 512u);  // the learned tokens make room
+    EXPECT_EQ(tokens[510].as_string(), s.added_tokens[0]);
+    EXPECT_EQ(tokens[511].as_string(), "It is sunny.");
+    EXPECT_EQ(types[510].as_i64(), 4);  // user-defined
+    EXPECT_EQ(types[511].as_i64(), 4);
+    EXPECT_EQ(tokens[r.at("tokenizer.ggml.eos_token_id").as_u64()].as_string(), "<|im_end|>");
+    s.added_tokens = {"It is sunny.", "It is sunny."};
+    EXPECT_THROW(build_model(s), std::invalid_argument);
+    s.added_tokens = {""};
+    EXPECT_THROW(build_model(s), std::invalid_argument);
+    s.added_tokens = {"x y"};
+    s.tokenizer = tokenizer_kind::llama;
+    EXPECT_THROW(build_model(s), std::invalid_argument);
+}
+
 TEST(MakeModel, LlamaTokenizerIsSentencePieceStyle) {
     model_spec s = tiny(arch::qwen3moe);
     s.tokenizer = tokenizer_kind::llama;

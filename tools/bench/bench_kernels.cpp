@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <barrier>
+#include <ctime>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -56,14 +57,25 @@ struct buffer {
     }
 };
 
+// --cpu-time: time_parallel reports the largest thread CPU time of a repeat instead of wall time, so the
+// figures of a machine shared with other work leave out the time its threads sat descheduled.
+bool use_cpu_time = false;
+
+double thread_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // Runs fn(thread, n_threads) on n_threads threads `repeats` times; returns the seconds of each repeat
-// (between the start barrier and the last thread finishing). With warm_up, each thread first runs fn
+// (between the start barrier and the last thread finishing, or with use_cpu_time the most CPU time a thread took). With warm_up, each thread first runs fn
 // once untimed: a new thread's stack pages are not mapped yet (glibc hands them back when a thread
 // exits), and the attention kernels' large stack frames would otherwise fault them in while timed.
 std::vector<double> time_parallel(int n_threads, int repeats, const std::function<void(int, int)>& fn,
                                   bool warm_up = false) {
     std::barrier sync(n_threads + 1);
     std::vector<std::thread> threads;
+    std::vector<double> cpu_seconds(static_cast<size_t>(n_threads) * repeats);
     for (int t = 0; t < n_threads; ++t)
         threads.emplace_back([&, t] {
             if (warm_up) {
@@ -72,7 +84,9 @@ std::vector<double> time_parallel(int n_threads, int repeats, const std::functio
             }
             for (int r = 0; r < repeats; ++r) {
                 sync.arrive_and_wait();
+                const double c0 = thread_cpu_seconds();
                 fn(t, n_threads);
+                cpu_seconds[static_cast<size_t>(r) * n_threads + t] = thread_cpu_seconds() - c0;
                 sync.arrive_and_wait();
             }
         });
@@ -85,6 +99,10 @@ std::vector<double> time_parallel(int n_threads, int repeats, const std::functio
         seconds.push_back(std::chrono::duration<double>(clock_type::now() - start).count());
     }
     for (auto& th : threads) th.join();
+    if (use_cpu_time)
+        for (int r = 0; r < repeats; ++r)
+            seconds[r] = *std::max_element(cpu_seconds.begin() + static_cast<ptrdiff_t>(r) * n_threads,
+                                           cpu_seconds.begin() + static_cast<ptrdiff_t>(r + 1) * n_threads);
     return seconds;
 }
 
@@ -359,6 +377,7 @@ int run(int argc, char** argv) {
         ("attn-prompt", "prompt tokens after the depth for the attention prompt row", cxxopts::value<int>()->default_value("512"))
         ("delta-prompt", "comma-separated prompt lengths for the gated DeltaNet rows (empty: skip them)",
          cxxopts::value<std::string>()->default_value("512,4096"))
+        ("cpu-time", "time by the threads' CPU time instead of wall time (a machine shared with other work)")
         ("json", "print JSON instead of a table")
         ("h,help", "this help");
     const auto args = options.parse(argc, argv);
@@ -374,6 +393,7 @@ int run(int argc, char** argv) {
     for (const auto& t : split_list(args["matmul-tokens"].as<std::string>())) matmul_tokens.push_back(std::stoll(t));
     const int64_t matmul_rows = args["matmul-rows"].as<int64_t>();
     const bool json = args.count("json") > 0;
+    use_cpu_time = args.count("cpu-time") > 0;
 
     std::vector<int> attn_depths;
     for (const auto& d : split_list(args["attn-depths"].as<std::string>())) attn_depths.push_back(std::stoi(d));
@@ -401,13 +421,14 @@ int run(int argc, char** argv) {
     buffer weights(bytes), reads(bytes);
     std::memset(reads.data.get(), 1, bytes);
     const std::string isa(cpu::isa_name(cpu::active_isa()));
-    nlohmann::json out = {{"isa", isa}, {"mib", mib}, {"n_cols", n_cols}, {"repeats", repeats},
+    nlohmann::json out = {{"isa", isa}, {"mib", mib}, {"n_cols", n_cols}, {"repeats", repeats}, {"cpu_time", use_cpu_time},
                           {"matvec", nlohmann::json::array()}, {"matmul", nlohmann::json::array()},
                           {"attention", nlohmann::json::array()}, {"delta_decode", nlohmann::json::array()},
                           {"delta_prompt", nlohmann::json::array()}};
     if (!json) {
-        std::printf("strata-bench kernels: ISA %s, %lld MiB matrix of %lld columns, one token, median of %d\n",
-                    isa.c_str(), static_cast<long long>(mib), static_cast<long long>(n_cols), repeats);
+        std::printf("strata-bench kernels: ISA %s, %lld MiB matrix of %lld columns, one token, median of %d%s\n",
+                    isa.c_str(), static_cast<long long>(mib), static_cast<long long>(n_cols), repeats,
+                    use_cpu_time ? ", timed by thread CPU time" : "");
         std::printf("read GB/s: the better of a plain and a software-prefetching read of %lld MiB, same threads\n",
                     static_cast<long long>(mib));
         std::printf("%-8s %4s %12s %12s %7s\n", "format", "thr", "weight GB/s", "read GB/s", "ratio");

@@ -1,5 +1,7 @@
 #include "generate.hpp"
+#include "qwen4exp_spec.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -33,7 +35,8 @@ constexpr const char* kMistralTemplate =
     "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}";
 
 // llama.cpp token types.
-constexpr int32_t kTokenNormal = 1, kTokenUnknown = 2, kTokenControl = 3, kTokenUnused = 5, kTokenByte = 6;
+constexpr int32_t kTokenNormal = 1, kTokenUnknown = 2, kTokenControl = 3, kTokenUserDefined = 4, kTokenUnused = 5,
+                  kTokenByte = 6;
 
 uint64_t splitmix64(uint64_t& x) {
     uint64_t z = (x += 0x9E3779B97F4A7C15ull);
@@ -250,7 +253,7 @@ void set_hybrid_hparams(gguf::writer& w, const model_spec& s, const std::string&
     w.set(a + "ssm.time_step_rank", value::u32(s.ssm_dt_rank));
     w.set(a + "ssm.inner_size", value::u32(s.ssm_dt_rank * s.ssm_d_state));
     w.set(a + "full_attention_interval", value::u32(s.full_attention_interval));
-    if (s.architecture == arch::qwen35moe) {
+    if (s.architecture == arch::qwen35moe || s.architecture == arch::qwen4exp) {
         w.set(a + "nextn_predict_layers", value::u32(s.n_layer_nextn));
         const int pairs = (s.n_rot > 0 ? s.n_rot : s.head_dim) / 2;
         const int t = pairs * 11 / 32, h = pairs * 11 / 32;
@@ -299,7 +302,8 @@ void set_hparams(gguf::writer& w, const model_spec& s) {
             break;
         case arch::deepseek2: set_deepseek2_hparams(w, s, a); break;
         case arch::qwen35moe:
-        case arch::qwen3next: set_hybrid_hparams(w, s, a); break;
+        case arch::qwen3next:
+        case arch::qwen4exp: set_hybrid_hparams(w, s, a); break;
         case arch::mixtral:  // llama-style MoE: feed_forward_length is the expert's hidden size
             w.set(a + "feed_forward_length", value::u32(s.n_ff_exp));
             w.set(a + "rope.dimension_count", value::u32(s.head_dim));
@@ -312,7 +316,7 @@ void set_hparams(gguf::writer& w, const model_spec& s) {
 void set_gpt2_tokenizer(gguf::writer& w, const model_spec& s) {
     using gguf::value;
     static const std::vector<std::string> kSpecials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-    const int64_t n_special = static_cast<int64_t>(kSpecials.size());
+    const int64_t n_special = static_cast<int64_t>(kSpecials.size() + s.added_tokens.size());
     if (s.n_vocab < 256 + n_special)
         throw std::invalid_argument(fmt::format("a vocabulary of {} tokens is too small: the byte tokens and special "
                                                 "tokens alone need {}",
@@ -328,6 +332,12 @@ void set_gpt2_tokenizer(gguf::writer& w, const model_spec& s) {
     for (const auto& sp : kSpecials) {
         bpe.tokens.push_back(sp);
         types.push_back(kTokenControl);
+    }
+    for (const auto& t : s.added_tokens) {
+        if (t.empty() || std::find(bpe.tokens.begin(), bpe.tokens.end(), t) != bpe.tokens.end())
+            throw std::invalid_argument(fmt::format("--add-token '{}': empty or already in the vocabulary", t));
+        bpe.tokens.push_back(t);
+        types.push_back(kTokenUserDefined);
     }
     w.set("tokenizer.ggml.model", value::str("gpt2"));
     w.set("tokenizer.ggml.pre", value::str("qwen2"));
@@ -504,6 +514,8 @@ void copy_tokenizer(gguf::writer& w, const gguf::reader& from) {
 gguf::writer build_model(const model_spec& in) {
     using gguf::value;
     model_spec spec = in;
+    if (!spec.added_tokens.empty() && (!spec.vocab_from.empty() || resolve_tokenizer(spec) != tokenizer_kind::gpt2))
+        throw std::invalid_argument("added tokens need the gpt2 tokenizer (and no vocabulary from a file)");
     std::optional<gguf::reader> vocab_file;
     if (!spec.vocab_from.empty()) {
         vocab_file.emplace(gguf::reader::open(spec.vocab_from));
@@ -527,6 +539,7 @@ gguf::writer build_model(const model_spec& in) {
                                                 n_rot, spec.head_dim));
     if (spec.architecture == arch::deepseek2) check_deepseek2(spec);
     if (hybrid(spec.architecture)) check_hybrid(spec);
+    if (spec.architecture == arch::qwen4exp) check_qwen4exp(spec);
     if (spec.split_experts && spec.architecture != arch::mixtral)
         throw std::invalid_argument("per-expert tensors (--split-experts) exist only for mixtral");
     const std::vector<tensor_spec> tensors = tensor_specs(spec);
@@ -544,8 +557,24 @@ gguf::writer build_model(const model_spec& in) {
         set_llama_tokenizer(w, spec);
     else
         set_gpt2_tokenizer(w, spec);
-    for (const tensor_spec& t : tensors)
-        w.add_tensor(t.name, t.type, t.ne, [t, seed = spec.seed](std::span<uint8_t> out) { fill_tensor(t, seed, out); });
+    if (spec.architecture == arch::qwen4exp) {
+        const gguf::value* eos = vocab_file ? vocab_file->find("tokenizer.ggml.eos_token_id") : nullptr;
+        const int64_t eos_id = eos                                                         ? static_cast<int64_t>(eos->as_u64())
+                               : resolve_tokenizer(spec) == tokenizer_kind::llama ? 2
+                                                                                  : spec.n_vocab - 1;
+        set_qwen4exp_hparams(w, spec, gguf_architecture(spec.architecture) + ".", eos_id);
+    }
+    // A PLE table larger than its hash heads reach (--ple-rows) holds values in those rows only; the
+    // rest are zero rows the file leaves as a hole.
+    model_spec reached = spec;
+    reached.ple_rows = 0;
+    for (const tensor_spec& t : tensors) {
+        tensor_spec drawn = t;
+        if (t.name == "per_layer_token_embd.weight") drawn.ne[1] = make_ple_hash(reached).rows;
+        w.add_tensor(t.name, t.type, t.ne, [drawn, seed = spec.seed](std::span<uint8_t> out) { fill_tensor(drawn, seed, out); });
+        if (drawn.ne != t.ne)
+            w.set_zero_tail(t.name, formats::row_size(t.type, t.ne[0]) * static_cast<uint64_t>(t.ne[1] - drawn.ne[1]));
+    }
     return w;
 }
 

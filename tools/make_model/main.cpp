@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 
+// --add-token takes text that may hold commas: one value per occurrence, never split.
+#define CXXOPTS_VECTOR_DELIMITER '\0'
 #include <cxxopts.hpp>
 #include <spdlog/fmt/fmt.h>
 
@@ -33,7 +35,7 @@ int run(int argc, char** argv) {
         ("o,output", "output file", cxxopts::value<std::string>()->default_value("model.gguf"))
         ("preset", "tiny | demo | bench (dimensions below override it)",
          cxxopts::value<std::string>()->default_value("tiny"))
-        ("arch", "qwen3moe | qwen2moe | mixtral | glm4moe | deepseek2 | qwen35moe | qwen3next", cxxopts::value<std::string>()->default_value("qwen3moe"))
+        ("arch", "qwen3moe | qwen2moe | mixtral | glm4moe | deepseek2 | qwen35moe | qwen3next | qwen4exp", cxxopts::value<std::string>()->default_value("qwen3moe"))
         ("name", "general.name", cxxopts::value<std::string>())
         ("seed", "random seed", cxxopts::value<uint64_t>())
         ("layers", "transformer blocks", cxxopts::value<int>())
@@ -50,7 +52,7 @@ int run(int argc, char** argv) {
         ("dense-layers", "glm4moe, deepseek2: leading layers with a dense FFN (leading_dense_block_count)", cxxopts::value<int>())
         ("n-ff-dense", "glm4moe, deepseek2: hidden size of the leading dense layers' FFN", cxxopts::value<int>())
         ("shared-experts", "glm4moe, deepseek2: shared experts (expert_shared_count), each --n-ff wide", cxxopts::value<int>())
-        ("nextn-layers", "glm4moe, qwen35moe: next-token-prediction layers written after the others "
+        ("nextn-layers", "glm4moe, qwen35moe, qwen4exp: next-token-prediction layers written after the others "
          "(nextn_predict_layers)", cxxopts::value<int>())
         ("ssm-state", "qwen35moe, qwen3next: ssm.state_size, a DeltaNet head's key and value width", cxxopts::value<int>())
         ("ssm-k-heads", "qwen35moe, qwen3next: ssm.group_count, DeltaNet key heads", cxxopts::value<int>())
@@ -58,6 +60,12 @@ int run(int argc, char** argv) {
         ("full-attention-interval", "qwen35moe, qwen3next: every this many layers one is gated attention",
          cxxopts::value<int>())
         ("ssm-in", "qwen3next: the older interleaved ssm_in instead of attn_qkv + attn_gate")
+        ("qsa-top-k", "qwen4exp: attention.indexer.top_k, the tokens a QSA query attends to", cxxopts::value<int>())
+        ("qsa-ratio", "qwen4exp: the QSA block size (attention.compress_ratios of attention layers)",
+         cxxopts::value<int>())
+        ("ple-rows", "qwen4exp: rows of the PLE table (per_layer_token_embd), at least those the hash heads reach; "
+         "the rows past those are zeros left as holes in the file (a large sparse table)", cxxopts::value<int64_t>())
+        ("no-ple", "qwen4exp: no PLE block")
         ("no-qk-norm", "glm4moe: no attn_q_norm / attn_k_norm, as GLM-4.5-Air")
         ("q-lora-rank", "deepseek2: attention.q_lora_rank (0: a plain attn_q, as the Lite models)",
          cxxopts::value<int>())
@@ -89,6 +97,8 @@ int run(int argc, char** argv) {
         ("vocab-from", "take the tokenizer (vocabulary, merges, chat template: every tokenizer.* key) from this GGUF "
          "file, e.g. one of llama.cpp's vocabulary-only files; --vocab is then its token count",
          cxxopts::value<std::string>())
+        ("add-token", "gpt2 tokenizer: a user-defined token with this text (repeatable; after the special tokens, "
+         "in place of the last learned tokens)", cxxopts::value<std::vector<std::string>>())
         ("h,help", "show help");
     const auto a = opts.parse(argc, argv);
     if (a.count("help")) {
@@ -122,6 +132,13 @@ int run(int argc, char** argv) {
     set_int("ssm-v-heads", s.ssm_dt_rank);
     set_int("full-attention-interval", s.full_attention_interval);
     if (a.count("ssm-in")) s.ssm_in = true;
+    set_int("qsa-top-k", s.idx_top_k);
+    set_int("qsa-ratio", s.qsa_ratio);
+    if (a.count("ple-rows")) {
+        s.ple_rows = a["ple-rows"].as<int64_t>();
+        if (s.ple_rows <= 0) throw std::invalid_argument(fmt::format("--ple-rows must be positive, got {}", s.ple_rows));
+    }
+    if (a.count("no-ple")) s.ple_layer = -1;
     for (auto [flag, field] : {std::pair{"dense-layers", &s.n_layer_dense_lead}, std::pair{"shared-experts", &s.n_expert_shared},
                                std::pair{"nextn-layers", &s.n_layer_nextn}, std::pair{"q-lora-rank", &s.n_lora_q},
                                std::pair{"expert-groups", &s.n_expert_groups}, std::pair{"groups-used", &s.n_group_used}}) {
@@ -153,6 +170,11 @@ int run(int argc, char** argv) {
         if (a.count("vocab") || a.count("tokenizer"))
             throw std::invalid_argument("--vocab-from sets the vocabulary: leave out --vocab and --tokenizer");
         s.vocab_from = a["vocab-from"].as<std::string>();
+    }
+    if (a.count("add-token")) {
+        if (!s.vocab_from.empty() || resolve_tokenizer(s) != tokenizer_kind::gpt2)
+            throw std::invalid_argument("--add-token needs the gpt2 tokenizer (and no --vocab-from)");
+        s.added_tokens = a["add-token"].as<std::vector<std::string>>();
     }
     if (a.count("rope-scaling")) s.rope_scaling = parse_rope_scaling(a["rope-scaling"].as<std::string>());
     const bool scaled = s.rope_scaling == rope_scaling_type::linear || s.rope_scaling == rope_scaling_type::yarn;

@@ -1,4 +1,5 @@
 #include "model_spec.hpp"
+#include "qwen4exp_spec.hpp"
 
 #include <cmath>
 #include <stdexcept>
@@ -18,6 +19,7 @@ std::string arch_name(arch a) {
         case arch::deepseek2: return "deepseek2";
         case arch::qwen35moe: return "qwen35moe";
         case arch::qwen3next: return "qwen3next";
+        case arch::qwen4exp: return "qwen4exp";
     }
     return "?";
 }
@@ -26,10 +28,10 @@ std::string gguf_architecture(arch a) { return a == arch::mixtral ? "llama" : ar
 
 arch parse_arch(const std::string& name) {
     for (arch a : {arch::qwen3moe, arch::qwen2moe, arch::mixtral, arch::glm4moe, arch::deepseek2, arch::qwen35moe,
-                   arch::qwen3next})
+                   arch::qwen3next, arch::qwen4exp})
         if (arch_name(a) == name) return a;
     throw std::invalid_argument("unknown architecture '" + name +
-                                "' (valid: qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2, qwen35moe, qwen3next)");
+                                "' (valid: qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2, qwen35moe, qwen3next, qwen4exp)");
 }
 
 tokenizer_kind parse_tokenizer(const std::string& name) {
@@ -173,6 +175,7 @@ model_spec preset(const std::string& name, arch a) {
     }
     if (a == arch::deepseek2) return deepseek2_preset(name, s);
     if (a == arch::qwen35moe || a == arch::qwen3next) return hybrid_preset(name, s);
+    if (a == arch::qwen4exp) return qwen4exp_preset(name, hybrid_preset(name, s));
     if (a != arch::glm4moe) return s;
     // One dense layer before the MoE ones, as GLM-4.5-Air; bench is GLM-4.5 at half its width, its
     // expert count and expert-to-embedding ratio (1536 / 5120) kept.
@@ -252,7 +255,7 @@ void delta_net_tensors(const model_spec& s, const std::string& b, Vec& vec, Matr
 
 }  // namespace
 
-bool hybrid(arch a) { return a == arch::qwen35moe || a == arch::qwen3next; }
+bool hybrid(arch a) { return a == arch::qwen35moe || a == arch::qwen3next || a == arch::qwen4exp; }
 
 bool recurrent_layer(const model_spec& s, int il) {
     return hybrid(s.architecture) && il < s.n_layer && (il + 1) % s.full_attention_interval != 0;
@@ -275,7 +278,11 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
     t.push_back({"token_embd.weight", s.type_embd, {n_embd, s.n_vocab}, init::embedding, 1.0f});
     for (int i = 0; i < n_blocks; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
-        vec(b + "attn_norm.weight", n_embd, init::norm);
+        const bool q4 = s.architecture == arch::qwen4exp;
+        if (q4)
+            qwen4exp_block_tensors(s, i, matrix, vec);
+        else
+            vec(b + "attn_norm.weight", n_embd, init::norm);
         if (ds) {
             mla_tensors(s, b, vec, matrix);
         } else if (recurrent_layer(s, i)) {
@@ -302,7 +309,7 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
                 vec(b + "attn_v.bias", n_kv, init::bias);
             }
         }
-        vec(b + (glm || hy ? "post_attention_norm.weight" : "ffn_norm.weight"), n_embd, init::norm);
+        if (!q4) vec(b + (glm || hy ? "post_attention_norm.weight" : "ffn_norm.weight"), n_embd, init::norm);
         if ((glm || ds) && i < s.n_layer_dense_lead) {
             matrix(b + "ffn_gate.weight", s.type_shexp, {n_embd, s.n_ff});
             matrix(b + "ffn_down.weight", s.type_shexp, {s.n_ff, n_embd});
@@ -333,14 +340,19 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
             matrix(b + "ffn_down_shexp.weight", s.type_shexp, {n_sh, n_embd});
             matrix(b + "ffn_up_shexp.weight", s.type_shexp, {n_embd, n_sh});
         }
-        if (i >= s.n_layer) {  // what llama.cpp's loader expects of a next-token-prediction layer
+        if (i >= s.n_layer && q4) {
+            qwen4exp_nextn_tensors(s, i, matrix, vec);
+        } else if (i >= s.n_layer) {  // what llama.cpp's loader expects of a next-token-prediction layer
             matrix(b + "nextn.eh_proj.weight", s.type_attn, {2 * n_embd, n_embd});
             vec(b + "nextn.enorm.weight", n_embd, init::norm);
             vec(b + "nextn.hnorm.weight", n_embd, init::norm);
             vec(b + "nextn.shared_head_norm.weight", n_embd, init::norm);
         }
     }
-    vec("output_norm.weight", n_embd, init::norm);
+    if (s.architecture == arch::qwen4exp)
+        qwen4exp_global_tensors(s, matrix, vec);
+    else
+        vec("output_norm.weight", n_embd, init::norm);
     if (!s.tie_embeddings) matrix("output.weight", s.type_out, {n_embd, s.n_vocab});
 
     for (const auto& ts : t) {

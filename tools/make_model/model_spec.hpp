@@ -9,7 +9,7 @@
 
 namespace strata::make_model {
 
-enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2, qwen35moe, qwen3next };
+enum class arch { qwen3moe, qwen2moe, mixtral, glm4moe, deepseek2, qwen35moe, qwen3next, qwen4exp };
 
 // The vocabulary written: gpt2 (byte-level BPE, ChatML template) or llama (SentencePiece with scores,
 // <0xXX> byte tokens, <unk> <s> </s>, Mistral [INST] template). arch_default: llama for mixtral, as
@@ -57,6 +57,25 @@ struct model_spec {
     int ssm_conv_kernel = 4;           // ssm.conv_kernel
     int full_attention_interval = 4;
     bool ssm_in = false;               // qwen3next: the older interleaved ssm_in + ssm_ba instead of attn_qkv + attn_gate + ssm_ba
+    // qwen4exp (the hybrid layout above plus): hc residual streams mixed through a rank-hc_rank gate,
+    // QSA attention layers (an indexer of idx_n_head heads of idx_head_dim picking blocks of qsa_ratio
+    // tokens within idx_top_k), and the PLE block at DeltaNet layer ple_layer (-1: none) whose table
+    // holds per hash head the first primes from ple_vocab_base rows of ple_head_dim (ple_rows: at least
+    // that many rows; more make a large table, left as holes in the file).
+    int hc = 4;
+    int hc_rank = 32;
+    int idx_n_head = 4;
+    int idx_head_dim = 32;
+    int idx_top_k = 16;
+    int qsa_ratio = 4;
+    int ple_layer = 1;
+    int ple_ngram = 3;
+    int ple_heads_per_ngram = 2;
+    int ple_conv_kernel = 4;
+    int ple_head_dim = 32;
+    int ple_vocab_base = 1000;
+    int64_t ple_rows = 0;
+    formats::ggml_type type_ple = formats::ggml_type::Q8_0;
     bool qk_norm = true;               // attn_q_norm / attn_k_norm (GLM-4.5 has them, GLM-4.5-Air not)
     bool expert_weights_norm = true;
     float expert_weights_scale = 2.5f;
@@ -73,6 +92,9 @@ struct model_spec {
     // --vocab-from FILE: the tokenizer.* keys (vocabulary, merges, chat template) of this GGUF file
     // instead of a learned vocabulary; n_vocab becomes its token count.
     std::string vocab_from;
+    // --add-token TEXT: user-defined tokens (plain text, always one token) in place of the last learned
+    // ones, after the special tokens; gpt2 tokenizer only. Lets a test force whole phrases by logit_bias.
+    std::vector<std::string> added_tokens;
     uint64_t seed = 42;
     formats::ggml_type type_experts = formats::ggml_type::Q4_K;
     formats::ggml_type type_shexp = formats::ggml_type::Q8_0;
@@ -104,7 +126,7 @@ rope_scaling_type parse_rope_scaling(const std::string& name);  // none | linear
 // Sets `architecture` to `a`. Throws std::invalid_argument listing the presets.
 model_spec preset(const std::string& name, arch a = arch::qwen3moe);
 
-bool hybrid(arch a);                                // qwen35moe or qwen3next
+bool hybrid(arch a);                                // qwen35moe, qwen3next or qwen4exp
 bool recurrent_layer(const model_spec& s, int il);  // layer il of the trunk is a gated DeltaNet layer
 
 // How a tensor's values are drawn before quantization.

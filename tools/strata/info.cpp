@@ -1,5 +1,6 @@
 // `strata info FILE [--json]`: what a GGUF model file holds.
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include <cxxopts.hpp>
@@ -8,6 +9,7 @@
 
 #include "commands.hpp"
 #include "model_info.hpp"
+#include "tokenizer/template_facts.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace strata::cli {
@@ -43,6 +45,26 @@ tokenizer_facts read_tokenizer(const gguf::reader& file) {
     return f;
 }
 
+// The chat template's facts; nullopt when the file has none.
+std::optional<tok::template_facts> read_template(const gguf::reader& file) {
+    const auto* v = file.find("tokenizer.chat_template");
+    if (!v) return std::nullopt;
+    return tok::describe_template(v->as_string("tokenizer.chat_template"));
+}
+
+std::string describe_tools(const tok::template_facts& t) {
+    if (!t.tools) return "no";
+    return fmt::format("yes, {} syntax{}", t.tool_syntax,
+                       t.tool_syntax_parsed ? " (parsed into tool_calls)" : " (not parsed: returned as content)");
+}
+
+std::string describe_reasoning(const tok::template_facts& t) {
+    if (t.reasoning_marker.empty() && t.reasoning_switches.empty()) return "no";
+    std::string out = t.reasoning_marker.empty() ? "no marker" : fmt::format("marker {}", t.reasoning_marker);
+    if (!t.reasoning_switches.empty()) out += fmt::format(", switched by {}", fmt::join(t.reasoning_switches, ", "));
+    return out;
+}
+
 std::string describe_pre(const model_summary& s, const tokenizer_facts& t) {
     if (!t.error.empty())
         return fmt::format("{} (does not load: {})", s.tokenizer_pre.empty() ? "-" : s.tokenizer_pre, t.error);
@@ -72,8 +94,14 @@ void print_table(const gguf::reader& file, const model_summary& s, const tokeniz
     } else {
         fmt::print("vocabulary:     none\n");
     }
-    // Chat template facts (family, thinking, tool calls) belong right after this line.
-    fmt::print("chat template:  {}\n", s.has_chat_template ? "present" : "absent");
+    const auto tpl = read_template(file);
+    if (!tpl) {
+        fmt::print("chat template:  absent\n");
+        return;
+    }
+    fmt::print("chat template:  present ({} markup)\n", tpl->family);
+    fmt::print("  tool calls:   {}\n", describe_tools(*tpl));
+    fmt::print("  reasoning:    {}\n", describe_reasoning(*tpl));
 }
 
 void print_json(const gguf::reader& file, const model_summary& s, const tokenizer_facts& tf) {
@@ -96,6 +124,13 @@ void print_json(const gguf::reader& file, const model_summary& s, const tokenize
     j["pre_tokenizer_family"] = tf.pre_family;
     if (!tf.error.empty()) j["tokenizer_error"] = tf.error;
     j["chat_template"] = s.has_chat_template;
+    if (const auto tpl = read_template(file))
+        j["chat_template_facts"] = {{"family", tpl->family},
+                                    {"tools", tpl->tools},
+                                    {"tool_syntax", tpl->tool_syntax},
+                                    {"tool_syntax_parsed", tpl->tool_syntax_parsed},
+                                    {"reasoning_marker", tpl->reasoning_marker},
+                                    {"reasoning_switches", tpl->reasoning_switches}};
     fmt::print("{}\n", j.dump(2));
 }
 

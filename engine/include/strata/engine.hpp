@@ -2,20 +2,22 @@
 // per-token callback and cancellation, tokenize, apply the chat template, read statistics.
 //
 // Thread-safety: a model may be shared by any number of threads and sessions; its forward passes run
-// one at a time on the model's own engine thread (the thread that owns the CPU expert pool), so
-// concurrent generate() calls on different sessions queue in arrival order. Every copy into or out of
+// on the model's own engine thread (the thread that owns the CPU expert pool), where concurrent
+// generate() calls on different sessions advance together, one step (forward pass) for all at a time. Every copy into or out of
 // the conversation cache runs on that thread too. A session is used by one
 // thread at a time, except cancel(), which any thread may call at any time.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -82,6 +84,9 @@ struct sampling_options {
     float presence_penalty = 0.0f;   // OpenAI semantics
     float frequency_penalty = 0.0f;
     std::optional<uint64_t> seed;    // the same seed, prompt and model give the same text
+    // OpenAI logit_bias: (token id, bias) pairs added to the logits before penalties and sampling
+    // (greedy included); ids are within the vocabulary, biases within [-100, 100].
+    std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // Speculative decoding: each step drafts tokens and the model verifies them with the last token in one
@@ -109,6 +114,9 @@ struct generation_options {
     int top_logprobs = 0;            // > 0: that many alternatives per token, with log-probabilities
     bool logprobs = false;           // record the chosen tokens' log-probabilities
     bool ignore_eos = false;         // keep generating past end-of-generation tokens
+    // Who may reuse this prompt's cached prefix: a prompt reuses the session's state or a parked
+    // snapshot only when they were left under the same scope ("" for unscoped callers).
+    std::string cache_scope;
 };
 
 struct token_logprob {
@@ -290,6 +298,20 @@ struct conversation_cache_stats {
     std::vector<conversation_cache_entry> entries;  // most recently used first
 };
 
+// The step batcher's counters: generations in flight advance together, one forward pass per step.
+struct batch_stats {
+    uint64_t steps = 0;              // forward passes run for generations
+    uint64_t rows = 0;               // tokens those passes evaluated
+    uint64_t bytes = 0;              // weight and KV bytes they read (dense once per pass, the experts the
+                                     // pass's rows touched, each row's cache); CPU forward pass only
+    int active = 0;                  // generations in flight (reading their prompt or decoding)
+    int waiting = 0;                 // generations submitted, not yet started
+    int last_step_rows = 0;
+    int max_step_rows = 0;
+    bool sequences_in_one_pass = false;  // false: a step evaluates its sequences in turn (latent attention,
+                                         // recurrent layers, the GPU hybrid)
+};
+
 // Thrown for a request that cannot run (a prompt longer than the context, bad sampling values); the
 // message names the numbers. Load failures throw std::runtime_error.
 struct request_error : std::invalid_argument {
@@ -312,6 +334,8 @@ public:
     conversation_cache_stats conversation_statistics() const;
     // Speculative decoding's counters and measured costs. Safe from any thread.
     speculation_stats speculation_statistics() const;
+    // The step batcher's counters. Safe from any thread; does not wait for the engine thread.
+    batch_stats batching() const;
 
     std::vector<int32_t> tokenize(std::string_view text, bool add_special = true, bool parse_special = false) const;
     // render_special: control tokens ("<|im_start|>") come out as their text instead of nothing.
@@ -358,6 +382,16 @@ public:
     // context. The callback runs on the model's engine thread.
     generation_result generate(std::span<const int32_t> prompt, const generation_options& options,
                                const token_callback& on_token = {});
+
+    // generate() without waiting: the generation joins the model's step batcher, where the generations
+    // of all sessions advance together (each step: the next token of every decoding generation, then
+    // prompt chunks, up to n_batch tokens). The logits of each are bitwise those of running alone.
+    // on_token runs on the engine thread and should not block (it holds up every generation); `ready`,
+    // polled there before each of this generation's decode steps, may return false to hold this
+    // generation back (its reader is behind) while the others go on. Validation errors throw here;
+    // the future holds the result or what the generation threw. One generation per session at a time.
+    std::future<generation_result> start(std::span<const int32_t> prompt, const generation_options& options,
+                                         token_callback on_token = {}, std::function<bool()> ready = {});
 
     // Stops the generation in progress at its next prompt batch or token (reason `cancelled`); a no-op
     // when idle (generate() clears it on entry).

@@ -132,6 +132,14 @@ STRATA_DOT(dot_iq3_s_avx2);
 STRATA_DOT(dot_iq1_s_avx2);
 STRATA_DOT(dot_iq1_m_avx2);
 STRATA_DOT(dot_mxfp4_avx2);
+// The code book formats, AVX-512 (iq/avx512.cpp).
+STRATA_DOT(dot_iq2_xxs_avx512);
+STRATA_DOT(dot_iq2_xs_avx512);
+STRATA_DOT(dot_iq2_s_avx512);
+STRATA_DOT(dot_iq3_xxs_avx512);
+STRATA_DOT(dot_iq3_s_avx512);
+STRATA_DOT(dot_iq1_s_avx512);
+STRATA_DOT(dot_iq1_m_avx512);
 STRATA_DOT(dot_q5_k_avx2);
 STRATA_DOT(dot_q5_k_avx512);
 STRATA_DOT(dot_q2_k_avx2);

@@ -1,7 +1,8 @@
 // The code book formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) x Q8_K and MXFP4 x Q8_0,
-// AVX2. Each IQ format decodes a sub-block of 32 into signed int8 weights w (grid entries gathered by
-// index, signs applied; IQ1: w = 8 * value + delta sign) and int16 scales (one per 16 elements, a
-// 128-bit lane each); every format then shares one loop: maddubs(|w|, sign(a, w)) times the scales,
+// AVX2. Each IQ format decodes a sub-block of 32 into magnitudes |w| (grid entries gathered by index; the
+// IQ2/IQ3 grids hold no zero), a sign operand s with sign(s) = sign(w) (IQ1: w = 8 * value + delta sign,
+// never zero, is its own) and int16 scales (one per 16 elements, a 128-bit lane each); every format then
+// shares one loop: maddubs(|w|, sign(a, s)) times the scales,
 // int32 sums per super-block, scaled by d_w * d_a in f32, and the format's unit (1/8, 1/4, 1) at the end.
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
@@ -14,9 +15,18 @@ namespace {
 
 using namespace formats;
 
-static inline __m256i grid64(const uint64_t* grid, int i0, int i1, int i2, int i3) {
-    return _mm256_set_epi64x(static_cast<int64_t>(grid[i3]), static_cast<int64_t>(grid[i2]),
-                             static_cast<int64_t>(grid[i1]), static_cast<int64_t>(grid[i0]));
+// Grid entries gathered by 4 (64-bit entries) or 8 (32-bit) indices; index k gets bits from `high`
+// (broadcast, shifted right by shift[k], masked) above bit 8 when the format has them.
+static inline __m256i gather64(const uint64_t* grid, __m128i ix) {
+    return _mm256_i32gather_epi64(reinterpret_cast<const long long*>(grid), ix, 8);
+}
+static inline __m128i low_bytes4(const uint8_t* q) {
+    uint32_t v;
+    std::memcpy(&v, q, 4);
+    return _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(v)));
+}
+static inline __m128i high_bits4(int high, __m128i shift, int mask) {
+    return _mm_slli_epi32(_mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(high), shift), _mm_set1_epi32(mask)), 8);
 }
 static inline __m256i signs64(uint64_t s0, uint64_t s1, uint64_t s2, uint64_t s3) {
     return _mm256_set_epi64x(static_cast<int64_t>(s3), static_cast<int64_t>(s2), static_cast<int64_t>(s1),
@@ -30,13 +40,13 @@ struct iq2_xxs_dec {
     using block = block_iq2_xxs;
     static constexpr float unit = 0.125f;
     static float d(const block& b) { return half_to_float(b.d); }
-    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
         uint32_t idx, meta;
         std::memcpy(&idx, b.qs + 4 * ib, 4);
         std::memcpy(&meta, b.qs + 4 * ib + 2, 4);
-        const __m256i mag = grid64(iq2xxs_grid, idx & 255, (idx >> 8) & 255, (idx >> 16) & 255, idx >> 24);
-        w = _mm256_sign_epi8(mag, signs64(sign_even[meta & 127], sign_even[(meta >> 7) & 127], sign_even[(meta >> 14) & 127],
-                                          sign_even[(meta >> 21) & 127]));
+        mag = gather64(iq2xxs_grid, _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(idx))));
+        sgn = signs64(sign_even[meta & 127], sign_even[(meta >> 7) & 127], sign_even[(meta >> 14) & 127],
+                      sign_even[(meta >> 21) & 127]);
         sc = _mm256_set1_epi16(static_cast<short>(2 * (meta >> 28) + 1));
     }
 };
@@ -45,10 +55,10 @@ struct iq2_xs_dec {
     using block = block_iq2_xs;
     static constexpr float unit = 0.125f;
     static float d(const block& b) { return half_to_float(b.d); }
-    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
         const uint16_t* q = b.qs + 4 * ib;
-        const __m256i mag = grid64(iq2xs_grid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
-        w = _mm256_sign_epi8(mag, signs64(sign_even[q[0] >> 9], sign_even[q[1] >> 9], sign_even[q[2] >> 9], sign_even[q[3] >> 9]));
+        mag = gather64(iq2xs_grid, _mm_and_si128(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))), _mm_set1_epi32(511)));
+        sgn = signs64(sign_even[q[0] >> 9], sign_even[q[1] >> 9], sign_even[q[2] >> 9], sign_even[q[3] >> 9]);
         sc = scale_pair(2 * (b.scales[ib] & 15) + 1, 2 * (b.scales[ib] >> 4) + 1);
     }
 };
@@ -57,13 +67,12 @@ struct iq2_s_dec {
     using block = block_iq2_s;
     static constexpr float unit = 0.125f;
     static float d(const block& b) { return half_to_float(b.d); }
-    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
         const uint8_t* q = b.qs + 4 * ib;
         const int h = b.qh[ib];
-        const __m256i mag = grid64(iq2s_grid, q[0] | ((h & 3) << 8), q[1] | ((h & 12) << 6), q[2] | ((h & 48) << 4),
-                                   q[3] | ((h & 192) << 2));
+        mag = gather64(iq2s_grid, _mm_or_si128(low_bytes4(q), high_bits4(h, _mm_setr_epi32(0, 2, 4, 6), 3)));
         const uint8_t* s = b.qs + QK_K / 8 + 4 * ib;
-        w = _mm256_sign_epi8(mag, signs64(sign_pm1[s[0]], sign_pm1[s[1]], sign_pm1[s[2]], sign_pm1[s[3]]));
+        sgn = signs64(sign_pm1[s[0]], sign_pm1[s[1]], sign_pm1[s[2]], sign_pm1[s[3]]);
         sc = scale_pair(2 * (b.scales[ib] & 15) + 1, 2 * (b.scales[ib] >> 4) + 1);
     }
 };
@@ -72,16 +81,13 @@ struct iq3_xxs_dec {
     using block = block_iq3_xxs;
     static constexpr float unit = 0.25f;
     static float d(const block& b) { return half_to_float(b.d); }
-    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
         const uint8_t* q = b.qs + 8 * ib;
         uint32_t meta;
         std::memcpy(&meta, b.qs + QK_K / 4 + 4 * ib, 4);
-        const __m256i mag = _mm256_setr_epi32(
-            static_cast<int>(iq3xxs_grid[q[0]]), static_cast<int>(iq3xxs_grid[q[1]]), static_cast<int>(iq3xxs_grid[q[2]]),
-            static_cast<int>(iq3xxs_grid[q[3]]), static_cast<int>(iq3xxs_grid[q[4]]), static_cast<int>(iq3xxs_grid[q[5]]),
-            static_cast<int>(iq3xxs_grid[q[6]]), static_cast<int>(iq3xxs_grid[q[7]]));
-        w = _mm256_sign_epi8(mag, signs64(sign_even[meta & 127], sign_even[(meta >> 7) & 127], sign_even[(meta >> 14) & 127],
-                                          sign_even[(meta >> 21) & 127]));
+        mag = _mm256_i32gather_epi32(reinterpret_cast<const int*>(iq3xxs_grid), _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))), 4);
+        sgn = signs64(sign_even[meta & 127], sign_even[(meta >> 7) & 127], sign_even[(meta >> 14) & 127],
+                      sign_even[(meta >> 21) & 127]);
         sc = _mm256_set1_epi16(static_cast<short>(2 * (meta >> 28) + 1));
     }
 };
@@ -90,14 +96,16 @@ struct iq3_s_dec {
     using block = block_iq3_s;
     static constexpr float unit = 1.0f;
     static float d(const block& b) { return half_to_float(b.d); }
-    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
         const uint8_t* q = b.qs + 8 * ib;
         const int h = b.qh[ib];
-        int v[8];
-        for (int k = 0; k < 8; ++k) v[k] = static_cast<int>(iq3s_grid[q[k] | (((h >> k) & 1) << 8)]);
-        const __m256i mag = _mm256_setr_epi32(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+        const __m256i high = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                                              _mm256_set1_epi32(1));
+        const __m256i ix = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))),
+                                           _mm256_slli_epi32(high, 8));
+        mag = _mm256_i32gather_epi32(reinterpret_cast<const int*>(iq3s_grid), ix, 4);
         const uint8_t* s = b.signs + 4 * ib;
-        w = _mm256_sign_epi8(mag, signs64(sign_pm1[s[0]], sign_pm1[s[1]], sign_pm1[s[2]], sign_pm1[s[3]]));
+        sgn = signs64(sign_pm1[s[0]], sign_pm1[s[1]], sign_pm1[s[2]], sign_pm1[s[3]]);
         sc = _mm256_set1_epi16(static_cast<short>(2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 15) + 1));
     }
 };
@@ -111,12 +119,12 @@ struct iq1_s_dec {
     using block = block_iq1_s;
     static constexpr float unit = 0.125f;
     static float d(const block& b) { return half_to_float(b.d); }
-    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
         const uint8_t* q = b.qs + 4 * ib;
         const int h = b.qh[ib];
-        const __m256i grid = grid64(iq1s_grid, q[0] | ((h & 7) << 8), q[1] | ((h & 0x38) << 5), q[2] | ((h & 0x1c0) << 2),
-                                    q[3] | ((h & 0xe00) >> 1));
-        w = iq1_weights(grid, _mm256_set1_epi8(h & 0x8000 ? -1 : 1));
+        const __m256i grid = gather64(iq1s_grid, _mm_or_si128(low_bytes4(q), high_bits4(h, _mm_setr_epi32(0, 3, 6, 9), 7)));
+        sgn = iq1_weights(grid, _mm256_set1_epi8(h & 0x8000 ? -1 : 1));
+        mag = _mm256_sign_epi8(sgn, sgn);
         sc = _mm256_set1_epi16(static_cast<short>(2 * ((h >> 12) & 7) + 1));
     }
 };
@@ -130,13 +138,13 @@ struct iq1_m_dec {
         return half_to_float(static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) |
                                                    (sc[3] & 0xf000)));
     }
-    static void sub(const block& b, int ib, __m256i& w, __m256i& sc) {
+    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
         const uint8_t* q = b.qs + 4 * ib;
         const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
-        const __m256i grid = grid64(iq1s_grid, q[0] | ((h0 & 7) << 8), q[1] | ((h0 & 0x70) << 4), q[2] | ((h1 & 7) << 8),
-                                    q[3] | ((h1 & 0x70) << 4));
+        const __m256i grid = gather64(iq1s_grid, _mm_or_si128(low_bytes4(q), high_bits4(h0 | h1 << 8, _mm_setr_epi32(0, 4, 8, 12), 7)));
         const auto delta = [](int nibble) { return nibble & 8 ? ~uint64_t{0} : uint64_t{0x0101010101010101}; };
-        w = iq1_weights(grid, signs64(delta(h0), delta(h0 >> 4), delta(h1), delta(h1 >> 4)));
+        sgn = iq1_weights(grid, signs64(delta(h0), delta(h0 >> 4), delta(h1), delta(h1 >> 4)));
+        mag = _mm256_sign_epi8(sgn, sgn);
         uint16_t s;
         std::memcpy(&s, b.scales + 2 * (ib / 2), 2);
         const int bits = s >> (6 * (ib % 2));
@@ -159,12 +167,11 @@ struct iq_avx2 {
                 __m256i sumi[NT];
                 for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
                 for (int ib = 0; ib < QK_K / 32; ++ib) {
-                    __m256i wv, sc;
-                    F::sub(x[i], ib, wv, sc);
-                    const __m256i aw = _mm256_sign_epi8(wv, wv);
+                    __m256i mag, sgn, sc;
+                    F::sub(x[i], ib, mag, sgn, sc);
                     for (int t = 0; t < NT; ++t) {
                         const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs + 32 * ib));
-                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(q8, wv)), sc));
+                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(q8, sgn)), sc));
                     }
                 }
                 const float d = F::d(x[i]);

@@ -91,6 +91,12 @@ struct k4_gemm16 {
                 for (int t = 0; t < NT; ++t) total[t] = _mm256_add_epi32(total[t], _mm256_madd_epi16(s16[t], sc));
             }
         }
+        finish(x, h, y, i, total, acc);
+    }
+
+    // acc[t] += y.d * (d * total[t] - dmin * sum_j(m_j * S_j)) for rows 8h..8h+7.
+    static inline void finish(const Packed& x, int h, const block_q8_K* const y[NT], int64_t i, const __m256i total[NT],
+                              __m256 acc[NT]) {
         // mins: dword r of pair p holds m[2p][r], m[2p + 1][r], times the token's sums of sub-blocks 2p, 2p + 1.
         __m256i mins[4];
         for (int p = 0; p < 4; ++p) mins[p] = row_word_pairs(x.m[2 * p] + 8 * h, x.m[2 * p + 1] + 8 * h);
@@ -111,12 +117,47 @@ struct k4_gemm16 {
         }
     }
 
+    // One token, plain AVX2: both halves of the group per superblock, so each activation broadcast serves 16
+    // rows and each qs line is loaded once for the two sub-blocks it holds (the integer sums are the same).
+    static inline void superblock_one(const Packed& x, const block_q8_K* const y[1], int64_t i, __m256 acc[2][1]) {
+        __m256i total[2][1] = {{_mm256_setzero_si256()}, {_mm256_setzero_si256()}};
+        for (int k = 0; k < 4; ++k) {
+            __m256i sc[2][2];  // [half][h]
+            for (int half = 0; half < 2; ++half)
+                for (int h = 0; h < 2; ++h) sc[half][h] = row_words_twice(x.sc[2 * k + half] + 8 * h);
+            for (int v0 = 0; v0 < 8; v0 += int16_sets) {
+                __m256i s16[2][2];
+                for (auto& row : s16)
+                    for (auto& v : row) v = _mm256_setzero_si256();
+                for (int v = v0; v < v0 + int16_sets; ++v) {
+                    const __m256i a[2] = {broadcast_dword(y[0][i].qs + 64 * k + 4 * v), broadcast_dword(y[0][i].qs + 64 * k + 32 + 4 * v)};
+                    for (int h = 0; h < 2; ++h)
+                        for (int half = 0; half < 2; ++half)
+                            s16[half][h] = _mm256_add_epi16(s16[half][h], _mm256_maddubs_epi16(codes(x, h, k, half, v), a[half]));
+                }
+                for (int h = 0; h < 2; ++h)
+                    for (int half = 0; half < 2; ++half)
+                        total[h][0] = _mm256_add_epi32(total[h][0], _mm256_madd_epi16(s16[half][h], sc[half][h]));
+            }
+        }
+        for (int h = 0; h < 2; ++h) finish(x, h, y, i, total[h], acc[h]);
+    }
+
     static void run(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, float* y,
                     int64_t y_stride) {
         const block_q8_K* act[NT];
         for (int t = 0; t < NT; ++t) act[t] = static_cast<const block_q8_K*>(a[t]);
         for (int64_t g = 0; g < n_groups; ++g) {
             const auto* x = reinterpret_cast<const Packed*>(static_cast<const uint8_t*>(w) + g * group_bytes);
+            if constexpr (NT == 1 && !Vnni) {
+                __m256 acc[2][1] = {{_mm256_setzero_ps()}, {_mm256_setzero_ps()}};
+                for (int64_t i = 0; i < n / QK_K; ++i) {
+                    prefetch_weights<sizeof(Packed)>(x + i);
+                    superblock_one(x[i], act, i, acc);
+                }
+                for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + g * 16 + 8 * h, acc[h][0]);
+                continue;
+            }
             for (int h = 0; h < 2; ++h) {
                 __m256 acc[NT];
                 for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();

@@ -197,6 +197,35 @@ TEST(Sampler, WithoutLogProbabilitiesTheSameTokensAreDrawn) {
     }
 }
 
+TEST(Sampler, LogitBiasSteersGreedyAndBansOrForces) {
+    const std::vector<float> logits = {2.0f, 1.0f, 0.5f, -1.0f};
+    sampler_params p = plain(0.0f);
+    p.logit_bias = {{0, -1.5f}};  // 0.5 < 1.0: token 1 wins
+    EXPECT_EQ(sampler(p).sample(logits).id, 1);
+    p.logit_bias = {{3, 100.0f}, {0, -100.0f}, {99, 50.0f}};  // an id past the logits is ignored
+    sampler forced(p);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(forced.sample(logits).id, 3);
+    EXPECT_EQ(logits[3], -1.0f);  // the caller's logits are untouched
+}
+
+TEST(Sampler, LogitBiasShiftsTheDistributionAndTheLogProbabilities) {
+    // +log(3) on token 1 of a uniform pair: p = (1/4, 3/4).
+    sampler_params p = plain(1.0f, 11);
+    p.logit_bias = {{1, static_cast<float>(std::log(3.0))}};
+    const std::vector<float> logits = {0.0f, 0.0f};
+    const std::vector<int> counts = draw_counts(p, logits, 4000);
+    EXPECT_NEAR(counts[1] / 4000.0, 0.75, 0.03);
+    const sample_result r = sampler(p).sample(logits, 2);
+    ASSERT_EQ(r.top_logprobs.size(), 2u);
+    EXPECT_EQ(r.top_logprobs[0].id, 1);
+    EXPECT_NEAR(r.top_logprobs[0].logprob, std::log(0.75), 1e-5);
+    EXPECT_NEAR(r.top_logprobs[1].logprob, std::log(0.25), 1e-5);
+
+    // -100 bans for practical purposes: 4000 draws at temperature 1 never pick it.
+    p.logit_bias = {{0, -100.0f}};
+    EXPECT_EQ(draw_counts(p, logits, 4000)[0], 0);
+}
+
 TEST(Sampler, ParametersOutsideTheirRangeAreNamed) {
     sampler_params p;
     p.top_p = 1.5f;
@@ -212,6 +241,16 @@ TEST(Sampler, ParametersOutsideTheirRangeAreNamed) {
     p = {};
     p.frequency_penalty = 3.0f;
     EXPECT_THROW(sampler{p}, std::invalid_argument);
+    for (const float bad : {100.5f, -101.0f, std::nanf("")}) {
+        p = {};
+        p.logit_bias = {{5, bad}};
+        try {
+            sampler s(p);
+            FAIL() << bad;
+        } catch (const std::invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find("logit_bias for token 5"), std::string::npos) << e.what();
+        }
+    }
 }
 
 }  // namespace

@@ -1,0 +1,214 @@
+// qwen4exp's forward pass (transformers' modeling_qwen4_exp.py, llama.cpp's src/models/qwen4exp.cpp):
+// the residual is hc streams; before each token mixer and MoE a hyper-connection mixer makes the block
+// input from them, and the block output goes back into every stream with the mixer's inject weights.
+// One DeltaNet layer first adds the PLE block (hashed n-gram rows of a cold table); attention layers
+// with a compress ratio are QSA: a learned indexer picks whole blocks of keys within a token budget.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "formats/quant.hpp"
+#include "model/forward.hpp"
+#include "model/ple.hpp"
+
+namespace strata::engine {
+
+namespace cpu = kernels::cpu;
+
+namespace {
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+// Grouped RMSNorm: each n-wide stream of x [hc][n] normalised on its own, then scaled by w [hc * n].
+void grouped_norm(const float* x, const float* w, float eps, int hc, int n, float* out) {
+    for (int s = 0; s < hc; ++s)
+        cpu::rms_norm(x + static_cast<size_t>(s) * n, w + static_cast<size_t>(s) * n, eps, n, out + static_cast<size_t>(s) * n);
+}
+
+}  // namespace
+
+void forward_pass::hc_mix(const hc_mixer& m, int n_tok, float* inj) {
+    const int hc = hp_.hc, n = hp_.n_embd, dim = hp_.hc_dim(), rank = hp_.hc_rank;
+    const size_t nt = static_cast<size_t>(n_tok);
+    hc_xn_.resize(nt * dim);
+    hc_lo_.resize(nt * rank);
+    hc_gate_.resize(nt * dim);
+    for (size_t t = 0; t < nt; ++t) grouped_norm(hc_x_.data() + t * dim, m.norm, hp_.rms_eps, hc, n, hc_xn_.data() + t * dim);
+    matmul(m.down, n_tok, hc_xn_.data(), hc_lo_.data());
+    for (float& v : hc_lo_) v = silu(v / static_cast<float>(hc));
+    matmul(m.up, n_tok, hc_lo_.data(), hc_gate_.data());
+    for (size_t t = 0; t < nt; ++t) {
+        float* out = xn_.data() + t * n;
+        const float* xn = hc_xn_.data() + t * dim;
+        const float* g = hc_gate_.data() + t * dim;
+        for (int i = 0; i < n; ++i) {
+            float sum = 0;
+            for (int s = 0; s < hc; ++s) sum += sigmoid(g[s * n + i]) * xn[s * n + i];
+            out[i] = sum / static_cast<float>(hc);
+        }
+    }
+    if (!inj) return;
+    matmul(m.inject, n_tok, hc_xn_.data(), inj);
+    for (size_t i = 0; i < nt * hc; ++i) inj[i] = 2.0f * sigmoid(inj[i] / static_cast<float>(hc));
+}
+
+void forward_pass::hc_add(int n_tok, const float* y, const float* inj) {
+    const int hc = hp_.hc, n = hp_.n_embd;
+    for (size_t t = 0; t < static_cast<size_t>(n_tok); ++t)
+        for (int s = 0; s < hc; ++s) {
+            float* x = hc_x_.data() + (t * hc + s) * n;
+            const float w = inj[t * hc + s];
+            for (int i = 0; i < n; ++i) x[i] += y[t * n + i] * w;
+        }
+}
+
+void forward_pass::ple_block(const layer_weights& l, const int32_t* tokens, int n_tok, recurrent_state& st) {
+    const int hc = hp_.hc, n = hp_.n_embd, dim = hp_.hc_dim(), n_heads = hp_.ple_n_heads(), hd = hp_.ple_head_dim;
+    const size_t nt = static_cast<size_t>(n_tok);
+    const ple_table& table = w_.ple;
+    ple_emb_.resize(nt * hp_.ple_dim());
+    std::vector<int64_t> rows(static_cast<size_t>(n_heads));
+    for (int t = 0; t < n_tok; ++t) {
+        ple_rows_of(hp_, st.ple_window(), tokens, t, rows.data());
+        for (int h = 0; h < n_heads; ++h)
+            formats::dequantize_row(table.type, table.data + static_cast<size_t>(rows[static_cast<size_t>(h)]) * table.row_stride,
+                                    ple_emb_.data() + (static_cast<size_t>(t) * n_heads + h) * hd, hd);
+    }
+    if (st.traced(st.pos(), st.ple_window())) {
+        // A speculative verification keeps the window after each token.
+        const int n_prev = hp_.ple_ngram - 1;
+        std::vector<float> window(st.ple_window(), st.ple_window() + n_prev);
+        for (int t = 0; t < n_tok; ++t) {
+            ple_push_window(hp_, window.data(), tokens + t, 1);
+            if (float* copy = st.traced(st.pos() + t, st.ple_window())) std::copy(window.begin(), window.end(), copy);
+        }
+    }
+    ple_push_window(hp_, st.ple_window(), tokens, n_tok);
+    ple_k_.resize(nt * dim);
+    ple_v_.resize(nt * n);
+    const weight_matrix* const w[] = {&l.ple.key, &l.ple.value};
+    float* const y[] = {ple_k_.data(), ple_v_.data()};
+    matmul_same_input(w, n_tok, ple_emb_.data(), y);
+
+    // gated [n_tok][dim]: the value through each stream's gate; hc_gate_ holds its norm, the conv's input.
+    hc_xn_.resize(nt * dim);
+    hc_gate_.resize(nt * dim);
+    std::vector<float> gated(nt * dim), q(static_cast<size_t>(dim));
+    for (size_t t = 0; t < nt; ++t) {
+        float* k = ple_k_.data() + t * dim;
+        grouped_norm(k, l.ple.norm_key, hp_.rms_eps, hc, n, k);
+        grouped_norm(hc_x_.data() + t * dim, l.ple.norm_query, hp_.rms_eps, hc, n, q.data());
+        for (int s = 0; s < hc; ++s) {
+            float dot = 0;
+            for (int i = 0; i < n; ++i) dot += k[s * n + i] * q[static_cast<size_t>(s * n + i)];
+            const float g = dot / std::sqrt(static_cast<float>(n));
+            const float signed_root = g == 0.0f ? 0.0f : std::copysign(std::sqrt(std::max(std::abs(g), 1e-6f)), g);
+            const float a = sigmoid(signed_root);
+            for (int i = 0; i < n; ++i) gated[t * dim + s * n + i] = a * ple_v_[t * n + i];
+        }
+        grouped_norm(gated.data() + t * dim, l.ple.norm_conv, hp_.rms_eps, hc, n, hc_gate_.data() + t * dim);
+    }
+    // Depthwise causal conv dilated by ngram_size over [the state's inputs | this batch's], then SiLU.
+    const int kern = hp_.ple_conv_kernel, dil = hp_.ple_ngram, hist = (kern - 1) * dil;
+    float* state = st.ple_conv();
+    const auto input = [&](int j) -> const float* {  // j: position in [-hist, n_tok)
+        return j < 0 ? state + static_cast<size_t>(hist + j) * dim : hc_gate_.data() + static_cast<size_t>(j) * dim;
+    };
+    for (int t = 0; t < n_tok; ++t)
+        for (int c = 0; c < dim; ++c) {
+            const float* wc = l.ple.conv1d + static_cast<size_t>(c) * kern;
+            float acc = 0;
+            for (int k = 0; k < kern; ++k) acc += wc[k] * input(t - (kern - 1 - k) * dil)[c];
+            hc_x_[static_cast<size_t>(t) * dim + c] += gated[static_cast<size_t>(t) * dim + c] + silu(acc);
+        }
+    if (hist == 0) return;
+    for (int t = 0; t < n_tok; ++t)  // a speculative verification's copies: the last hist inputs after token t
+        if (float* copy = st.traced(st.pos() + t, state))
+            for (int j = 0; j < hist; ++j)
+                std::memcpy(copy + static_cast<size_t>(j) * dim, input(t + 1 - hist + j), sizeof(float) * dim);
+    // Keep the last hist inputs, oldest first.
+    std::vector<float> next(static_cast<size_t>(hist) * dim);
+    for (int j = 0; j < hist; ++j)
+        std::memcpy(next.data() + static_cast<size_t>(j) * dim, input(n_tok - hist + j), sizeof(float) * dim);
+    std::memcpy(state, next.data(), next.size() * sizeof(float));
+}
+
+void forward_pass::eval_layers_qwen4(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits,
+                                     bool all_logits) {
+    const size_t n_embd = static_cast<size_t>(hp_.n_embd), nt = static_cast<size_t>(n_tok);
+    const size_t dim = static_cast<size_t>(hp_.hc_dim()), hc = static_cast<size_t>(hp_.hc);
+    x_.resize(nt * n_embd);
+    xn_.resize(nt * n_embd);
+    q_.resize(nt * hp_.n_q());
+    att_.resize(nt * std::max({hp_.n_q(), hp_.ssm_value_dim()}));
+    k_.resize(nt * hp_.n_kv());
+    v_.resize(nt * hp_.n_kv());
+    tmp_.resize(nt * n_embd);
+    blk_out_.resize(nt * n_embd);
+    tmp2_.resize(nt * static_cast<size_t>(std::max(hp_.n_ff_shexp, 1)));
+    router_.resize(nt * hp_.n_expert);
+    ids_.resize(nt * hp_.n_expert_used);
+    weights_.resize(nt * hp_.n_expert_used);
+    hc_x_.resize(nt * dim);
+    hc_inj_.resize(nt * hc);
+    rope_cs_.resize(nt * static_cast<size_t>(hp_.n_rot));
+    for (int t = 0; t < n_tok; ++t)
+        cpu::rope_angles(hp_.n_rot, pos0 + t, hp_.rope, rope_cs_.data() + static_cast<size_t>(t) * hp_.n_rot);
+
+    // The wide residual starts as hc copies of the embedding.
+    const cpu::matrix& embd = w_.tok_embd.m;
+    for (size_t t = 0; t < nt; ++t) {
+        const auto* row = static_cast<const uint8_t*>(embd.data) + static_cast<size_t>(tokens[t]) * embd.row_stride;
+        formats::dequantize_row(embd.type, row, x_.data() + t * n_embd, hp_.n_embd);
+        for (size_t s = 0; s < hc; ++s) std::memcpy(hc_x_.data() + (t * hc + s) * n_embd, x_.data() + t * n_embd, n_embd * sizeof(float));
+    }
+    recurrent_state& st = kv.recurrent();
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        const layer_weights& l = w_.layers[static_cast<size_t>(il)];
+        if (il == hp_.ple_layer) ple_block(l, tokens, n_tok, st);
+        hc_mix(l.hc_attn, n_tok, hc_inj_.data());
+        if (hp_.is_recurrent(il)) {
+            delta_net(il, n_tok, st);
+        } else {
+            const int r = hp_.qsa_ratio[static_cast<size_t>(il)];
+            // A lone query that leaves blocks out needs no dense pass: its cost is the budget's.
+            qsa_only_ = r > 0 && n_tok == 1 && (pos0 + 1) / r > hp_.idx_top_k / r;
+            const step_segment seg{tokens, n_tok, pos0, &kv, nullptr, false};
+            attention(il, std::span(&seg, 1), n_tok);
+            qsa_only_ = false;
+            if (r > 0) {
+                arenas::scoped_seconds t(seconds(phase_clock::attention));
+                qsa_select(il, n_tok, pos0, kv);
+            }
+        }
+        {
+            arenas::scoped_seconds t(seconds(phase_clock::attn_proj));
+            matmul(l.wo, n_tok, att_.data(), tmp_.data());
+        }
+        hc_add(n_tok, tmp_.data(), hc_inj_.data());
+
+        hc_mix(l.hc_ffn, n_tok, hc_inj_.data());
+        moe(il, n_tok);
+        std::memcpy(blk_out_.data(), tmp_.data(), nt * n_embd * sizeof(float));
+        if (l.shexp_gate.present()) {
+            arenas::scoped_seconds t(seconds(phase_clock::shared_expert));
+            shared_expert(il, n_tok);
+            for (size_t i = 0; i < nt * n_embd; ++i) blk_out_[i] += tmp_[i];
+        }
+        hc_add(n_tok, blk_out_.data(), hc_inj_.data());
+    }
+    std::memcpy(st.hc_last(), hc_x_.data() + (nt - 1) * dim, dim * sizeof(float));
+    for (int t = 0; t < n_tok; ++t)
+        if (float* copy = st.traced(st.pos() + t, st.hc_last()))
+            std::memcpy(copy, hc_x_.data() + static_cast<size_t>(t) * dim, dim * sizeof(float));
+    if (!logits) return;
+    const int first = all_logits ? 0 : n_tok - 1;
+    arenas::scoped_seconds t_head(seconds(phase_clock::head));
+    // The output mixer (no inject) is the output norm; run over the kept tokens only.
+    if (first > 0) std::memmove(hc_x_.data(), hc_x_.data() + static_cast<size_t>(first) * dim, dim * sizeof(float));
+    hc_mix(w_.hc_head, n_tok - first, nullptr);
+    matmul(w_.output, n_tok - first, xn_.data(), logits);
+}
+
+}  // namespace strata::engine

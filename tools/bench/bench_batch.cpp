@@ -1,0 +1,198 @@
+// strata-bench batch -m MODEL.gguf: concurrent generations through the engine's step batcher. For 1,
+// 2, 4 and 8 streams: aggregate and per-stream decode tokens/s, time to first token, the weight and KV
+// bytes each step read and the decode bound they give at this run's read bandwidth, and the streams'
+// p50/p99 inter-token gap while a long prompt (4,096 tokens) is admitted, next to their gap without it.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cxxopts.hpp>
+#include <spdlog/fmt/fmt.h>
+
+#include "bandwidth.hpp"
+#include "modes.hpp"
+#include "strata/engine.hpp"
+
+namespace strata::bench {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_between(clock_type::time_point a, clock_type::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+double percentile(std::vector<double> v, double p) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5))];
+}
+
+std::vector<int32_t> prompt_tokens(int n_vocab, int n, int salt) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>((i * 7919 + salt * 104729 + 17) % (n_vocab - 8)));
+    return t;
+}
+
+generation_options greedy(int n) {
+    generation_options g;
+    g.max_tokens = n;
+    g.sampling.temperature = 0;
+    g.ignore_eos = true;
+    return g;
+}
+
+// One stream's token times, written on the engine thread and read after its future is ready.
+struct stream {
+    std::unique_ptr<session> s;
+    std::vector<int32_t> prompt;
+    clock_type::time_point submitted;
+    std::vector<clock_type::time_point> tokens;
+    std::atomic<int> n_tokens{0};  // tokens.size(), readable while it runs
+    std::future<generation_result> f;
+    void start(int n, const std::function<void()>& on_token = {}) {
+        tokens.clear();
+        n_tokens = 0;
+        submitted = clock_type::now();
+        f = s->start(prompt, greedy(n), [this, on_token](const token_event& e) {
+            if (!e.flush) {
+                tokens.push_back(clock_type::now());
+                ++n_tokens;
+            }
+            if (on_token) on_token();
+            return true;
+        });
+    }
+};
+
+struct row {
+    int streams = 0;
+    double aggregate = 0, per_stream = 0, ttft_ms = 0;
+    double bytes_per_step = 0, rows_per_step = 0, bound = 0;
+    double gap_p50 = 0, gap_p99 = 0, long_p50 = 0, long_p99 = 0;
+};
+
+row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_gen, int n_long, double bw_gbs) {
+    const int n_vocab = m->info().n_vocab;
+    std::vector<stream> ss(static_cast<size_t>(n_streams));
+    for (int i = 0; i < n_streams; ++i) {
+        ss[i].s = std::make_unique<session>(m);
+        ss[i].prompt = prompt_tokens(n_vocab, n_prompt, i);
+    }
+    row r;
+    r.streams = n_streams;
+    // 1. Prompts arrive together: time to first token (the prompts share steps too).
+    for (auto& s : ss) s.start(1);
+    for (auto& s : ss) {
+        s.f.get();
+        r.ttft_ms += ms_between(s.submitted, s.tokens.front()) / n_streams;
+    }
+    // 2. Decode: each stream continues its prompt (the cache holds it); steps hold one row per stream.
+    for (auto& s : ss) s.prompt.push_back(0);
+    const batch_stats before = m->batching();
+    for (auto& s : ss) s.start(n_gen);
+    for (auto& s : ss) {
+        s.f.get();
+        const double ms = ms_between(s.tokens.front(), s.tokens.back());
+        const double rate = (static_cast<double>(s.tokens.size()) - 1) * 1000 / ms;
+        r.aggregate += rate;
+        r.per_stream += rate / n_streams;
+    }
+    const batch_stats after = m->batching();
+    const double steps = static_cast<double>(after.steps - before.steps);
+    r.bytes_per_step = static_cast<double>(after.bytes - before.bytes) / steps;
+    r.rows_per_step = static_cast<double>(after.rows - before.rows) / steps;
+    r.bound = bw_gbs * 1e9 / r.bytes_per_step * r.rows_per_step;
+    // 3. The streams decode again; once each has a few tokens, a long prompt arrives on its own session.
+    if (n_long > 0) {
+        stream longp;
+        longp.s = std::make_unique<session>(m);
+        longp.prompt = prompt_tokens(n_vocab, n_long, 1000 + n_streams);
+        const int n_more = n_gen * 4;
+        for (auto& s : ss) s.prompt.push_back(1);
+        for (auto& s : ss) s.start(n_more);
+        while (ss[0].n_tokens.load() < 8) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        const auto long_at = clock_type::now();
+        longp.start(1);
+        longp.f.get();
+        const auto long_done = longp.tokens.front();
+        std::vector<double> solo, during;
+        for (auto& s : ss) {
+            s.f.get();
+            for (size_t t = 1; t < s.tokens.size(); ++t) {
+                const double gap = ms_between(s.tokens[t - 1], s.tokens[t]);
+                if (s.tokens[t] <= long_at) solo.push_back(gap);
+                else if (s.tokens[t - 1] < long_done) during.push_back(gap);
+            }
+        }
+        r.gap_p50 = percentile(solo, 0.5);
+        r.gap_p99 = percentile(solo, 0.99);
+        r.long_p50 = percentile(during, 0.5);
+        r.long_p99 = percentile(during, 0.99);
+    }
+    return r;
+}
+
+int run(int argc, char** argv) {
+    cxxopts::Options o("strata-bench batch", "concurrent generations through the engine's step batcher");
+    o.add_options()("m,model", "GGUF file", cxxopts::value<std::string>())(
+        "streams", "concurrent generations to measure", cxxopts::value<std::string>()->default_value("1,2,4,8"))(
+        "p,prompt", "prompt tokens per stream", cxxopts::value<int>()->default_value("32"))(
+        "n,gen", "tokens each stream decodes", cxxopts::value<int>()->default_value("48"))(
+        "long", "tokens of the prompt that arrives while the streams decode (0: skip)",
+        cxxopts::value<int>()->default_value("4096"))(
+        "batch", "tokens per step (the server's --batch)", cxxopts::value<int>()->default_value("512"))(
+        "threads", "pool workers", cxxopts::value<int>())("numa-pool", "as strata's --numa-pool",
+                                                          cxxopts::value<std::string>()->default_value("auto"))(
+        "h,help", "show help");
+    const auto a = o.parse(argc, argv);
+    if (a.count("help") || !a.count("model")) {
+        std::printf("%s\n", o.help().c_str());
+        return a.count("help") ? 0 : 2;
+    }
+    std::vector<int> counts;
+    for (const auto& s : split_list(a["streams"].as<std::string>())) counts.push_back(std::stoi(s));
+    const int n_prompt = a["prompt"].as<int>(), n_gen = a["gen"].as<int>(), n_long = a["long"].as<int>();
+    model_options mo;
+    mo.path = a["model"].as<std::string>();
+    mo.numa_pool = a["numa-pool"].as<std::string>();
+    if (a.count("threads")) mo.pool_workers = a["threads"].as<int>();
+    mo.n_batch = a["batch"].as<int>();
+    mo.n_ctx = std::max(n_long, n_prompt + 5 * n_gen) + 64;
+    mo.cache_ram_mib = 0;
+    const auto m = model::load(mo);
+    int threads = 0;
+    for (const auto& s : m->info().pool_slices) threads += s.threads;
+    std::printf("model %s, %d threads, --batch %d; each stream: %d-token prompt, %d decoded tokens; long prompt %d "
+                "tokens\n\n", mo.path.c_str(), threads, mo.n_batch, n_prompt, n_gen, n_long);
+    std::printf("| streams | aggregate decode tok/s | per stream tok/s | vs 1 stream | TTFT ms | MiB read per step | "
+                "rows per step | bound tok/s (read GB/s) | aggregate / bound | gap p50/p99 ms | with long prompt "
+                "p50/p99 ms | p99 / solo p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    double one = 0;
+    for (int n : counts) {
+        const double bw = read_bandwidth_gbs(std::max(threads, 1));
+        const row r = measure(m, n, n_prompt, n_gen, n_long, bw);
+        if (n == 1 || one == 0) one = r.aggregate / n;
+        std::printf("| %d | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2f | %.1f (%.1f) | %.0f %% | %.1f / %.1f | %.1f / %.1f | "
+                    "%.2fx |\n",
+                    n, r.aggregate, r.per_stream, r.aggregate / one, r.ttft_ms, r.bytes_per_step / (1 << 20),
+                    r.rows_per_step, r.bound, bw, 100 * r.aggregate / r.bound, r.gap_p50, r.gap_p99, r.long_p50,
+                    r.long_p99, r.gap_p99 > 0 ? r.long_p99 / r.gap_p99 : 0.0);
+        std::fflush(stdout);
+    }
+    return 0;
+}
+
+register_mode reg{{"batch", "concurrent generations in the step batcher: aggregate tok/s, TTFT, bytes per step vs "
+                            "bandwidth, inter-token gaps while a long prompt arrives",
+                   &run}};
+
+}  // namespace
+}  // namespace strata::bench
