@@ -154,7 +154,14 @@ TEST_P(SpecFamilies, GreedyAndSampledOutputIsBitwiseTheSameWithDrafts) {
                 generation_options o = options(type, temperature, seed);
                 o.max_tokens = base.max_tokens;
                 o.speculation.forced = forced;
+                const uint64_t evaluated = m->statistics().tokens;
                 const auto got = fast.generate(prompt, o);
+                // Nothing is evaluated twice: the prompt's new tokens, then per step the sampled token and its
+                // drafts (every token but accepted drafts and the last one starts a step); a rejection goes
+                // back in the KV cache, and in a recurrent state to its copy after the last kept position.
+                const int steps = static_cast<int>(got.tokens.size()) - got.time.spec_accepted - 1;
+                EXPECT_EQ(m->statistics().tokens - evaluated,
+                          static_cast<uint64_t>(got.time.prompt_n + steps + got.time.spec_drafted));
                 expect_same(want, got, type + " T " + std::to_string(temperature) + " seed " + std::to_string(seed));
                 EXPECT_LE(got.time.spec_accepted, got.time.spec_drafted);
                 drafted += got.time.spec_drafted;
