@@ -10,6 +10,8 @@
 
 #include "log.hpp"
 #include "session_impl.hpp"
+#include "spec/controller.hpp"
+#include "spec/ngram.hpp"
 #include "tokenizer/sampler.hpp"
 #include "tokenizer/stop_strings.hpp"
 
@@ -45,7 +47,9 @@ struct generation {
     generation(session::impl& s_, std::vector<int32_t> p, const generation_options& o_, token_callback cb_,
                std::function<bool()> ready_)
         : s(s_), prompt(std::move(p)), o(o_), cb(std::move(cb_)), ready(std::move(ready_)),
-          sampler(to_sampler(o.sampling)), decoder(s.m.tokenizer), stops(o.stop) {}
+          sampler(to_sampler(o.sampling)), decoder(s.m.tokenizer), stops(o.stop),
+          control(o.speculation.type == "auto", o.speculation.n_max, s.m.spec_costs),
+          history(prompt) {}
 
     session::impl& s;
     const std::vector<int32_t> prompt;
@@ -57,14 +61,26 @@ struct generation {
     tok::sampler sampler;
     tok::stream_decoder decoder;
     tok::stop_matcher stops;
-    bool decoding = false;      // the prompt is in; next_token waits for its step
+    bool decoding = false;      // the prompt is in; `batch` waits for its step
     size_t common = 0;          // prompt tokens reused
-    int32_t next_token = 0;
     std::string text;           // everything decoded so far
     size_t emitted = 0;         // bytes of `text` already handed to the callback
     clock_type::time_point t0, t1;
     engine::gpu::cache_stats before;
     engine::phase_clock parts;  // decode passes by part (model_options::phase_timing, alone in a step)
+    // Speculative decoding: the next step's tokens (the sampled token, then its drafts), the drafts of
+    // the last verification and their logits [k + 1][n_vocab], the row the next token is drawn from,
+    // and how many positions of the cache are final (past them: drafts not accepted yet).
+    engine::spec::controller control;
+    std::vector<int32_t> history;  // prompt and generated tokens, for the n-gram drafter
+    std::vector<int32_t> batch, drafts;
+    std::vector<float> verify_logits;
+    size_t row = 0;
+    size_t n_final = 0;
+    const float* next_logits = nullptr;
+    bool verifying = false;                  // the step in flight verifies drafts
+    bool turned_off = false;
+    bool settled = false;                    // rejected drafts dropped, totals counted
 };
 
 step_batcher::step_batcher(model::impl& m) : m_(m) {}
@@ -172,7 +188,7 @@ bool step_batcher::step() {
             if (g.decoding) {
                 if (g.ready && !g.ready()) continue;
                 try {
-                    reserve(g, 1);
+                    reserve(g, static_cast<int>(g.batch.size()));
                 } catch (const engine::kv_cache_full& e) {
                     logger("engine")->warn("The generation stops at {} tokens: {}.", g.result.tokens.size(), e.what());
                     g.result.reason = stop_reason::length;
@@ -180,7 +196,7 @@ bool step_batcher::step() {
                     ended.push_back(&g);
                     continue;
                 }
-                segs.push_back({&g.next_token, 1, static_cast<int>(g.s.cached.size()), &g.s.kv, g.s.logits.data(), false});
+                segs.push_back(decode_segment(g));
             } else {
                 const size_t fed = g.s.cached.size();
                 const int n_tok = std::min({static_cast<int>(g.prompt.size() - fed), budget - rows, m_.options.n_batch});
@@ -213,12 +229,14 @@ bool step_batcher::step() {
         } detached{timed ? m_.forward.get() : nullptr};
         const uint64_t bytes_before = m_.forward ? m_.forward->bytes_read() : 0;
         try {
+            const auto t_step = clock_type::now();
             if (m_.hybrid)
                 for (const engine::step_segment& s : segs)
-                    m_.hybrid->eval(std::span(s.tokens, static_cast<size_t>(s.n_tok)), s.pos0, *s.kv, s.logits, false,
-                                    m_.options.n_batch);
+                    m_.hybrid->eval(std::span(s.tokens, static_cast<size_t>(s.n_tok)), s.pos0, *s.kv, s.logits,
+                                    s.all_logits, m_.options.n_batch);
             else
                 m_.forward->eval_step(segs, m_.options.n_batch);
+            record_cost(owners, rows, ms_since(t_step));
         } catch (...) {
             // The pass failed as a whole: every generation in it ends with the error.
             for (generation* g : owners) {
@@ -239,7 +257,16 @@ bool step_batcher::step() {
     for (size_t i = 0; i < segs.size(); ++i) {
         generation& g = *owners[i];
         g.s.appended(std::span(segs[i].tokens, static_cast<size_t>(segs[i].n_tok)));
-        if (!g.decoding) {
+        if (g.decoding) {
+            g.s.kv.recurrent().stop_trace();
+            ++g.n_final;
+            g.row = 0;
+            g.next_logits = g.verifying ? g.verify_logits.data() : g.s.logits.data();
+            if (g.verifying) {
+                g.result.time.spec_drafted += static_cast<int>(g.drafts.size());
+                ++g.result.time.spec_verifications;
+            }
+        } else {
             if (g.s.cached.size() < g.prompt.size()) continue;
             g.result.time.prompt_n = static_cast<int>(g.prompt.size() - g.common);
             g.result.time.prompt_ms = ms_since(g.t0);
@@ -247,6 +274,8 @@ bool step_batcher::step() {
             g.s.account();
             g.t1 = clock_type::now();
             g.decoding = true;
+            g.n_final = g.s.cached.size();
+            g.next_logits = g.s.logits.data();
         }
         bool go_on = false;
         try {
@@ -266,47 +295,139 @@ bool step_batcher::step() {
 
 bool step_batcher::sample(generation& g) {
     generation_result& r = g.result;
-    if (g.s.cancel.load(std::memory_order_relaxed)) {
-        r.reason = stop_reason::cancelled;
-        finish(g);
-        return false;
-    }
     const int want_top = g.o.top_logprobs > 0 ? g.o.top_logprobs : (g.o.logprobs ? 0 : -1);
-    const tok::sample_result s = g.sampler.sample(g.s.logits, want_top);
-    if (!g.o.ignore_eos && m_.tokenizer.is_eog(s.id)) {
-        r.reason = stop_reason::eos;
+    // Each accepted draft's logits are in the verification's already: its next token is drawn at once.
+    for (;;) {
+        if (g.s.cancel.load(std::memory_order_relaxed)) {
+            r.reason = stop_reason::cancelled;
+            finish(g);
+            return false;
+        }
+        const tok::sample_result s =
+            g.sampler.sample(std::span(g.next_logits, static_cast<size_t>(m_.hp.n_vocab)), want_top);
+        if (!g.o.ignore_eos && m_.tokenizer.is_eog(s.id)) {
+            r.reason = stop_reason::eos;
+            finish(g);
+            return false;
+        }
+        generated_token t{s.id, s.logprob, {}};
+        for (const auto& alt : s.top_logprobs)
+            t.top.push_back({alt.id, std::string(m_.tokenizer.token_to_piece(alt.id, true)), alt.logprob});
+        r.tokens.push_back(t);
+        g.history.push_back(s.id);
+        g.text += g.decoder.push(s.id);
+        const tok::stop_scan scan = g.stops.scan(g.text);
+        const size_t safe = scan.safe_length;
+        const std::string_view piece =
+            safe > g.emitted ? std::string_view(g.text).substr(g.emitted, safe - g.emitted) : "";
+        g.emitted = std::max(g.emitted, safe);
+        const bool go_on = !g.cb || g.cb({r.tokens.back(), piece});
+        if (scan.stopped) {
+            g.text.resize(safe);
+            r.reason = stop_reason::stop_string;
+        } else if (!go_on) {
+            r.reason = stop_reason::cancelled;
+        } else if (static_cast<int>(g.n_final) >= m_.options.n_ctx ||
+                   static_cast<int>(r.tokens.size()) >= g.o.max_tokens) {
+            r.reason = stop_reason::length;
+        } else if (g.row < g.drafts.size() && g.drafts[g.row] == s.id) {
+            // A draft the sampler picked: its position is in the cache, its logits in the next row.
+            ++g.row;
+            ++g.n_final;
+            ++r.time.spec_accepted;
+            g.next_logits = g.verify_logits.data() + g.row * static_cast<size_t>(m_.hp.n_vocab);
+            continue;
+        } else {
+            plan_step(g, s.id);
+            return true;
+        }
         finish(g);
         return false;
     }
-    generated_token t{s.id, s.logprob, {}};
-    for (const auto& alt : s.top_logprobs)
-        t.top.push_back({alt.id, std::string(m_.tokenizer.token_to_piece(alt.id, true)), alt.logprob});
-    r.tokens.push_back(t);
-    g.text += g.decoder.push(s.id);
-    const tok::stop_scan scan = g.stops.scan(g.text);
-    const size_t safe = scan.safe_length;
-    const std::string_view piece = safe > g.emitted ? std::string_view(g.text).substr(g.emitted, safe - g.emitted) : "";
-    g.emitted = std::max(g.emitted, safe);
-    const bool go_on = !g.cb || g.cb({r.tokens.back(), piece});
-    if (scan.stopped) {
-        g.text.resize(safe);
-        r.reason = stop_reason::stop_string;
-    } else if (!go_on) {
-        r.reason = stop_reason::cancelled;
-    } else if (static_cast<int>(g.s.cached.size()) >= m_.options.n_ctx ||
-               static_cast<int>(r.tokens.size()) >= g.o.max_tokens) {
-        r.reason = stop_reason::length;
-    } else {
-        g.next_token = s.id;
-        return true;
+}
+
+engine::step_segment step_batcher::decode_segment(generation& g) {
+    engine::recurrent_state& rs = g.s.kv.recurrent();
+    g.verifying = g.batch.size() > 1;
+    if (g.verifying) {
+        g.verify_logits.resize(g.batch.size() * static_cast<size_t>(m_.hp.n_vocab));
+        // The state after each draft's position but the last, where a rejection goes back to.
+        if (!rs.empty()) rs.start_trace(static_cast<int>(g.drafts.size()));
     }
-    finish(g);
-    return false;
+    return {g.batch.data(), static_cast<int>(g.batch.size()), static_cast<int>(g.s.cached.size()), &g.s.kv,
+            g.verifying ? g.verify_logits.data() : g.s.logits.data(), g.verifying};
+}
+
+void step_batcher::plan_step(generation& g, int32_t token) {
+    drop_rejected(g);
+    const speculation_options& so = g.o.speculation;
+    g.drafts.clear();
+    g.row = 0;
+    if (so.type != "off" && !m_.hybrid) {
+        // Every draft must be a token the generation may still produce, at a position the context has.
+        const int room = std::min(g.o.max_tokens - 1 - static_cast<int>(g.result.tokens.size()),
+                                  m_.options.n_ctx - 1 - static_cast<int>(g.n_final));
+        const int k = std::min(g.control.draft_length(), room);
+        if (!g.control.turned_off().empty() && !g.turned_off) {
+            g.turned_off = true;
+            logger("engine")->info("Speculative decoding turned itself off at generated token {}: {}.",
+                                   g.result.tokens.size(), g.control.turned_off());
+        }
+        if (k > 0 && so.type == "forced") {
+            const size_t from = std::min(g.result.tokens.size(), so.forced.size());
+            const size_t to = std::min(so.forced.size(), from + static_cast<size_t>(k));
+            g.drafts.assign(so.forced.begin() + static_cast<ptrdiff_t>(from), so.forced.begin() + static_cast<ptrdiff_t>(to));
+        } else if (k > 0) {
+            g.drafts = engine::spec::ngram_draft(g.history, k, {so.ngram_min, std::max(so.ngram_min, 4)});
+        }
+    }
+    g.batch.assign(1, token);
+    g.batch.insert(g.batch.end(), g.drafts.begin(), g.drafts.end());
+}
+
+void step_batcher::drop_rejected(generation& g) {
+    if (!g.drafts.empty()) g.control.record(static_cast<int>(g.drafts.size()), static_cast<int>(g.row));
+    session::impl& s = g.s;
+    const size_t n_keep = g.n_final;
+    if (!g.decoding || n_keep >= s.cached.size()) return;
+    engine::recurrent_state& rs = s.kv.recurrent();
+    // A recurrent state goes back to its copy after the last kept position (no evaluation).
+    if (!rs.empty() && !rs.restore_traced(static_cast<int>(n_keep)))
+        throw std::logic_error(fmt::format("the recurrent state kept no copy at position {} (verified from {})",
+                                           n_keep, rs.pos()));
+    s.cached.resize(n_keep);
+    s.n_cached.store(s.cached.size());
+    s.account();
+}
+
+void step_batcher::record_cost(const std::vector<generation*>& owners, int rows, double ms) {
+    // A pass's cost by its rows, for `auto`'s draft lengths: decode steps only, and only where the
+    // rows run as one pass (the hybrid families run each sequence's rows in turn).
+    const bool one_pass = owners.size() == 1 || (!m_.hybrid && m_.forward->batches_sequences());
+    if (!one_pass || std::any_of(owners.begin(), owners.end(), [](const generation* g) { return !g->decoding; }))
+        return;
+    const std::lock_guard lock(m_.spec_mutex);
+    m_.spec_costs.record(rows, ms);
+}
+
+void step_batcher::settle(generation& g) {
+    if (g.settled) return;
+    g.settled = true;
+    drop_rejected(g);
+    g.drafts.clear();
+    g.s.kv.recurrent().release_trace();
+    const timings& t = g.result.time;
+    const std::lock_guard lock(m_.spec_mutex);
+    m_.spec_totals.drafted += static_cast<uint64_t>(t.spec_drafted);
+    m_.spec_totals.accepted += static_cast<uint64_t>(t.spec_accepted);
+    m_.spec_totals.verifications += static_cast<uint64_t>(t.spec_verifications);
+    m_.spec_totals.turned_off += g.turned_off ? 1 : 0;
 }
 
 void step_batcher::finish(generation& g, bool flush) {
     generation_result& r = g.result;
     try {
+        settle(g);
         if (flush && r.reason != stop_reason::stop_string) {
             g.text += g.decoder.flush();
             if (g.cb && g.text.size() > g.emitted && !r.tokens.empty())
@@ -334,6 +455,7 @@ void step_batcher::finish(generation& g, bool flush) {
 
 void step_batcher::fail(generation& g, std::exception_ptr e) {
     try {
+        settle(g);
         g.s.trim();
     } catch (...) {
     }

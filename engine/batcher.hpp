@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "model/forward.hpp"
 #include "strata/engine.hpp"
 
 namespace strata {
@@ -37,7 +38,15 @@ private:
     bool step();                          // false: nothing could run (every generation paused)
     void finish(generation& g, bool flush = true);
     void fail(generation& g, std::exception_ptr e);
-    bool sample(generation& g);           // after a generation's logits: its next token; false: it ended
+    bool sample(generation& g);           // after a generation's logits: its next tokens; false: it ended
+    // Speculative decoding: the step's segment of a decoding generation (its token and drafts), its
+    // next batch after a sampled token, dropping drafts not accepted from the cache, the pass costs
+    // `auto` reads, and the totals at the end.
+    engine::step_segment decode_segment(generation& g);
+    void plan_step(generation& g, int32_t token);
+    void drop_rejected(generation& g);
+    void record_cost(const std::vector<generation*>& owners, int rows, double ms);
+    void settle(generation& g);
 
     model::impl& m_;
     mutable std::mutex mutex_;

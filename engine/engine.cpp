@@ -485,6 +485,13 @@ std::vector<cold_region_stats> model::cold_regions() const {
     return {c};
 }
 
+speculation_stats model::speculation_statistics() const {
+    const std::lock_guard lock(impl_->spec_mutex);
+    speculation_stats s = impl_->spec_totals;
+    for (int n = 1; n <= engine::spec::cost_table::max_tokens; ++n)
+        if (impl_->spec_costs.measured(n)) s.costs.push_back({n, impl_->spec_costs.ms(n), impl_->spec_costs.passes(n)});
+    return s;
+}
 batch_stats model::batching() const { return impl_->batcher->stats(); }
 
 memory_budget_stats model::memory_statistics() const { return impl_->budget->stats(); }

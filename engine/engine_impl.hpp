@@ -24,6 +24,7 @@
 #include "model/kv_cache.hpp"
 #include "model/ple.hpp"
 #include "model/weights.hpp"
+#include "spec/controller.hpp"
 #include "strata/engine.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -84,6 +85,10 @@ struct model::impl {
     std::string cpu_only_reason;                   // --gpu given but no hybrid pass: why
     bool ctx_from_file = false;                    // --ctx 0: options.n_ctx is the file's context
     uint64_t tokens_evaluated = 0;                 // changed on `thread` only
+    // Speculative decoding: the measured pass costs (written on `thread`, under spec_mutex) and totals.
+    mutable std::mutex spec_mutex;
+    engine::spec::cost_table spec_costs;
+    speculation_stats spec_totals;                 // costs left empty; filled when read
 };
 
 }  // namespace strata

@@ -8,6 +8,7 @@
 #include "batcher.hpp"
 #include "log.hpp"
 #include "session_impl.hpp"
+#include "spec/controller.hpp"
 
 namespace strata {
 
@@ -117,6 +118,25 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, std::string_
     return common;
 }
 
+namespace {
+
+void check_speculation(const speculation_options& so) {
+    if (so.type == "mtp")
+        throw request_error("speculative decoding with the model's MTP block is not implemented yet; use the spec "
+                            "type ngram, auto or off");
+    if (so.type != "off" && so.type != "ngram" && so.type != "auto" && so.type != "forced")
+        throw request_error(fmt::format("unknown speculation type '{}': expected off, ngram, auto or mtp", so.type));
+    if (so.n_max < 1 || so.n_max > engine::spec::cost_table::max_tokens - 1)
+        throw request_error(fmt::format("the draft length must be 1..{}, got {}",
+                                        engine::spec::cost_table::max_tokens - 1, so.n_max));
+    if (so.ngram_min < 1 || so.ngram_min > 4)
+        throw request_error(fmt::format("the n-gram drafts' shortest match must be 1..4 tokens, got {}", so.ngram_min));
+    if (!(so.min_p >= 0.0f && so.min_p <= 1.0f))
+        throw request_error(fmt::format("the draft's minimum probability must be 0..1, got {}", so.min_p));
+}
+
+}  // namespace
+
 session::session(std::shared_ptr<model> m) : impl_(std::make_unique<impl>(std::move(m))) {}
 session::~session() = default;
 
@@ -132,6 +152,7 @@ std::future<generation_result> session::start(std::span<const int32_t> prompt, c
         throw request_error(fmt::format("max_tokens must be at least 1, got {}", options.max_tokens));
     if (options.top_logprobs < 0 || options.top_logprobs > 20)
         throw request_error(fmt::format("top_logprobs must be 0..20, got {}", options.top_logprobs));
+    check_speculation(options.speculation);
     if (impl_->busy.exchange(true))
         throw std::logic_error("session::start: this session already has a generation in flight");
     impl_->cancel.store(false);

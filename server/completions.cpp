@@ -385,6 +385,7 @@ void handle_completion(server_state& state, const httplib::Request& req, httplib
     const json body = parse_body(req.body);
     completion_request request =
         parse_completion_request(body, kind, *m, state.options.default_sampling, state.options.special_in_content, req.body);
+    request.generation.speculation = state.options.default_speculation;
     // The header a balancer hashes on names the conversation ahead of the body's fields.
     if (const std::string header = req.get_header_value("X-Conversation-Id"); !header.empty()) {
         check_conversation_key("X-Conversation-Id", header);

@@ -33,6 +33,7 @@ cxxopts::Options make_options() {
     cxxopts::Options o("strata-server", "OpenAI-compatible HTTP server for a GGUF Mixture-of-Experts model");
     cli::add_model_flags(o);
     cli::add_sampling_flags(o);
+    cli::add_spec_flags(o);
     o.add_options("server")
         ("host", "address to listen on", cxxopts::value<std::string>()->default_value("127.0.0.1"))
         ("port", "port to listen on (0: any free port)", cxxopts::value<int>()->default_value("8080"))
@@ -117,6 +118,7 @@ server::server_options server_options_from(const cxxopts::ParseResult& a) {
     if (a.count("admin-key")) s.admin_key = a["admin-key"].as<std::string>();
     else if (const char* env = std::getenv("STRATA_ADMIN_KEY")) s.admin_key = env;
     s.default_sampling = cli::sampling_options_from(a);
+    s.default_speculation = cli::speculation_options_from(a);
     if (a.count("cors-origin")) s.cors_origin = a["cors-origin"].as<std::string>();
     s.special_in_content = a.count("special-in-content") > 0;
     s.webui = a.count("no-webui") == 0;

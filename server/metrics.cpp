@@ -61,6 +61,20 @@ static void render_memory_budget(std::string& out, const memory_budget_stats& b)
     out += fmt::format("strata_memory_budget_refusals_total {}\n", b.refusals);
 }
 
+// Speculative decoding's counters since the model loaded.
+static void render_speculation(std::string& out, const speculation_stats& s) {
+    family(out, "strata_spec_drafted_total", "counter", "Tokens drafted for speculative decoding.");
+    out += fmt::format("strata_spec_drafted_total {}\n", s.drafted);
+    family(out, "strata_spec_accepted_total", "counter", "Drafted tokens the model accepted.");
+    out += fmt::format("strata_spec_accepted_total {}\n", s.accepted);
+    family(out, "strata_spec_verifications_total", "counter", "Verification batches (the last token and its drafts).");
+    out += fmt::format("strata_spec_verifications_total {}\n", s.verifications);
+    family(out, "strata_spec_acceptance_ratio", "gauge", "Accepted over drafted tokens since the model loaded.");
+    out += fmt::format("strata_spec_acceptance_ratio {:.4f}\n", s.acceptance());
+    family(out, "strata_spec_turned_off_total", "counter", "Generations in which auto speculation turned itself off.");
+    out += fmt::format("strata_spec_turned_off_total {}\n", s.turned_off);
+}
+
 // The conversation cache's counters and size (--cache-ram).
 static void render_conversation_cache(std::string& out, const conversation_cache_stats& c) {
     family(out, "strata_conversation_cache_hits_total", "counter", "Prompts that restored a parked conversation snapshot.");
@@ -179,6 +193,7 @@ std::string metrics::render(const gauges& g) const {
         out += fmt::format("strata_placement_bytes{{slice=\"{}\",node=\"{}\"}} {}\n", n.slice, n.node, n.bytes);
     render_conversation_cache(out, g.conversations);
     render_memory_budget(out, g.memory);
+    render_speculation(out, g.speculation);
     render_recurrent_state(out, g);
     return out;
 }

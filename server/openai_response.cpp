@@ -22,7 +22,10 @@ json timings_json(const timings& t) {
             {"predicted_ms", t.predicted_ms},
             {"predicted_per_token_ms", t.predicted_n > 0 ? t.predicted_ms / t.predicted_n : 0.0},
             {"predicted_per_second", t.predicted_per_second()},
-            {"cache_n", t.cache_n}};
+            {"cache_n", t.cache_n},
+            {"draft_n", t.spec_drafted},
+            {"draft_n_accepted", t.spec_accepted},
+            {"draft_acceptance", t.spec_acceptance()}};
 }
 
 json usage_json(int prompt_tokens, const timings& t) {

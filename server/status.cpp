@@ -102,6 +102,16 @@ static json expert_section(const model_info& i, const std::optional<server_state
 }
 
 // Parked conversation snapshots (--cache-ram), most recently used first.
+// Speculative decoding: the configuration, totals since load, and the measured cost of a forward pass
+// of n tokens (what `auto` weighs drafts against).
+static json speculation_section(const speculation_options& o, const speculation_stats& st) {
+    json costs = json::array();
+    for (const auto& c : st.costs) costs.push_back({{"tokens", c.tokens}, {"ms", c.ms}, {"passes", c.passes}});
+    return {{"type", o.type}, {"n_max", o.n_max}, {"min_p", o.min_p}, {"drafted", st.drafted},
+            {"accepted", st.accepted}, {"acceptance", st.acceptance()}, {"verifications", st.verifications},
+            {"turned_off", st.turned_off}, {"pass_costs", costs}};
+}
+
 static json conversation_cache_section(const conversation_cache_stats& c) {
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     json entries = json::array();
@@ -202,6 +212,7 @@ json status_json(const server_state& state) {
                                      {"bytes_resident", c.bytes_resident}, {"tokens", c.tokens},
                                      {"rows_read", c.rows_read}, {"page_faults", c.page_faults}});
     s["memory_budget"] = memory_budget_section(m->memory_statistics());
+    s["speculation"] = speculation_section(state.options.default_speculation, m->speculation_statistics());
     return s;
 }
 
@@ -222,6 +233,7 @@ std::string metrics_text(const server_state& state) {
         g.state_checkpoint_bytes = snap->state_checkpoint_bytes;
     }
     if (const auto m = state.loaded_model()) {
+        g.speculation = m->speculation_statistics();
         g.placement = m->info().placement_nodes;
         g.conversations = m->conversation_statistics();
         g.memory = m->memory_statistics();

@@ -35,8 +35,14 @@ void delta_net_mixer::run(const layer_weights& l, int r, recurrent_state& state,
     conv_out_.resize(nt * static_cast<size_t>(conv_dim));
     g_.resize(nt * static_cast<size_t>(n_v));
     beta_.resize(nt * static_cast<size_t>(n_v));
+    const int64_t pos0 = state.pos();
+    // A speculative verification keeps the state after each token (recurrent_state::start_trace).
+    const bool trace = state.traced(static_cast<int>(pos0), state.conv(r)) != nullptr;
+    const size_t hist = static_cast<size_t>(hp_.ssm_conv_kernel - 1) * static_cast<size_t>(conv_dim);
+    if (trace) conv_prev_.assign(state.conv(r), state.conv(r) + hist);
     cpu::causal_conv1d_silu(state.conv(r), qkv, conv_dim, l.ssm_conv1d, n_tok, conv_dim, hp_.ssm_conv_kernel,
                             conv_out_.data(), conv_dim);
+    if (trace) trace_conv(state, r, n_tok, qkv);
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
     for (size_t t = 0; t < nt; ++t) {
         float* row = conv_out_.data() + t * conv_dim;
@@ -53,7 +59,6 @@ void delta_net_mixer::run(const layer_weights& l, int r, recurrent_state& state,
     const size_t scratch_floats = kChunk > 0 ? (cpu::delta_rule_chunked_scratch(dk, dk, kChunk) + 15) / 16 * 16 : 0;
     if (scratch_.size() < scratch_floats * n_v + 16) scratch_.resize(scratch_floats * n_v + 16);
     float* scratch0 = scratch_.data() + (16 - reinterpret_cast<uintptr_t>(scratch_.data()) / sizeof(float) % 16) % 16;
-    const int64_t pos0 = state.pos();
     parallel_rows(pool_, n_v, 1, [&](int64_t h0, int64_t h1) {
         for (int64_t h = h0; h < h1; ++h) {
             const int kh = hp_.ssm_v_tiled ? static_cast<int>(h % n_k) : static_cast<int>(h / group);
@@ -62,9 +67,21 @@ void delta_net_mixer::run(const layer_weights& l, int r, recurrent_state& state,
             const float* v = conv_out_.data() + 2 * static_cast<size_t>(key_dim) + static_cast<size_t>(h) * dk;
             float* S = S0 + static_cast<size_t>(h) * dk * dk;
             float* o = out + static_cast<size_t>(h) * dk;
-            cpu::delta_rule_run(S, pos0, dk, dk, n_tok, q, conv_dim, k, conv_dim, v, conv_dim, g_.data() + h, n_v,
-                                beta_.data() + h, n_v, o, value_dim, kChunk,
-                                scratch0 + static_cast<size_t>(h) * scratch_floats);
+            float* scratch = scratch0 + static_cast<size_t>(h) * scratch_floats;
+            if (!trace) {
+                cpu::delta_rule_run(S, pos0, dk, dk, n_tok, q, conv_dim, k, conv_dim, v, conv_dim, g_.data() + h, n_v,
+                                    beta_.data() + h, n_v, o, value_dim, kChunk, scratch);
+            } else {
+                // Token by token (the sequential form gives the same bits), copying the state after each.
+                for (size_t t = 0; t < nt; ++t) {
+                    const size_t in = t * static_cast<size_t>(conv_dim), gi = t * static_cast<size_t>(n_v);
+                    cpu::delta_rule_run(S, pos0 + static_cast<int64_t>(t), dk, dk, 1, q + in, conv_dim, k + in, conv_dim,
+                                        v + in, conv_dim, g_.data() + h + gi, n_v, beta_.data() + h + gi, n_v,
+                                        o + t * value_dim, value_dim, kChunk, scratch);
+                    if (float* copy = state.traced(static_cast<int>(pos0 + static_cast<int64_t>(t)), S))
+                        std::memcpy(copy, S, sizeof(float) * static_cast<size_t>(dk) * dk);
+                }
+            }
             for (size_t t = 0; t < nt; ++t) {
                 float* ot = o + t * value_dim;
                 const float* zt = z + t * value_dim + static_cast<size_t>(h) * dk;
@@ -105,6 +122,22 @@ void delta_net_mixer::split_ba(const hparams& hp, const float* ba, int n_tok, fl
                 b[t * n_v + h * group + j] = ba[t * 2 * n_v + h * 2 * group + j];
                 a[t * n_v + h * group + j] = ba[t * 2 * n_v + h * 2 * group + group + j];
             }
+}
+
+void delta_net_mixer::trace_conv(recurrent_state& state, int r, int n_tok, const float* qkv) const {
+    // The conv state after token t: the last kernel - 1 rows of [the state before the call | the inputs 0..t].
+    const int rows = hp_.ssm_conv_kernel - 1;
+    const size_t conv_dim = static_cast<size_t>(hp_.ssm_conv_dim());
+    for (int t = 0; t < n_tok; ++t) {
+        float* copy = state.traced(state.pos() + t, state.conv(r));
+        if (!copy) continue;
+        for (int j = 0; j < rows; ++j) {
+            const int i = t + 1 + j;  // index into [previous rows | inputs]
+            const float* src = i < rows ? conv_prev_.data() + static_cast<size_t>(i) * conv_dim
+                                        : qkv + static_cast<size_t>(i - rows) * conv_dim;
+            std::memcpy(copy + static_cast<size_t>(j) * conv_dim, src, conv_dim * sizeof(float));
+        }
+    }
 }
 
 }  // namespace strata::engine

@@ -36,9 +36,13 @@ public:
     static void split_ba(const hparams& hp, const float* ba, int n_tok, float* b, float* a);
 
 private:
+    // Copies the conv state after each of the call's tokens into the state's trace (qkv: the inputs).
+    void trace_conv(recurrent_state& state, int r, int n_tok, const float* qkv) const;
+
     arenas::expert_pool& pool_;
     const hparams& hp_;
     std::vector<float> conv_out_;  // [n_tok][conv_dim]
+    std::vector<float> conv_prev_; // the conv state before a traced call (recurrent_state::start_trace)
     std::vector<float> g_, beta_;  // [n_tok][n_v_head]
     std::vector<float> scratch_;   // [n_v_head][the chunked kernel's scratch], 64-byte aligned
 };

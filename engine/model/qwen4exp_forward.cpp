@@ -86,6 +86,15 @@ void forward_pass::ple_block(const layer_weights& l, const int32_t* tokens, int 
             table.reads->faults += thread_major_faults() - faults0;
         }
     }
+    if (st.traced(st.pos(), st.ple_window())) {
+        // A speculative verification keeps the window after each token.
+        const int n_prev = hp_.ple_ngram - 1;
+        std::vector<float> window(st.ple_window(), st.ple_window() + n_prev);
+        for (int t = 0; t < n_tok; ++t) {
+            ple_push_window(hp_, window.data(), tokens + t, 1);
+            if (float* copy = st.traced(st.pos() + t, st.ple_window())) std::copy(window.begin(), window.end(), copy);
+        }
+    }
     ple_push_window(hp_, st.ple_window(), tokens, n_tok);
     ple_k_.resize(nt * dim);
     ple_v_.resize(nt * n);
@@ -125,6 +134,10 @@ void forward_pass::ple_block(const layer_weights& l, const int32_t* tokens, int 
             hc_x_[static_cast<size_t>(t) * dim + c] += gated[static_cast<size_t>(t) * dim + c] + silu(acc);
         }
     if (hist == 0) return;
+    for (int t = 0; t < n_tok; ++t)  // a speculative verification's copies: the last hist inputs after token t
+        if (float* copy = st.traced(st.pos() + t, state))
+            for (int j = 0; j < hist; ++j)
+                std::memcpy(copy + static_cast<size_t>(j) * dim, input(t + 1 - hist + j), sizeof(float) * dim);
     // Keep the last hist inputs, oldest first.
     std::vector<float> next(static_cast<size_t>(hist) * dim);
     for (int j = 0; j < hist; ++j)
@@ -197,6 +210,9 @@ void forward_pass::eval_layers_qwen4(const int32_t* tokens, int n_tok, int pos0,
         hc_add(n_tok, blk_out_.data(), hc_inj_.data());
     }
     std::memcpy(st.hc_last(), hc_x_.data() + (nt - 1) * dim, dim * sizeof(float));
+    for (int t = 0; t < n_tok; ++t)
+        if (float* copy = st.traced(st.pos() + t, st.hc_last()))
+            std::memcpy(copy, hc_x_.data() + static_cast<size_t>(t) * dim, dim * sizeof(float));
     if (!logits) return;
     const int first = all_logits ? 0 : n_tok - 1;
     arenas::scoped_seconds t_head(seconds(phase_clock::head));

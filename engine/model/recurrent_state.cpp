@@ -25,6 +25,7 @@ void recurrent_state::reset() {
     std::fill(data_.begin(), data_.end(), 0.0f);
     pos_ = 0;
     checkpoints_.clear();
+    trace_on_ = false;
 }
 
 void recurrent_state::checkpoint() {
@@ -54,6 +55,34 @@ int recurrent_state::cut_back(int n_pos) {
     data_ = checkpoints_.back().data;
     pos_ = checkpoints_.back().pos;
     return pos_;
+}
+
+void recurrent_state::start_trace(int n) {
+    trace_pos_ = pos_;
+    trace_n_ = std::max(0, n);
+    trace_.resize(static_cast<size_t>(trace_n_) * data_.size());
+    trace_on_ = trace_n_ > 0;
+}
+
+void recurrent_state::release_trace() {
+    trace_on_ = false;
+    trace_n_ = 0;
+    std::vector<float>().swap(trace_);
+}
+
+float* recurrent_state::traced(int pos, const float* live) {
+    if (!trace_on_ || pos < trace_pos_ || pos >= trace_pos_ + trace_n_) return nullptr;
+    return trace_.data() + static_cast<size_t>(pos - trace_pos_) * data_.size() + (live - data_.data());
+}
+
+bool recurrent_state::restore_traced(int n_pos) {
+    const int i = n_pos - 1 - trace_pos_;
+    if (i < 0 || i >= trace_n_) return false;
+    const auto from = trace_.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(i) * data_.size());
+    std::copy(from, from + static_cast<ptrdiff_t>(data_.size()), data_.begin());
+    pos_ = n_pos;
+    std::erase_if(checkpoints_, [&](const state_checkpoint& k) { return k.pos > n_pos; });
+    return true;
 }
 
 void recurrent_state::assign(const state_checkpoint& c, std::vector<state_checkpoint> others) {

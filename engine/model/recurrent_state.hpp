@@ -49,6 +49,19 @@ public:
     // Goes back to the newest checkpoint at or before n_pos (the zero state at 0 when none), drops
     // the checkpoints after it, and returns its position.
     int cut_back(int n_pos);
+    // Per-position copies for speculative decoding: while a trace of n positions from pos() is on, the
+    // passes write the state after each of the tokens at positions pos() .. pos() + n - 1 into it, so
+    // rejected drafts are dropped by going back to one of them instead of evaluating the kept ones again.
+    void start_trace(int n);
+    void stop_trace() { trace_on_ = false; }  // the copies stay until the next start_trace
+    void release_trace();                      // off, and its memory given back
+    // Where the part of the state at `live` (a pointer into data()) goes in the copy after the token at
+    // position pos; nullptr when no trace is on or pos is outside it.
+    float* traced(int pos, const float* live);
+    // Goes to the state after n_pos tokens, from the trace (n_pos - 1 within it), and drops the
+    // checkpoints past it. False when the trace does not hold it.
+    bool restore_traced(int n_pos);
+    size_t trace_bytes() const { return trace_.size() * sizeof(float); }
     // Sets the state to `c` (whose size must match) and keeps `others` as the checkpoints.
     void assign(const state_checkpoint& c, std::vector<state_checkpoint> others);
 
@@ -66,6 +79,9 @@ private:
     int pos_ = 0;
     std::vector<state_checkpoint> checkpoints_;  // by position
     size_t max_checkpoints_ = default_max_checkpoints;
+    std::vector<float> trace_;  // [trace_n_][data_.size()]
+    int trace_pos_ = 0, trace_n_ = 0;
+    bool trace_on_ = false;
 };
 
 // Bytes of one sequence's recurrent state of hp (0 for families without DeltaNet layers).

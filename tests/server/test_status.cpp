@@ -172,6 +172,38 @@ TEST(ServerStatus, StatusHasTheDocumentedFields) {
     EXPECT_EQ(j["queue"]["served"], 1);
 }
 
+// --spec-type ngram: the same greedy text as without it, the drafts counted in the response's timings,
+// /v1/status and /metrics.
+TEST(ServerStatus, SpeculationCountsDraftsAndKeepsTheText) {
+    const json body = {{"prompt", "a b c d a b c d a b c d a b c d a b"}, {"max_tokens", 24}, {"temperature", 0},
+                       {"ignore_eos", true}};
+    server_options plain_options;
+    plain_options.default_speculation.type = "off";
+    test_server plain(plain_options);
+    const reply want = plain.post("/v1/completions", body);
+    ASSERT_EQ(want.status, 200) << want.body;
+    server_options o;
+    o.default_speculation.type = "ngram";
+    test_server s(o);
+    const reply got = s.post("/v1/completions", body);
+    ASSERT_EQ(got.status, 200) << got.body;
+    EXPECT_EQ(got.parsed()["choices"][0]["text"], want.parsed()["choices"][0]["text"]);
+    const json t = got.parsed()["timings"];
+    for (const char* k : {"draft_n", "draft_n_accepted", "draft_acceptance"}) ASSERT_TRUE(t.contains(k)) << t.dump();
+    std::printf("  %d drafted, %d accepted\n", t["draft_n"].get<int>(), t["draft_n_accepted"].get<int>());
+    EXPECT_GT(t["draft_n"].get<int>(), 0);  // the prompt repeats itself: the drafter finds text to quote
+    EXPECT_GE(t["draft_n"].get<int>(), t["draft_n_accepted"].get<int>());
+    EXPECT_EQ(want.parsed()["timings"]["draft_n"], 0);
+    const json spec = s.status()["speculation"];
+    EXPECT_EQ(spec["type"], "ngram");
+    EXPECT_GE(spec["drafted"].get<int>(), t["draft_n"].get<int>());
+    ASSERT_FALSE(spec["pass_costs"].empty());
+    EXPECT_EQ(spec["pass_costs"][0]["tokens"], 1);
+    const std::vector<sample> m = parse_prometheus(s.get("/metrics").body);
+    EXPECT_EQ(value_of(m, "strata_spec_drafted_total"), spec["drafted"].get<double>());
+    EXPECT_EQ(value_of(m, "strata_spec_accepted_total"), spec["accepted"].get<double>());
+}
+
 TEST(ServerStatus, HealthWhileLoadingThenReady) {
     test_server s(server_options{}, false);
     const reply loading = s.get("/health");

@@ -24,6 +24,7 @@
 #include "gguf/gguf_reader.hpp"
 #include "model_info.hpp"
 #include "modes.hpp"
+#include "spec_bench.hpp"
 #include "strata/engine.hpp"
 
 namespace strata::bench {
@@ -240,6 +241,8 @@ int run(int argc, char** argv) {
                       "--gpu: cpu,100,50,20",
          cxxopts::value<std::string>()->default_value(""))
         ("breakdown", "time each part of the decode forward passes (CPU arms): ms, MiB and GB/s per token by part")
+        ("spec", "speculative decoding instead: plain, n-gram, auto and forced-draft arms, verification cost "
+                 "k = 1..8, break-even acceptance, speed vs forced acceptance (-n tokens, -r repeats, -p prompt)")
         ("json", "print JSON instead of a markdown table")
         ("h,help", "show help");
     const auto a = opts.parse(argc, argv);
@@ -251,6 +254,7 @@ int run(int argc, char** argv) {
     const int n_prompt = a["n-prompt"].as<int>(), n_gen = a["n-gen"].as<int>(), reps = a["repetitions"].as<int>();
     if (n_prompt < 1 || n_gen < 2 || reps < 1)
         throw std::invalid_argument("-p must be >= 1, -n >= 2 and -r >= 1");
+    if (a.count("spec")) return run_spec_bench({path, n_gen, reps, std::min(n_prompt, 256), 8});
     const int gpu = a["gpu"].as<int>();
     std::string residency_list = a["residency"].as<std::string>();
     if (residency_list.empty() && gpu >= 0) residency_list = "cpu,100,50,20";

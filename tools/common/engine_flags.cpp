@@ -72,6 +72,18 @@ void add_sampling_flags(cxxopts::Options& o) {
         ("s,seed", "random seed (default: random)", cxxopts::value<uint64_t>());
 }
 
+void add_spec_flags(cxxopts::Options& o) {
+    o.add_options("speculative decoding")
+        ("spec-type", "drafts verified in one batch: auto (drafts when they pay), ngram, mtp, off; llama.cpp's "
+                      "names ngram-simple, ngram-map-k, ngram-map-k4v, draft-mtp, none too",
+         cxxopts::value<std::string>()->default_value("auto"))
+        ("spec", "drafted tokens per step at most (1..16)", cxxopts::value<int>()->default_value("4"))
+        ("draft-max", "llama.cpp's name for --spec", cxxopts::value<int>())
+        ("spec-min-p", "MTP: stop drafting when a draft's probability is below this",
+         cxxopts::value<float>()->default_value("0.5"))
+        ("draft-p-min", "llama.cpp's name for --spec-min-p", cxxopts::value<float>());
+}
+
 namespace {
 
 // The RoPE flags, each checked when given (the engine reads 0 or negative as "the model's").
@@ -165,6 +177,31 @@ sampling_options sampling_options_from(const cxxopts::ParseResult& a) {
     s.presence_penalty = a["presence-penalty"].as<float>();
     s.frequency_penalty = a["frequency-penalty"].as<float>();
     if (a.count("seed")) s.seed = a["seed"].as<uint64_t>();
+    return s;
+}
+
+speculation_options speculation_options_from(const cxxopts::ParseResult& a) {
+    speculation_options s;
+    const std::string type = a["spec-type"].as<std::string>();
+    if (type == "ngram" || type == "ngram-simple" || type == "ngram-map-k" || type == "ngram-map-k4v")
+        s.type = "ngram";
+    else if (type == "mtp" || type == "draft-mtp")
+        s.type = "mtp";
+    else if (type == "off" || type == "none")
+        s.type = "off";
+    else if (type == "auto")
+        s.type = "auto";
+    else
+        throw std::invalid_argument(fmt::format("--spec-type {}: not a speculation type (valid: auto, ngram, mtp, off, "
+                                                "and llama.cpp's ngram-simple, ngram-map-k, ngram-map-k4v, draft-mtp, "
+                                                "none)",
+                                                type));
+    s.n_max = a.count("draft-max") ? a["draft-max"].as<int>() : a["spec"].as<int>();
+    s.min_p = a.count("draft-p-min") ? a["draft-p-min"].as<float>() : a["spec-min-p"].as<float>();
+    if (s.n_max < 1 || s.n_max > 16)
+        throw std::invalid_argument(fmt::format("--spec {}: the draft length must be 1..16", s.n_max));
+    if (!(s.min_p >= 0.0f && s.min_p <= 1.0f))
+        throw std::invalid_argument(fmt::format("--spec-min-p {}: must be 0..1", s.min_p));
     return s;
 }
 

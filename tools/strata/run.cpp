@@ -16,6 +16,7 @@ int run_generate(int argc, char** argv) {
     cxxopts::Options options("strata run", "Generate text with a GGUF MoE model");
     add_model_flags(options);
     add_sampling_flags(options);
+    add_spec_flags(options);
     options.add_options("generation")
         ("p,prompt", "prompt text", cxxopts::value<std::string>())
         ("n,n-predict", "tokens to generate at most", cxxopts::value<int>()->default_value("128"))
@@ -33,6 +34,7 @@ int run_generate(int argc, char** argv) {
     const model_options mo = model_options_from(args);
     generation_options go;
     go.sampling = sampling_options_from(args);
+    go.speculation = speculation_options_from(args);
     go.max_tokens = args["n-predict"].as<int>();
     if (args.count("stop")) go.stop = args["stop"].as<std::vector<std::string>>();
     go.ignore_eos = args.count("ignore-eos") > 0;
@@ -58,9 +60,13 @@ int run_generate(int argc, char** argv) {
     fmt::print("\n");
     std::fflush(stdout);
     fmt::print(stderr, "prompt: {} tokens in {:.1f} ms ({:.1f} tokens/s); decode: {} tokens in {:.1f} ms ({:.1f} tokens/s); "
-                       "stopped by {}\n",
+                       "{}stopped by {}\n",
                r.time.prompt_n, r.time.prompt_ms, r.time.prompt_per_second(), r.time.predicted_n, r.time.predicted_ms,
-               r.time.predicted_per_second(), r.reason == stop_reason::eos ? "end of generation"
+               r.time.predicted_per_second(),
+               r.time.spec_drafted > 0 ? fmt::format("speculation: {} drafted, {} accepted ({:.0f} %); ", r.time.spec_drafted,
+                                                    r.time.spec_accepted, 100 * r.time.spec_acceptance())
+                                       : std::string(),
+               r.reason == stop_reason::eos ? "end of generation"
                                               : r.reason == stop_reason::stop_string ? "stop string"
                                               : r.reason == stop_reason::length ? "length" : "cancellation");
     return 0;

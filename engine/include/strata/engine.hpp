@@ -93,9 +93,27 @@ struct sampling_options {
     std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
+// Speculative decoding: each step drafts tokens and the model verifies them with the last token in one
+// batch. The output is the same token for token as without it, greedy or seeded sampling alike (a
+// draft is kept when the sampler, drawing from the verified logits, picks it).
+struct speculation_options {
+    // "off" | "ngram": drafts from the context (prompt lookup), n_max each step | "auto": n-gram drafts,
+    // their number chosen each step from the measured cost of a verification and the running
+    // acceptance rate, 0 when drafting does not pay | "mtp": the file's next-token-prediction block
+    // (not implemented yet: a request_error) | "forced": drafts from `forced` (benchmarks and tests).
+    std::string type = "off";
+    int n_max = 4;                   // drafts per step at most (1..16)
+    float min_p = 0.5f;              // MTP: stop drafting when the draft's own probability is below this
+    int ngram_min = 2;               // n-gram drafts: the shortest run of last tokens matched (1..4)
+    // "forced": the draft for generated token i is forced[i] (a known continuation, or one altered to
+    // give a chosen acceptance rate), n_max of them each step.
+    std::vector<int32_t> forced;
+};
+
 struct generation_options {
     int max_tokens = 256;            // tokens to generate at most (also bounded by the context)
     sampling_options sampling;
+    speculation_options speculation;
     std::vector<std::string> stop;   // stop strings (not part of the returned text)
     int top_logprobs = 0;            // > 0: that many alternatives per token, with log-probabilities
     bool logprobs = false;           // record the chosen tokens' log-probabilities
@@ -159,6 +177,11 @@ struct timings {
     // by part, in forward order; "other" is what no part covers (embedding, norms, residual adds).
     std::vector<phase_time> decode_phases;
     int decode_passes = 0;
+    // Speculative decoding: tokens drafted, drafts the model accepted, verification batches run.
+    int spec_drafted = 0;
+    int spec_accepted = 0;
+    int spec_verifications = 0;
+    double spec_acceptance() const { return spec_drafted > 0 ? double(spec_accepted) / spec_drafted : 0.0; }
     double prompt_per_second() const { return prompt_ms > 0 ? prompt_n * 1000.0 / prompt_ms : 0; }
     double predicted_per_second() const { return predicted_ms > 0 ? predicted_n * 1000.0 / predicted_ms : 0; }
 };
@@ -234,6 +257,22 @@ struct expert_stats {
     uint64_t expert_lookups = 0;
     uint64_t vram_hits = 0;
     double hit_rate() const { return expert_lookups ? double(vram_hits) / double(expert_lookups) : 0.0; }
+};
+
+// Speculative decoding since the model was loaded, and the cost curve `auto` uses: the wall time of a
+// forward pass of n tokens (n = 1..17) as measured on this model, with how many passes it averages.
+struct speculation_stats {
+    uint64_t drafted = 0;
+    uint64_t accepted = 0;
+    uint64_t verifications = 0;
+    uint64_t turned_off = 0;                // generations in which `auto` turned drafting off
+    struct pass_cost {
+        int tokens = 0;
+        double ms = 0;
+        int passes = 0;
+    };
+    std::vector<pass_cost> costs;           // measured sizes only, by tokens
+    double acceptance() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
 };
 
 // The conversation cache: KV snapshots of sessions parked when a session moved on to an unrelated
@@ -322,6 +361,8 @@ public:
     conversation_cache_stats conversation_statistics() const;
     // The cold file-backed regions (qwen4exp's PLE table; empty for other models). Safe from any thread.
     std::vector<cold_region_stats> cold_regions() const;
+    // Speculative decoding's counters and measured costs. Safe from any thread.
+    speculation_stats speculation_statistics() const;
     // The step batcher's counters. Safe from any thread; does not wait for the engine thread.
     batch_stats batching() const;
     // The memory budget and its use. Safe from any thread; does not wait for the engine thread.

@@ -37,6 +37,7 @@ struct server_options {
     size_t max_bytes_in_flight = 256u << 20;  // request heads and bodies being read or answered; past it 503
     int max_waiting_requests = 256;         // complete requests waiting for a request thread; more get 503
     sampling_options default_sampling;      // for fields a request leaves out
+    speculation_options default_speculation;  // --spec-type, --spec, --spec-min-p: every request's
     bool special_in_content = false;        // control tokens written in chat messages count as tokens
     bool webui = true;                      // serve the chat page at / and the live view at /dashboard
     bool reasoning_inline = false;          // --reasoning-format none: <think>...</think> stays in content
