@@ -168,6 +168,7 @@ int run(int argc, char** argv) {
         "batch", "tokens per step (the server's --batch)", cxxopts::value<int>()->default_value("512"))(
         "prefill-pace", "the server's --prefill-pace", cxxopts::value<double>()->default_value("2"))(
         "breakdown", "time the decode steps by part of the pass (ms per step, after the table)")(
+        "no-repack", "keep the weights in the GGUF layout (as strata's --no-repack)")(
         "threads", "pool workers", cxxopts::value<int>())("numa-pool", "as strata's --numa-pool",
                                                           cxxopts::value<std::string>()->default_value("auto"))(
         "h,help", "show help");
@@ -186,6 +187,7 @@ int run(int argc, char** argv) {
     mo.n_batch = a["batch"].as<int>();
     mo.prefill_pace = a["prefill-pace"].as<double>();
     mo.phase_timing = a.count("breakdown") > 0;
+    mo.repack = a.count("no-repack") == 0;
     mo.n_ctx = std::max(n_long, n_prompt + 5 * n_gen) + 64;
     mo.cache_ram_mib = 0;
     const auto m = model::load(mo);
