@@ -276,8 +276,8 @@ struct batch_stats {
     bool sequences_in_one_pass = false;  // false: a step evaluates its sequences in turn (latent attention,
                                          // recurrent layers, the GPU hybrid)
     // With model_options::phase_timing on a CPU-only model: the steps of two or more decode rows and no
-    // prompt tokens, by part of the pass (as timings::decode_phases), then "batcher": the rest of the step
-    // (assembling it, sampling, token callbacks).
+    // prompt tokens, by part of the pass (as timings::decode_phases), then "batcher": the step's time after
+    // the pass (sampling, token callbacks).
     std::vector<phase_time> step_phases;
     uint64_t timed_steps = 0;
 };
