@@ -83,7 +83,7 @@ struct generation {
     bool settled = false;                    // rejected drafts dropped, totals counted
 };
 
-step_batcher::step_batcher(model::impl& m) : m_(m) {}
+step_batcher::step_batcher(model::impl& m) : m_(m), pacer_(m.options.prefill_pace) {}
 step_batcher::~step_batcher() = default;
 
 std::future<generation_result> step_batcher::submit(session::impl& s, std::vector<int32_t> prompt,
@@ -113,6 +113,12 @@ batch_stats step_batcher::stats() const {
     b.sequences_in_one_pass = !m_.hybrid && m_.forward && m_.forward->batches_sequences();
     std::lock_guard lock(mutex_);
     b.waiting = static_cast<int>(pending_.size());
+    if (step_parts_.passes > 0) {
+        for (int p = 0; p < engine::phase_clock::n_parts; ++p)
+            b.step_phases.push_back({engine::phase_clock::name(p), 1e3 * step_parts_.seconds[p], step_parts_.bytes[p]});
+        b.step_phases.push_back({"batcher", 1e3 * batcher_seconds_, 0});
+        b.timed_steps = static_cast<uint64_t>(step_parts_.passes);
+    }
     return b;
 }
 
@@ -166,13 +172,17 @@ bool step_batcher::step() {
     std::vector<engine::step_segment> segs;
     std::vector<generation*> owners;
     std::vector<generation*> ended;
-    int rows = 0;
+    int rows = 0, n_decode = 0, prompt_left = 0;
     const auto reserve = [&](generation& g, int n_tok) {
         g.s.grow(static_cast<int>(g.s.cached.size()) + n_tok);
     };
-    // Decode rows first, then prompt chunks, each round-robin from next_.
-    for (int pass = 0; pass < 2; ++pass)
-        for (size_t i = 0; i < n && rows < budget; ++i) {
+    // Decode rows first, then prompt chunks (as many tokens as the pacer allows), each round-robin from next_.
+    for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1) {
+            n_decode = rows;
+            prompt_left = pacer_.prompt_tokens(n_decode, budget);
+        }
+        for (size_t i = 0; i < n && rows < budget && (pass == 0 || prompt_left > 0); ++i) {
             generation& g = *active_[(next_ + i) % n];
             if (g.decoding != (pass == 0) || std::find(ended.begin(), ended.end(), &g) != ended.end()) continue;
             if (g.s.cancel.load(std::memory_order_relaxed)) {
@@ -199,7 +209,7 @@ bool step_batcher::step() {
                 segs.push_back(decode_segment(g));
             } else {
                 const size_t fed = g.s.cached.size();
-                const int n_tok = std::min({static_cast<int>(g.prompt.size() - fed), budget - rows, m_.options.n_batch});
+                const int n_tok = std::min(static_cast<int>(g.prompt.size() - fed), prompt_left);
                 try {
                     reserve(g, n_tok);
                 } catch (const engine::kv_cache_full& e) {
@@ -214,19 +224,26 @@ bool step_batcher::step() {
             }
             owners.push_back(&g);
             rows += segs.back().n_tok;
+            if (pass == 1) prompt_left -= segs.back().n_tok;
         }
+    }
     if (n > 0) next_ = (next_ + 1) % n;
+    const clock_type::time_point t_step = clock_type::now();
+    bool timed_step = false;
     if (!segs.empty()) {
         // Phase timing describes one generation's decode passes: only while it is alone in the step.
         generation* timed = m_.options.phase_timing && !m_.hybrid && owners.size() == 1 && owners[0]->decoding
                                 ? owners[0] : nullptr;
-        if (timed) m_.forward->set_clock(&timed->parts);
+        // Steps of several decode rows are timed into step_parts_ (batch_stats::step_phases).
+        timed_step = m_.options.phase_timing && !m_.hybrid && owners.size() > 1 && n_decode == rows;
+        if (timed_step) pass_parts_ = {};
+        if (timed || timed_step) m_.forward->set_clock(timed ? &timed->parts : &pass_parts_);
         struct detach {
             engine::forward_pass* f;
             ~detach() {
                 if (f) f->set_clock(nullptr);
             }
-        } detached{timed ? m_.forward.get() : nullptr};
+        } detached{timed || timed_step ? m_.forward.get() : nullptr};
         const uint64_t bytes_before = m_.forward ? m_.forward->bytes_read() : 0;
         try {
             const auto t_step = clock_type::now();
@@ -286,6 +303,25 @@ bool step_batcher::step() {
             continue;
         }
         if (!go_on) ended.push_back(&g);
+    }
+    if (!segs.empty()) {
+        const double ms = ms_since(t_step);
+        pacer_.observe(n_decode, rows - n_decode, ms);
+        if (n_decode > 0 && rows > n_decode)
+            logger("engine")->debug("Step: {} decode rows and {} prompt tokens in {:.1f} ms (decode-only step {:.1f} ms, "
+                                    "{:.2f} ms per prompt token).", n_decode, rows - n_decode, ms, pacer_.decode_ms(),
+                                    pacer_.token_ms());
+    }
+    if (timed_step) {
+        double pass = 0;
+        for (double x : pass_parts_.seconds) pass += x;
+        std::lock_guard lock(mutex_);
+        for (int p = 0; p < engine::phase_clock::n_parts; ++p) {
+            step_parts_.seconds[p] += pass_parts_.seconds[p];
+            step_parts_.bytes[p] += pass_parts_.bytes[p];
+        }
+        ++step_parts_.passes;
+        batcher_seconds_ += ms_since(t_step) / 1e3 - pass;
     }
     std::erase_if(active_, [&](const std::unique_ptr<generation>& g) {
         return std::find(ended.begin(), ended.end(), g.get()) != ended.end();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/forward.hpp"
+#include "prefill_pacer.hpp"
 #include "strata/engine.hpp"
 
 namespace strata {
@@ -54,6 +55,10 @@ private:
     bool posted_ = false;                               // a pump task is queued or running
     std::vector<std::unique_ptr<generation>> active_;   // engine thread only
     size_t next_ = 0;                                   // round-robin start
+    prefill_pacer pacer_;                               // prompt tokens per step beside decode rows
+    engine::phase_clock pass_parts_;                    // the current step's pass (phase timing)
+    engine::phase_clock step_parts_;                    // summed over timed steps; under mutex_
+    double batcher_seconds_ = 0;                        // their time outside the pass; under mutex_
     bool logged_sequential_ = false;
     std::atomic<uint64_t> steps_{0}, rows_{0}, bytes_{0};
     std::atomic<int> n_active_{0}, last_rows_{0}, max_rows_{0};

@@ -1,6 +1,7 @@
 #include "engine_impl.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
@@ -246,6 +247,8 @@ model_options checked(model_options o, int n_ctx_train) {
     if (o.n_ctx < 0) throw std::runtime_error(fmt::format("the context length must be positive, got {}", o.n_ctx));
     if (o.n_ctx == 0) o.n_ctx = n_ctx_train > 0 ? n_ctx_train : 4096;
     if (o.n_batch < 1) throw std::runtime_error(fmt::format("the batch size must be positive, got {}", o.n_batch));
+    if (!std::isfinite(o.prefill_pace))
+        throw std::runtime_error(fmt::format("--prefill-pace must be a number, got {}", o.prefill_pace));
     if (o.gpu_sessions < 1)
         throw std::runtime_error(fmt::format("--gpu-sessions must be at least 1, got {}", o.gpu_sessions));
     if (o.state_checkpoint_interval < 0)

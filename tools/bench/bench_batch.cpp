@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -77,7 +78,18 @@ struct row {
     double aggregate = 0, per_stream = 0, ttft_ms = 0;
     double bytes_per_step = 0, rows_per_step = 0, bound = 0;
     double gap_p50 = 0, gap_p99 = 0, long_p50 = 0, long_p99 = 0;
+    double long_s = 0;  // the long prompt's time to its first token
+    std::vector<std::pair<std::string, double>> parts;  // --breakdown: ms per decode step by part
 };
+
+// Per step: the phases summed over `steps` passes.
+std::vector<std::pair<std::string, double>> per_step(const std::vector<phase_time>& after,
+                                                     const std::vector<phase_time>& before, double steps) {
+    std::vector<std::pair<std::string, double>> out;
+    for (size_t i = 0; i < after.size(); ++i)
+        out.emplace_back(after[i].name, (after[i].ms - (i < before.size() ? before[i].ms : 0)) / steps);
+    return out;
+}
 
 row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_gen, int n_long, double bw_gbs) {
     const int n_vocab = m->info().n_vocab;
@@ -99,7 +111,9 @@ row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_
     const batch_stats before = m->batching();
     for (auto& s : ss) s.start(n_gen);
     for (auto& s : ss) {
-        s.f.get();
+        const generation_result g = s.f.get();
+        if (n_streams == 1 && g.time.decode_passes > 0)
+            r.parts = per_step(g.time.decode_phases, {}, g.time.decode_passes);
         const double ms = ms_between(s.tokens.front(), s.tokens.back());
         const double rate = (static_cast<double>(s.tokens.size()) - 1) * 1000 / ms;
         r.aggregate += rate;
@@ -110,6 +124,8 @@ row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_
     r.bytes_per_step = static_cast<double>(after.bytes - before.bytes) / steps;
     r.rows_per_step = static_cast<double>(after.rows - before.rows) / steps;
     r.bound = bw_gbs * 1e9 / r.bytes_per_step * r.rows_per_step;
+    if (after.timed_steps > before.timed_steps)
+        r.parts = per_step(after.step_phases, before.step_phases, static_cast<double>(after.timed_steps - before.timed_steps));
     // 3. The streams decode again; once each has a few tokens, a long prompt arrives on its own session.
     if (n_long > 0) {
         stream longp;
@@ -123,6 +139,7 @@ row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_
         longp.start(1);
         longp.f.get();
         const auto long_done = longp.tokens.front();
+        r.long_s = ms_between(long_at, long_done) / 1000;
         std::vector<double> solo, during;
         for (auto& s : ss) {
             s.f.get();
@@ -149,6 +166,9 @@ int run(int argc, char** argv) {
         "long", "tokens of the prompt that arrives while the streams decode (0: skip)",
         cxxopts::value<int>()->default_value("4096"))(
         "batch", "tokens per step (the server's --batch)", cxxopts::value<int>()->default_value("512"))(
+        "prefill-pace", "the server's --prefill-pace", cxxopts::value<double>()->default_value("2"))(
+        "breakdown", "time the decode steps by part of the pass (ms per step, after the table)")(
+        "no-repack", "keep the weights in the GGUF layout (as strata's --no-repack)")(
         "threads", "pool workers", cxxopts::value<int>())("numa-pool", "as strata's --numa-pool",
                                                           cxxopts::value<std::string>()->default_value("auto"))(
         "h,help", "show help");
@@ -165,27 +185,43 @@ int run(int argc, char** argv) {
     mo.numa_pool = a["numa-pool"].as<std::string>();
     if (a.count("threads")) mo.pool_workers = a["threads"].as<int>();
     mo.n_batch = a["batch"].as<int>();
+    mo.prefill_pace = a["prefill-pace"].as<double>();
+    mo.phase_timing = a.count("breakdown") > 0;
+    mo.repack = a.count("no-repack") == 0;
     mo.n_ctx = std::max(n_long, n_prompt + 5 * n_gen) + 64;
     mo.cache_ram_mib = 0;
     const auto m = model::load(mo);
     int threads = 0;
     for (const auto& s : m->info().pool_slices) threads += s.threads;
-    std::printf("model %s, %d threads, --batch %d; each stream: %d-token prompt, %d decoded tokens; long prompt %d "
-                "tokens\n\n", mo.path.c_str(), threads, mo.n_batch, n_prompt, n_gen, n_long);
+    std::printf("model %s, %d threads, --batch %d, --prefill-pace %g; each stream: %d-token prompt, %d decoded tokens; long prompt %d "
+                "tokens\n\n", mo.path.c_str(), threads, mo.n_batch, mo.prefill_pace, n_prompt, n_gen, n_long);
     std::printf("| streams | aggregate decode tok/s | per stream tok/s | vs 1 stream | TTFT ms | MiB read per step | "
                 "rows per step | bound tok/s (read GB/s) | aggregate / bound | gap p50/p99 ms | with long prompt "
-                "p50/p99 ms | p99 / solo p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                "p50/p99 ms | p99 / solo p99 | long prompt s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     double one = 0;
+    std::vector<row> rows;
     for (int n : counts) {
         const double bw = read_bandwidth_gbs(std::max(threads, 1));
         const row r = measure(m, n, n_prompt, n_gen, n_long, bw);
         if (n == 1 || one == 0) one = r.aggregate / n;
         std::printf("| %d | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2f | %.1f (%.1f) | %.0f %% | %.1f / %.1f | %.1f / %.1f | "
-                    "%.2fx |\n",
+                    "%.2fx | %.1f |\n",
                     n, r.aggregate, r.per_stream, r.aggregate / one, r.ttft_ms, r.bytes_per_step / (1 << 20),
                     r.rows_per_step, r.bound, bw, 100 * r.aggregate / r.bound, r.gap_p50, r.gap_p99, r.long_p50,
-                    r.long_p99, r.gap_p99 > 0 ? r.long_p99 / r.gap_p99 : 0.0);
+                    r.long_p99, r.gap_p99 > 0 ? r.long_p99 / r.gap_p99 : 0.0, r.long_s);
         std::fflush(stdout);
+        rows.push_back(r);
+    }
+    if (!mo.phase_timing) return 0;
+    std::printf("\nms per decode step by part:\n\n| part |");
+    for (const row& r : rows) std::printf(" %d streams |", r.streams);
+    std::printf("\n|---|");
+    for (size_t i = 0; i < rows.size(); ++i) std::printf("---|");
+    std::printf("\n");
+    for (size_t p = 0; !rows.empty() && p < rows.back().parts.size(); ++p) {
+        std::printf("| %s |", rows.back().parts[p].first.c_str());
+        for (const row& r : rows) std::printf(" %.2f |", p < r.parts.size() ? r.parts[p].second : 0.0);
+        std::printf("\n");
     }
     return 0;
 }

@@ -11,6 +11,9 @@ void add_model_flags(cxxopts::Options& o) {
         ("m,model", "GGUF model file", cxxopts::value<std::string>())
         ("c,ctx", "context length in tokens (0: the model's training context; the KV cache grows as it fills)", cxxopts::value<int>()->default_value("0"))
         ("b,batch", "prompt tokens per forward batch", cxxopts::value<int>()->default_value("512"))
+        ("prefill-pace", "while other generations decode, a step with prompt tokens takes at most F times a "
+                         "decode-only step (the prompt chunk follows from measured step times; <= 1: whole --batch)",
+         cxxopts::value<double>()->default_value("2"))
         ("kv", "KV cache type: f16 | int8", cxxopts::value<std::string>()->default_value("f16"))
         ("numa-pool", "CPU expert pool split across NUMA nodes: auto | off | on | test | test:N "
                       "(default: STRATA_NUMA_POOL, else auto)", cxxopts::value<std::string>())
@@ -121,6 +124,7 @@ model_options model_options_from(const cxxopts::ParseResult& a) {
     m.path = a["model"].as<std::string>();
     m.n_ctx = a["ctx"].as<int>();
     m.n_batch = a["batch"].as<int>();
+    m.prefill_pace = a["prefill-pace"].as<double>();
     if (m.n_ctx < 0) throw std::invalid_argument(fmt::format("--ctx must be 0 or positive, got {}", m.n_ctx));
     if (m.n_batch < 1) throw std::invalid_argument(fmt::format("--batch must be positive, got {}", m.n_batch));
     m.kv_type = a["kv"].as<std::string>();

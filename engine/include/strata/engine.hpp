@@ -27,6 +27,10 @@ struct model_options {
     int n_ctx = 0;                    // context length; 0: the model's training context (each session's KV
                                       // cache grows in chunks as its context fills, up to this)
     int n_batch = 512;                // prompt tokens per forward batch
+    // Chunked prefill beside decoding generations: a step carrying prompt tokens should take at most
+    // this many times a decode-only step (the chunk follows from the measured step times; <= 1: off,
+    // every step fills n_batch).
+    double prefill_pace = 2.0;
     std::string kv_type = "f16";      // "f16" | "int8"
     std::string numa_pool;            // "auto" | "off" | "on" | "test" | "test:N"; empty: STRATA_NUMA_POOL
     std::optional<int> pool_workers;  // empty: TBB_NUM_THREADS, else the pool plan's default
@@ -325,6 +329,11 @@ struct batch_stats {
     int max_step_rows = 0;
     bool sequences_in_one_pass = false;  // false: a step evaluates its sequences in turn (latent attention,
                                          // recurrent layers, the GPU hybrid)
+    // With model_options::phase_timing on a CPU-only model: the steps of two or more decode rows and no
+    // prompt tokens, by part of the pass (as timings::decode_phases), then "batcher": the step's time after
+    // the pass (sampling, token callbacks).
+    std::vector<phase_time> step_phases;
+    uint64_t timed_steps = 0;
 };
 
 // Thrown for a request that cannot run (a prompt longer than the context, bad sampling values); the

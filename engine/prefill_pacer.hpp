@@ -1,0 +1,30 @@
+// How many prompt tokens a step may carry while other generations decode (chunked prefill). The rule:
+// a step with decode rows should take at most `factor` times a decode-only step, so a step's time is
+// modelled as decode_ms + n_prompt * token_ms, both learned from the steps that ran (moving averages),
+// and the prompt chunk is (factor - 1) * decode_ms / token_ms tokens, at least 1. A step without decode
+// rows takes the whole budget. Until a decode-only step has been timed, the first step with decode rows
+// carries no prompt tokens: it is that measurement.
+#pragma once
+
+namespace strata {
+
+class prefill_pacer {
+public:
+    // factor <= 1: no pacing (every step takes the whole budget, as --batch says).
+    explicit prefill_pacer(double factor) : factor_(factor) {}
+
+    // Prompt tokens the next step may carry besides `n_decode` decode rows, within `budget` tokens.
+    int prompt_tokens(int n_decode, int budget) const;
+
+    // After a step of n_decode decode rows and n_prompt prompt tokens that took ms milliseconds.
+    void observe(int n_decode, int n_prompt, double ms);
+
+    double decode_ms() const { return decode_ms_; }  // 0: not measured yet
+    double token_ms() const { return token_ms_; }    // 0: not measured yet
+
+private:
+    double factor_;
+    double decode_ms_ = 0, token_ms_ = 0;
+};
+
+}  // namespace strata
