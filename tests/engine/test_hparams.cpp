@@ -10,6 +10,7 @@
 
 #include "generate.hpp"
 #include "gguf/gguf_writer.hpp"
+#include "loaded_model.hpp"
 #include "model/hparams.hpp"
 #include "model/weights.hpp"
 #include "model_info.hpp"
@@ -223,12 +224,12 @@ const arch_case kArchCases[] = {{arch::qwen3moe, "qwen3moe."}, {arch::qwen2moe, 
 
 gguf::reader without(arch a, const std::vector<std::string>& keys,
                      const std::vector<std::pair<std::string, gguf::value>>& set = {}) {
-    static std::map<arch, gguf::writer> built;  // generating the tensors is the slow part
+    static std::map<arch, gguf::writer> built;  // baked once: generating the tensors is the slow part
     if (!built.contains(a)) {
         make_model::model_spec s = tiny();
         s.architecture = a;
         if (a == arch::glm4moe) s.n_layer = 2;  // its leading dense layer, then one with experts
-        built.emplace(a, make_model::build_model(s));
+        built.emplace(a, test::baked(make_model::build_model(s)));
     }
     gguf::writer w = built.at(a);
     for (const auto& k : keys) w.erase(k);
@@ -507,7 +508,7 @@ TEST(Deepseek2Hparams, YarnLogMultiplierScalesTheAttention) {
 }
 
 TEST(Deepseek2Hparams, BadOrMissingKeysNameTheKey) {
-    const gguf::writer base = make_model::build_model(make_model::preset("tiny", arch::deepseek2));
+    const gguf::writer base = test::baked(make_model::build_model(make_model::preset("tiny", arch::deepseek2)));
     const std::string p = "deepseek2.";
     auto has = [](const std::string& msg, const std::string& part) {
         EXPECT_NE(msg.find(part), std::string::npos) << msg;
