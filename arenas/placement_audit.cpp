@@ -6,6 +6,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 namespace strata::arenas {
 
 namespace {
@@ -20,6 +24,8 @@ std::string read_all(const std::string& path) {
 
 struct vma {
     std::uintptr_t start = 0, end = 0;
+    std::uint64_t offset = 0;  // in the file
+    std::string path;          // the mapped file ("/..."), else empty
 };
 
 std::vector<vma> parse_maps(const std::string& text) {
@@ -29,11 +35,35 @@ std::vector<vma> parse_maps(const std::string& text) {
     while (std::getline(lines, line)) {
         vma v;
         char dash = 0;
+        std::string perms, dev;
+        unsigned long inode = 0;
         std::istringstream fields(line);
-        fields >> std::hex >> v.start >> dash >> v.end;
-        if (fields && dash == '-') out.push_back(v);
+        fields >> std::hex >> v.start >> dash >> v.end >> perms >> v.offset >> dev >> std::dec >> inode;
+        if (!fields || dash != '-') continue;
+        std::getline(fields >> std::ws, v.path);
+        if (!v.path.starts_with("/") || v.path.ends_with(" (deleted)")) v.path.clear();
+        out.push_back(std::move(v));
     }
     return out;
+}
+
+// Bytes of [offset, offset + n) of the file in the page cache (mincore over a mapping of our own:
+// residency belongs to the file, not to the process that maps it). 0 when the file cannot be mapped.
+std::size_t file_resident_bytes(const std::string& path, std::uint64_t offset, std::size_t n) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+    const std::uint64_t begin = offset / page * page, end = (offset + n + page - 1) / page * page;
+    std::size_t resident = 0;
+    void* p = mmap(nullptr, end - begin, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(begin));
+    if (p != MAP_FAILED) {
+        std::vector<unsigned char> in((end - begin) / page);
+        if (mincore(p, end - begin, in.data()) == 0)
+            for (unsigned char c : in) resident += (c & 1u) ? page : 0;
+        munmap(p, end - begin);
+    }
+    ::close(fd);
+    return std::min(resident, n);
 }
 
 }  // namespace
@@ -77,6 +107,11 @@ std::vector<region_audit> audit_regions(int pid, const std::vector<region>& regi
         // strata's node-bound buffers are their own VMAs (their mbind policy keeps them unmerged).
         for (const auto& v : vmas) {
             if (v.end <= r.address || v.start >= end) continue;
+            if (!v.path.empty()) {  // file-backed: the page cache holds it, wherever the kernel chose
+                const std::uintptr_t from = std::max(r.address, v.start), to = std::min(end, v.end);
+                a.file = v.path;
+                a.file_resident_bytes += file_resident_bytes(v.path, v.offset + (from - v.start), to - from);
+            }
             auto it = pages_at.find(v.start);
             if (it == pages_at.end()) continue;
             if (it->second.size() > a.pages_per_node.size()) a.pages_per_node.resize(it->second.size());

@@ -16,6 +16,8 @@ struct region_audit {
     std::size_t pages = 0;                    // their sum
     double local_share = 0;                   // pages on where.node / pages (0 when no page is resident)
     bool ok = false;                          // local_share >= threshold (regions without intent are ok)
+    std::string file;                         // a file-backed region (a cold one, e.g. the PLE table): the file
+    std::size_t file_resident_bytes = 0;      // of the region's bytes, those in the page cache
 };
 
 // One entry per region. `threshold` is a share (0.95 for 95 %). Throws std::runtime_error naming the

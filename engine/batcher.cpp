@@ -152,7 +152,7 @@ bool step_batcher::step() {
     std::vector<generation*> ended;
     int rows = 0;
     const auto reserve = [&](generation& g, int n_tok) {
-        g.s.kv.reserve(static_cast<int>(g.s.cached.size()) + n_tok);
+        g.s.grow(static_cast<int>(g.s.cached.size()) + n_tok);
     };
     // Decode rows first, then prompt chunks, each round-robin from next_.
     for (int pass = 0; pass < 2; ++pass)
@@ -244,7 +244,7 @@ bool step_batcher::step() {
             g.result.time.prompt_n = static_cast<int>(g.prompt.size() - g.common);
             g.result.time.prompt_ms = ms_since(g.t0);
             g.s.kv.recurrent().checkpoint();  // the prompt's end: where a retried answer starts again
-            g.s.store_state_counts();
+            g.s.account();
             g.t1 = clock_type::now();
             g.decoding = true;
         }

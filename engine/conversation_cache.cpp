@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -65,6 +64,7 @@ struct conversation_cache::snapshot {
     double last_use_s = 0;
     stream_layout layout{};
     std::vector<state_checkpoint> states;         // recurrent states by position, the last at tokens.size()
+    std::vector<std::vector<float>> indexer_keys; // qwen4exp: the QSA indexer's stores as parked
 
     // The newest position at or before n this snapshot can be restored at.
     size_t usable(size_t n) const {
@@ -91,8 +91,8 @@ struct conversation_cache::snapshot {
     }
 };
 
-conversation_cache::conversation_cache(uint64_t budget_bytes, const arenas::hot_node& hot)
-    : budget_(budget_bytes), hot_(hot) {
+conversation_cache::conversation_cache(uint64_t budget_bytes, const arenas::hot_node& hot, memory_budget* shared)
+    : budget_(budget_bytes), hot_(hot), shared_(shared) {
     counters_.enabled = enabled();
     counters_.budget_bytes = budget_;
 }
@@ -146,6 +146,8 @@ void conversation_cache::restore(uint64_t id, size_t from, size_t to, kv_cache& 
             if (static_cast<size_t>(c.pos) < to) before.push_back(c);
         kv.recurrent().assign(*at, std::move(before));
     }
+    // The stores hold every parked position; those past `to` are rewritten before they are read.
+    if (!s.indexer_keys.empty()) kv.indexer_keys() = s.indexer_keys;
     touch(*it);
     counters_.tokens_restored += to - from;
 }
@@ -178,6 +180,8 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
         states.push_back({rs.pos(), std::vector<float>(rs.data().begin(), rs.data().end())});
         need += states.size() * rs.bytes();
     }
+    const std::vector<std::vector<float>>& keys = kv.indexer_keys();
+    for (const std::vector<float>& k : keys) need += k.size() * sizeof(float);
     if (need > budget_) {
         logger("engine")->info("A conversation of {} tokens was not parked: its snapshot needs {:.1f} MiB, the "
                                "conversation cache's budget is {:.1f} MiB (--cache-ram).",
@@ -190,16 +194,28 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
         const size_t common = static_cast<size_t>(
             std::mismatch(s.tokens.begin(), s.tokens.end(), tokens.begin(), tokens.end()).first - s.tokens.begin());
         const bool extended = common + min_tail_tokens > s.tokens.size();
-        if (extended) bytes_ -= s.bytes;
+        if (extended) add_bytes(bytes_, bytes_ - s.bytes);
         return extended;
     });
     evict_for(need);
+    if (shared_) {
+        while (!snapshots_.empty() && !shared_->fits(need)) {
+            evict_lru(0, "to make room in the memory budget");
+            shared_->count_eviction();
+        }
+        if (!shared_->fits(need)) {
+            logger("engine")->info("A conversation of {} tokens was not parked: its snapshot needs {:.1f} MiB, and {}.",
+                                   tokens.size(), double(need) / mib, shared_->describe());
+            return 0;
+        }
+    }
     snapshot s;
     s.id = next_id_;
     s.scope = scope;
     s.tokens.assign(tokens.begin(), tokens.end());
     s.layout = layout;
     s.states = std::move(states);
+    s.indexer_keys = keys;
     try {
         for (size_t at = 0; at < total; at += segment_bytes)
             s.segments.push_back(hot_.allocate_cold(std::min(segment_bytes, total - at),
@@ -218,7 +234,7 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
     });
     s.bytes = need;
     touch(s);
-    bytes_ += need;
+    add_bytes(bytes_, bytes_ + need);
     ++counters_.parked;
     const int node = hot_.active() ? hot_.cold_node() : -1;
     logger("engine")->info("Parked conversation snapshot {}: {} tokens, {:.1f} MiB in {} segment{} ({}){}; the cache "
@@ -234,16 +250,37 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
 }
 
 void conversation_cache::evict_for(uint64_t bytes) {
-    while (!snapshots_.empty() && bytes_ + bytes > budget_) {
-        const auto lru = std::min_element(snapshots_.begin(), snapshots_.end(),
-                                          [](const snapshot& a, const snapshot& b) { return a.last_use < b.last_use; });
-        logger("engine")->info("Evicted conversation snapshot {} ({} tokens, {:.1f} MiB), the least recently used, to "
-                               "stay within the {:.1f} MiB budget.",
-                               lru->id, lru->tokens.size(), double(lru->bytes) / mib, double(budget_) / mib);
-        bytes_ -= lru->bytes;
-        snapshots_.erase(lru);
-        ++counters_.evictions;
+    while (!snapshots_.empty() && bytes_ + bytes > budget_)
+        evict_lru(0, fmt::format("to stay within the {:.1f} MiB budget (--cache-ram)", double(budget_) / mib).c_str());
+}
+
+void conversation_cache::evict_lru(uint64_t keep, const char* why) {
+    auto lru = snapshots_.end();
+    for (auto it = snapshots_.begin(); it != snapshots_.end(); ++it)
+        if (it->id != keep && (lru == snapshots_.end() || it->last_use < lru->last_use)) lru = it;
+    if (lru == snapshots_.end()) return;
+    logger("engine")->info("Evicted conversation snapshot {} ({} tokens, {:.1f} MiB), the least recently used, {}.",
+                           lru->id, lru->tokens.size(), double(lru->bytes) / mib, why);
+    add_bytes(bytes_, bytes_ - lru->bytes);
+    snapshots_.erase(lru);
+    ++counters_.evictions;
+}
+
+bool conversation_cache::make_room(uint64_t more, uint64_t keep) {
+    std::lock_guard lock(mutex_);
+    if (!shared_) return true;
+    while (!shared_->fits(more)) {
+        const size_t before = snapshots_.size();
+        evict_lru(keep, "to make room in the memory budget");
+        if (snapshots_.size() == before) return false;
+        shared_->count_eviction();
     }
+    return true;
+}
+
+void conversation_cache::add_bytes(uint64_t before, uint64_t after) {
+    bytes_ = after;
+    if (shared_) shared_->change(memory_budget::use::snapshots, before, after);
 }
 
 conversation_cache_stats conversation_cache::stats() const {
@@ -274,17 +311,8 @@ conversation_cache_stats conversation_cache::stats() const {
 
 uint64_t conversation_cache_budget(int cache_ram_mib) {
     if (cache_ram_mib >= 0) return static_cast<uint64_t>(cache_ram_mib) * mib;
-    uint64_t available_kib = 0;
-    std::ifstream f("/proc/meminfo");
-    for (std::string key; f >> key;) {
-        if (key == "MemAvailable:") {
-            f >> available_kib;
-            break;
-        }
-        f.ignore(256, '\n');
-    }
-    const uint64_t cap = uint64_t{8} << 30;
-    return available_kib ? std::min(cap, available_kib * 1024 / 4) : cap / 8;
+    const uint64_t cap = uint64_t{8} << 30, room = committable_memory();
+    return std::min(cap, room / 4);
 }
 
 }  // namespace strata::engine

@@ -10,6 +10,7 @@
 // verbatim, so a restored prefix is the same as one evaluated again. A hybrid model's snapshot also
 // keeps its recurrent state at the parked position and the session's checkpoints before it (on the
 // heap; their bytes count against the budget): it can be restored only at one of those positions.
+// A qwen4exp snapshot keeps the QSA indexer's key stores too (heap, counted the same way).
 //
 // Thread-safety: every member locks; park() and restore() run on the engine thread (they read and
 // write a session's cache), stats() from any thread.
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "hot_node.hpp"
+#include "memory_budget.hpp"
 #include "model/kv_cache.hpp"
 #include "strata/engine.hpp"
 
@@ -38,8 +40,9 @@ public:
     // back tokenized differently.
     static constexpr size_t min_tail_tokens = 32;
 
-    // budget_bytes 0: off (park() and find() do nothing). `hot` must outlive the cache.
-    conversation_cache(uint64_t budget_bytes, const arenas::hot_node& hot);
+    // budget_bytes 0: off (park() and find() do nothing). `hot`, and `shared` when given (the engine's
+    // memory budget, which the snapshots also draw from), must outlive the cache.
+    conversation_cache(uint64_t budget_bytes, const arenas::hot_node& hot, memory_budget* shared = nullptr);
     ~conversation_cache();
 
     bool enabled() const { return budget_ > 0; }
@@ -68,6 +71,10 @@ public:
     // snapshots of the same `scope` are replaced or reused.
     uint64_t park(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope = {});
 
+    // Evicts snapshots, least recently used first and never snapshot `keep`, until the shared memory
+    // budget has room for `more` bytes. Returns whether it has.
+    bool make_room(uint64_t more, uint64_t keep = 0);
+
     conversation_cache_stats stats() const;
 
 private:
@@ -76,9 +83,12 @@ private:
     uint64_t park_locked(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope);
     void touch(snapshot& s);
     void evict_for(uint64_t bytes);
+    void evict_lru(uint64_t keep, const char* why);
+    void add_bytes(uint64_t before, uint64_t after);  // bytes_ and the shared budget follow
 
     const uint64_t budget_;
     const arenas::hot_node& hot_;
+    memory_budget* shared_;
     mutable std::mutex mutex_;
     std::vector<snapshot> snapshots_;
     uint64_t next_id_ = 1;
@@ -87,7 +97,8 @@ private:
     conversation_cache_stats counters_;  // the counters only; stats() adds the rest
 };
 
-// --cache-ram: MiB -> bytes; -1: the smaller of 25 % of MemAvailable and 8 GiB.
+// --cache-ram: MiB -> bytes; -1: the smaller of 25 % of what the system (and this process's cgroup) can
+// still give and 8 GiB.
 uint64_t conversation_cache_budget(int cache_ram_mib);
 
 }  // namespace strata::engine

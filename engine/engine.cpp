@@ -251,6 +251,8 @@ model_options checked(model_options o, int n_ctx_train) {
     if (o.state_checkpoint_interval < 0)
         throw std::runtime_error(fmt::format("--state-checkpoint-interval must be 0 (off) or a number of tokens, got {}",
                                              o.state_checkpoint_interval));
+    if (o.mem_budget_mib < -1)
+        throw std::runtime_error(fmt::format("--mem-budget must be 0 (none) or a number of MiB, got {}", o.mem_budget_mib));
     if (o.cache_ram_mib < -1)
         throw std::runtime_error(fmt::format("--cache-ram must be 0 (off) or a number of MiB, got {}", o.cache_ram_mib));
     return o;
@@ -366,6 +368,21 @@ model::impl::impl(const model_options& o)
     } catch (const std::exception& e) {
         chat_error = e.what();
     }
+    if (weights.ple.data) register_ple_table();
+}
+
+void model::impl::register_ple_table() {
+    // The table stays where the file maps it: listed with no NUMA intent (placement-report shows its
+    // page-cache residency), counted apart from the resident weights.
+    const engine::ple_table& t = weights.ple;
+    weights.ple.reads = &ple_reads;
+    const gguf::tensor_info* info = file.find_tensor("per_layer_token_embd.weight");
+    const uint64_t at = file.data_offset() + (info ? info->offset : 0);
+    ple_where = fmt::format("file-backed: {} bytes {}..{}, page cache, no NUMA placement", file.path(), at, at + t.bytes());
+    regions.add({"ple table (cold, file-backed)", reinterpret_cast<std::uintptr_t>(t.data), t.bytes(), -1});
+    logger("engine")->info("The PLE table ({:.1f} MiB, {} rows) is read in place from the file, a few rows a token: it "
+                           "is not copied, placed or pinned, and not counted in the resident weights.",
+                           double(t.bytes()) / (1 << 20), t.n_rows);
 }
 
 model::model(std::unique_ptr<impl> p) : impl_(std::move(p)) { impl_->batcher = std::make_unique<step_batcher>(*impl_); }
@@ -410,11 +427,8 @@ std::shared_ptr<model> model::load(const model_options& options) {
                                "snapshots do not cover.");
         cache_budget = 0;
     }
-    if (r.hp.qwen4() && cache_budget > 0) {
-        logger("engine")->info("The conversation cache is off: snapshots do not keep qwen4exp's QSA indexer keys.");
-        cache_budget = 0;
-    }
-    r.conversations = std::make_unique<engine::conversation_cache>(cache_budget, *r.hot);
+    r.budget = std::make_unique<engine::memory_budget>(engine::memory_budget_bytes(r.options.mem_budget_mib));
+    r.conversations = std::make_unique<engine::conversation_cache>(cache_budget, *r.hot, r.budget.get());
     r.info = describe(r, r.pool->plan());
     if (r.hp.hybrid())
         logger("engine")->info("{} of the {} layers are gated DeltaNet layers: each session keeps their recurrent "
@@ -426,13 +440,15 @@ std::shared_ptr<model> model::load(const model_options& options) {
                                r.options.state_checkpoint_interval, engine::recurrent_state::default_max_checkpoints);
     logger("engine")->info("Loaded {} ({}, {} layers, {} experts of which {} used, {:.1f} MiB); context {} tokens, "
                            "KV cache {} grown in chunks of {} tokens up to {:.1f} MiB per session; conversation cache {}; "
-                           "routed experts: {}.",
+                           "memory budget for KV caches, checkpoints and snapshots {}; routed experts: {}.",
                            options.path, r.info.architecture, r.hp.n_layer, r.hp.n_expert, r.hp.n_expert_used,
                            double(r.info.file_bytes) / (1 << 20), r.info.n_ctx, r.info.kv_type,
                            r.info.kv_chunk_tokens, double(r.info.kv_bytes_per_session) / (1 << 20),
                            r.conversations->enabled()
                                ? fmt::format("up to {:.1f} MiB", double(r.conversations->stats().budget_bytes) / (1 << 20))
                                : std::string("off (--cache-ram 0)"),
+                           r.budget->limit() ? fmt::format("{:.1f} MiB", double(r.budget->limit()) / (1 << 20))
+                                             : std::string("none (--mem-budget 0)"),
                            r.info.placement);
     return std::shared_ptr<model>(new model(std::move(m)));
 }
@@ -455,7 +471,23 @@ expert_stats model::statistics() const {
 
 conversation_cache_stats model::conversation_statistics() const { return impl_->conversations->stats(); }
 
+std::vector<cold_region_stats> model::cold_regions() const {
+    const engine::ple_table& t = impl_->weights.ple;
+    if (!t.data) return {};
+    cold_region_stats c;
+    c.name = "ple table";
+    c.where = impl_->ple_where;
+    c.bytes_mapped = t.bytes();
+    c.bytes_resident = engine::resident_bytes(t.data, t.bytes());
+    c.tokens = impl_->ple_reads.tokens.load();
+    c.rows_read = impl_->ple_reads.rows.load();
+    c.page_faults = impl_->ple_reads.faults.load();
+    return {c};
+}
+
 batch_stats model::batching() const { return impl_->batcher->stats(); }
+
+memory_budget_stats model::memory_statistics() const { return impl_->budget->stats(); }
 
 std::vector<int32_t> model::tokenize(std::string_view text, bool add_special, bool parse_special) const {
     return impl_->tokenizer.encode(text, {.add_special = add_special, .parse_special = parse_special});

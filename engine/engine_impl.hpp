@@ -22,6 +22,7 @@
 #include "model/forward.hpp"
 #include "model/hparams.hpp"
 #include "model/kv_cache.hpp"
+#include "model/ple.hpp"
 #include "model/weights.hpp"
 #include "strata/engine.hpp"
 #include "tokenizer/chat_template.hpp"
@@ -55,6 +56,7 @@ private:
 struct model::impl {
     // Loads, validates and binds everything but the pool (which engine.cpp builds on `thread`).
     explicit impl(const model_options& o);
+    void register_ple_table();  // qwen4exp: the cold region's counters and region map entry
 
     model_options options;
     gguf::reader file;
@@ -68,10 +70,13 @@ struct model::impl {
     model_info info;
 
     arenas::region_map regions;                    // published for placement-report --pid
+    engine::ple_reads ple_reads;                   // qwen4exp: what passes gather from the cold PLE table
+    std::string ple_where;                         // its place in the file, for cold_regions()
     engine_thread thread;                          // declared before what it owns, so it stops last
     std::unique_ptr<step_batcher> batcher;         // generations in flight; steps run on `thread`
     std::unique_ptr<arenas::expert_pool> pool;     // created and used on `thread`
     std::unique_ptr<arenas::hot_node> hot;         // ditto
+    std::unique_ptr<engine::memory_budget> budget;  // sessions' KV caches, checkpoints and snapshots draw from it
     std::unique_ptr<engine::conversation_cache> conversations;  // parked KV snapshots, segments from `hot`
     std::unique_ptr<arenas::expert_store> store;   // the resident routed experts the pool reads
     std::unique_ptr<engine::forward_pass> forward; // ditto

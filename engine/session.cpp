@@ -17,7 +17,41 @@ session::impl::impl(std::shared_ptr<model> o)
       kv(engine::make_sequence_state(m.hp, m.options.n_ctx, m.kv)),
       logits(static_cast<size_t>(m.hp.n_vocab)) {}
 
+session::impl::~impl() {
+    m.budget->change(engine::memory_budget::use::kv, charged_kv_, 0);
+    m.budget->change(engine::memory_budget::use::checkpoints, charged_checkpoints_, 0);
+}
+
+void session::impl::account() {
+    const uint64_t host_kv = m.hybrid ? 0 : kv.bytes(), states = kv.recurrent().checkpoint_bytes();
+    m.budget->change(engine::memory_budget::use::kv, charged_kv_, host_kv);
+    m.budget->change(engine::memory_budget::use::checkpoints, charged_checkpoints_, states);
+    charged_kv_ = host_kv;
+    charged_checkpoints_ = states;
+    kv_bytes.store(allocated_kv());
+    n_checkpoints.store(kv.recurrent().checkpoints().size());
+    checkpoint_bytes.store(states);
+    if (!m.budget->fits(0)) m.conversations->make_room(0);
+}
+
+void session::impl::grow(int n_pos, uint64_t keep) {
+    const int chunk = engine::kv_cache::chunk_tokens;
+    const int want = (std::min(n_pos, kv.n_ctx()) + chunk - 1) / chunk;
+    const uint64_t more = m.hybrid || want <= kv.n_chunks()
+                              ? 0
+                              : uint64_t(want - kv.n_chunks()) * uint64_t(kv.n_layer()) * kv.chunk_bytes();
+    if (more > 0 && !m.conversations->make_room(more, keep)) {
+        m.budget->count_refusal();
+        throw engine::kv_cache_full(fmt::format("growing the KV cache to {} positions needs {:.1f} MiB more, and {}; "
+                                                "no conversation snapshot is left to evict",
+                                                n_pos, double(more) / (1 << 20), m.budget->describe()));
+    }
+    kv.reserve(n_pos);
+    account();
+}
+
 void session::impl::eval(std::span<const int32_t> tokens, float* out, bool all) {
+    if (!m.hybrid) grow(static_cast<int>(cached.size() + tokens.size()));
     if (m.hybrid)
         m.hybrid->eval(tokens, static_cast<int>(cached.size()), kv, out, all, m.options.n_batch);
     else
@@ -28,8 +62,7 @@ void session::impl::eval(std::span<const int32_t> tokens, float* out, bool all) 
 void session::impl::appended(std::span<const int32_t> tokens) {
     cached.insert(cached.end(), tokens.begin(), tokens.end());
     n_cached.store(cached.size());
-    kv_bytes.store(allocated_kv());
-    store_state_counts();
+    account();
     m.tokens_evaluated += tokens.size();
 }
 
@@ -62,7 +95,7 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, std::string_
         if (cached.size() >= common + engine::conversation_cache::min_tail_tokens) cc.park(cached, kv, scope);
         if (const auto best = cc.find(prompt, limit, common, new_scope)) {
             try {
-                kv.reserve(static_cast<int>(best->n_tokens));
+                grow(static_cast<int>(best->n_tokens), best->id);
                 cc.restore(best->id, common, best->n_tokens, kv);
                 common = best->n_tokens;
                 restored = true;
@@ -79,8 +112,7 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, std::string_
     cached.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(common));
     scope = new_scope;
     n_cached.store(common);
-    kv_bytes.store(allocated_kv());
-    store_state_counts();
+    account();
     t.cache_n = static_cast<int>(common);
     return common;
 }

@@ -24,11 +24,15 @@ struct session::impl {
     std::atomic<size_t> n_checkpoints{0}, checkpoint_bytes{0};  // the recurrent state's, from any thread
 
     explicit impl(std::shared_ptr<model> o);
+    ~impl();
 
-    void store_state_counts() {
-        n_checkpoints.store(kv.recurrent().checkpoints().size());
-        checkpoint_bytes.store(kv.recurrent().checkpoint_bytes());
-    }
+    // The counters above and the model's memory budget follow kv's bytes and the recurrent state's
+    // checkpoints; past the budget (checkpoints grow inside a step) snapshots are evicted.
+    void account();
+    // Makes room in kv for positions [0, n_pos) (on the engine thread). Growth that the memory budget
+    // cannot hold, even after evicting every snapshot but `keep`, throws kv_cache_full naming the
+    // numbers; kv is left as it was.
+    void grow(int n_pos, uint64_t keep = 0);
     // Bytes this session's keys and values take: in VRAM with the GPU hybrid, else in kv.
     size_t allocated_kv() const { return m.hybrid ? m.hybrid->kv_bytes(kv) : kv.bytes(); }
     // Evaluates tokens at the end of the cache (on the engine thread).
@@ -47,8 +51,11 @@ struct session::impl {
     // which its next turn reuses, and gives the rest back.
     void trim() {
         if (!m.hybrid) kv.shrink(static_cast<int>(cached.size()));
-        kv_bytes.store(allocated_kv());
+        account();
     }
+
+private:
+    uint64_t charged_kv_ = 0, charged_checkpoints_ = 0;  // what account() last told the budget
 };
 
 }  // namespace strata

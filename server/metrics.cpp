@@ -44,6 +44,23 @@ static void family(std::string& out, const char* name, const char* type, const c
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
+// The memory budget (--mem-budget) and what draws from it.
+static void render_memory_budget(std::string& out, const memory_budget_stats& b) {
+    family(out, "strata_memory_budget_bytes", "gauge",
+           "The memory budget that sessions' KV caches, checkpoints and snapshots share (0: none).");
+    out += fmt::format("strata_memory_budget_bytes {}\n", b.budget_bytes);
+    family(out, "strata_memory_budget_used_bytes", "gauge", "Bytes drawn from the memory budget, by use.");
+    out += fmt::format("strata_memory_budget_used_bytes{{use=\"kv\"}} {}\n", b.kv_bytes);
+    out += fmt::format("strata_memory_budget_used_bytes{{use=\"checkpoints\"}} {}\n", b.checkpoint_bytes);
+    out += fmt::format("strata_memory_budget_used_bytes{{use=\"snapshots\"}} {}\n", b.snapshot_bytes);
+    family(out, "strata_memory_budget_evictions_total", "counter",
+           "Conversation snapshots evicted to make room in the memory budget.");
+    out += fmt::format("strata_memory_budget_evictions_total {}\n", b.evictions);
+    family(out, "strata_memory_budget_refusals_total", "counter",
+           "KV cache growths refused because the memory budget was full.");
+    out += fmt::format("strata_memory_budget_refusals_total {}\n", b.refusals);
+}
+
 // The conversation cache's counters and size (--cache-ram).
 static void render_conversation_cache(std::string& out, const conversation_cache_stats& c) {
     family(out, "strata_conversation_cache_hits_total", "counter", "Prompts that restored a parked conversation snapshot.");
@@ -161,6 +178,7 @@ std::string metrics::render(const gauges& g) const {
     for (const auto& n : g.placement)
         out += fmt::format("strata_placement_bytes{{slice=\"{}\",node=\"{}\"}} {}\n", n.slice, n.node, n.bytes);
     render_conversation_cache(out, g.conversations);
+    render_memory_budget(out, g.memory);
     render_recurrent_state(out, g);
     return out;
 }

@@ -45,6 +45,7 @@ public:
         std::vector<model_info::node_share> placement;
         double uptime_s = 0;
         conversation_cache_stats conversations;
+        memory_budget_stats memory;  // --mem-budget and its use
         // Hybrid models: one session's recurrent state, and the checkpoints of it the session keeps.
         uint64_t state_bytes_per_session = 0, state_checkpoints = 0, state_checkpoint_bytes = 0;
         batch_stats batching;       // the engine's step batcher

@@ -125,6 +125,13 @@ static json conversation_cache_section(const conversation_cache_stats& c) {
             {"entries", std::move(entries)}};
 }
 
+// The memory budget (--mem-budget) and what draws from it.
+static json memory_budget_section(const memory_budget_stats& b) {
+    return {{"budget_bytes", b.budget_bytes}, {"used_bytes", b.used()},  {"kv_bytes", b.kv_bytes},
+            {"checkpoint_bytes", b.checkpoint_bytes}, {"snapshot_bytes", b.snapshot_bytes},
+            {"evictions", b.evictions}, {"refusals", b.refusals}};
+}
+
 static json last_request_section(const server_state& state) {
     const std::optional<generation_record> r = state.counters.last();
     if (!r) return nullptr;
@@ -189,6 +196,12 @@ json status_json(const server_state& state) {
     s["placement"] = placement_section(i);
     s["experts"] = expert_section(i, snap);
     s["conversation_cache"] = conversation_cache_section(m->conversation_statistics());
+    s["cold_regions"] = json::array();
+    for (const cold_region_stats& c : m->cold_regions())
+        s["cold_regions"].push_back({{"name", c.name}, {"where", c.where}, {"bytes_mapped", c.bytes_mapped},
+                                     {"bytes_resident", c.bytes_resident}, {"tokens", c.tokens},
+                                     {"rows_read", c.rows_read}, {"page_faults", c.page_faults}});
+    s["memory_budget"] = memory_budget_section(m->memory_statistics());
     return s;
 }
 
@@ -211,6 +224,7 @@ std::string metrics_text(const server_state& state) {
     if (const auto m = state.loaded_model()) {
         g.placement = m->info().placement_nodes;
         g.conversations = m->conversation_statistics();
+        g.memory = m->memory_statistics();
         g.state_bytes_per_session = m->info().state_bytes_per_session;
     }
     if (const auto m = state.loaded_model()) g.batching = m->batching();

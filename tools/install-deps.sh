@@ -5,6 +5,8 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
+  # tools/run-tests.sh: the CUDA-emulator build reuses the Release build's objects through ccache
+  ccache
   libtbb-dev libhwloc-dev libspdlog-dev libcxxopts-dev libgtest-dev libgmock-dev
   nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev
   # tools/fuzz-requests.sh: clang and its libFuzzer runtime

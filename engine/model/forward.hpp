@@ -42,6 +42,7 @@ struct phase_clock {
         shared_expert,
         dense_ffn,         // the FFN of leading dense layers
         head,              // output norm and matmul
+        ple_gather,        // qwen4exp: PLE table rows gathered from the mapped file
         other,             // the rest of the pass: embedding, norms, residual adds
         n_parts
     };

@@ -1,6 +1,11 @@
 #include "model/ple.hpp"
 
+#include <algorithm>
 #include <vector>
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 namespace strata::engine {
 
@@ -34,6 +39,24 @@ void ple_push_window(const hparams& hp, float* window, const int32_t* tokens, in
     std::vector<float> all(window, window + n_prev);
     for (int i = 0; i < n; ++i) all.push_back(static_cast<float>(tokens[i] + 1));
     for (int j = 0; j < n_prev; ++j) window[j] = all[all.size() - static_cast<size_t>(n_prev) + static_cast<size_t>(j)];
+}
+
+uint64_t thread_major_faults() {
+    rusage u{};
+    if (getrusage(RUSAGE_THREAD, &u) != 0) return 0;
+    return static_cast<uint64_t>(u.ru_majflt);
+}
+
+uint64_t resident_bytes(const void* p, size_t n) {
+    if (!p || n == 0) return 0;
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n + page - 1) / page * page;
+    std::vector<unsigned char> in((end - begin) / page);
+    if (mincore(reinterpret_cast<void*>(begin), end - begin, in.data()) != 0) return 0;
+    uint64_t pages = 0;
+    for (unsigned char c : in) pages += c & 1u;
+    return std::min<uint64_t>(pages * page, n);
 }
 
 }  // namespace strata::engine

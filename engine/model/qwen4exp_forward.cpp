@@ -69,11 +69,22 @@ void forward_pass::ple_block(const layer_weights& l, const int32_t* tokens, int 
     const ple_table& table = w_.ple;
     ple_emb_.resize(nt * hp_.ple_dim());
     std::vector<int64_t> rows(static_cast<size_t>(n_heads));
-    for (int t = 0; t < n_tok; ++t) {
-        ple_rows_of(hp_, st.ple_window(), tokens, t, rows.data());
-        for (int h = 0; h < n_heads; ++h)
-            formats::dequantize_row(table.type, table.data + static_cast<size_t>(rows[static_cast<size_t>(h)]) * table.row_stride,
-                                    ple_emb_.data() + (static_cast<size_t>(t) * n_heads + h) * hd, hd);
+    {
+        arenas::scoped_seconds timer(seconds(phase_clock::ple_gather));
+        const uint64_t faults0 = table.reads ? thread_major_faults() : 0;
+        for (int t = 0; t < n_tok; ++t) {
+            ple_rows_of(hp_, st.ple_window(), tokens, t, rows.data());
+            for (int h = 0; h < n_heads; ++h)
+                formats::dequantize_row(table.type, table.data + static_cast<size_t>(rows[static_cast<size_t>(h)]) * table.row_stride,
+                                        ple_emb_.data() + (static_cast<size_t>(t) * n_heads + h) * hd, hd);
+        }
+        const uint64_t n_rows = nt * static_cast<uint64_t>(n_heads);
+        add_bytes(phase_clock::ple_gather, n_rows * table.row_stride);
+        if (table.reads) {
+            table.reads->tokens += nt;
+            table.reads->rows += n_rows;
+            table.reads->faults += thread_major_faults() - faults0;
+        }
     }
     ple_push_window(hp_, st.ple_window(), tokens, n_tok);
     ple_k_.resize(nt * dim);

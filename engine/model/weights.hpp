@@ -108,11 +108,14 @@ struct nextn_weights {
 
 // The PLE table (per_layer_token_embd) where it lies in the mapped file: rows are gathered from there,
 // never copied, first-touched or pinned, so the resident set holds only the rows read.
+struct ple_reads;  // model/ple.hpp
+
 struct ple_table {
     const uint8_t* data = nullptr;
     formats::ggml_type type = formats::ggml_type::F32;
     int64_t n_cols = 0, n_rows = 0;
     size_t row_stride = 0;
+    ple_reads* reads = nullptr;  // the engine's counters of what passes gather (null: not counted)
     size_t bytes() const { return row_stride * static_cast<size_t>(n_rows); }
 };
 

@@ -39,13 +39,13 @@ static bool use_avx_vnni() {
 }
 
 // The AVX2 prompt GEMM kernels (4 tokens per call: 16 registers); where the CPU has AVX-VNNI, its
-// vpdpbusd for the formats where it saves the most (the same bits either way). The K-quants are
-// repacked only where their GEMM form also decodes (one token) as fast as the per-row kernels:
-// Q4_K and Q5_K with AVX-VNNI, Q6_K nowhere on this path (a repacked matrix decodes through gemm16).
+// vpdpbusd for the formats where it saves the most (the same bits either way). A repacked matrix also
+// decodes through its GEMM kernel (one token), so a format is repacked only where that form reads
+// DRAM as fast as the per-row kernel: not Q6_K on this path (its one-token form is ~10 % slower).
 static void fill_avx2_gemm(isa_table& t) {
     const bool vnni = use_avx_vnni();
-    set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx2, 4, vnni);
-    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avx2, 4, vnni);
+    set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avx2, 4, true);
     set_gemm16(t, ggml_type::Q6_K, gemm16_q6_k_avx2, 4, false);
     set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avx2, 4, true);
     set_gemm16(t, ggml_type::Q4_0, gemm16_q4_0_avx2, 4, true);
@@ -53,11 +53,13 @@ static void fill_avx2_gemm(isa_table& t) {
     set_gemm16(t, ggml_type::Q5_0, gemm16_q5_0_avx2, 4, true);
     set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_avx2, 4, true);
     set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_avx2, 4, true);
+    set_gemm16(t, ggml_type::IQ4_XS, gemm16_iq4_xs_avx2, 4, true);
     if (!vnni) return;
     t.avx_vnni = true;
     set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avxvnni, 4, true);
     set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avxvnni, 4, true);
     set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avxvnni, 4, true);
+    set_gemm16(t, ggml_type::IQ4_XS, gemm16_iq4_xs_avxvnni, 4, true);
 }
 
 static void fill_avx2(isa_table& t) {
@@ -98,8 +100,8 @@ static void fill_avx2(isa_table& t) {
     fill_avx2_gemm(t);
 }
 
-// AVX-512 overrides the formats where 512-bit code pays (8 tokens per dot call with 32 registers); the other formats, the activation quantizers
-// and the vector ops keep their AVX2 kernels (they are a small share of a token's time).
+// AVX-512 overrides the formats where 512-bit code pays (8 tokens per dot call with 32 registers); the other formats
+// (IQ4_XS's prompt GEMM among them), the activation quantizers and the vector ops keep their AVX2 kernels.
 static void fill_avx512(isa_table& t) {
     set_dot(t, ggml_type::Q4_K, dot_q4_k_avx512, 8);
     set_dot(t, ggml_type::Q5_K, dot_q5_k_avx512, 8);
@@ -148,6 +150,7 @@ static isa_table build_table(isa which) {
     set_gemm16(t, ggml_type::Q5_0, gemm16_q5_0_scalar, max_dot_tokens, false);
     set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_scalar, max_dot_tokens, false);
     set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::IQ4_XS, gemm16_iq4_xs_scalar, max_dot_tokens, false);
     if (which == isa::avx2 || which == isa::avx512) fill_avx2(t);
     if (which == isa::avx512) fill_avx512(t);
     return t;

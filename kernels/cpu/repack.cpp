@@ -102,6 +102,33 @@ void unpack_q6_k(const block_q6_Kx16& in, formats::block_q6_K* const rows[G]) {
     }
 }
 
+void pack_iq4_xs(const formats::block_iq4_xs* const rows[G], block_iq4_xsx16& out) {
+    for (int r = 0; r < G; ++r) {
+        const formats::block_iq4_xs& b = *rows[r];
+        out.d[r] = b.d;
+        for (int j = 0; j < 8; ++j) {
+            const int ls = ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b.scales_h >> (2 * j)) & 3) << 4);
+            out.sc[j][r] = static_cast<int8_t>(ls - 32);
+        }
+        for (int q = 0; q < 32; ++q) std::memcpy(out.qs[q][r], b.qs + 4 * q, 4);
+    }
+}
+
+void unpack_iq4_xs(const block_iq4_xsx16& in, formats::block_iq4_xs* const rows[G]) {
+    for (int r = 0; r < G; ++r) {
+        formats::block_iq4_xs& b = *rows[r];
+        b.d = in.d[r];
+        b.scales_h = 0;
+        for (int k = 0; k < 4; ++k) b.scales_l[k] = 0;
+        for (int j = 0; j < 8; ++j) {
+            const int ls = in.sc[j][r] + 32;
+            b.scales_l[j / 2] = static_cast<uint8_t>(b.scales_l[j / 2] | (ls & 0xF) << (4 * (j % 2)));
+            b.scales_h = static_cast<uint16_t>(b.scales_h | (ls >> 4) << (2 * j));
+        }
+        for (int q = 0; q < 32; ++q) std::memcpy(b.qs + 4 * q, in.qs[q][r], 4);
+    }
+}
+
 void pack_q8_0(const block_q8_0* const rows[G], block_q8_0x16& out) {
     for (int r = 0; r < G; ++r) {
         out.d[r] = rows[r]->d;
@@ -237,6 +264,12 @@ void gemm16_q4_k_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_
                                                              y_stride);
 }
 
+void gemm16_iq4_xs_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                          float* y, int64_t y_stride) {
+    gemm16_reference<formats::block_iq4_xs, block_iq4_xsx16, unpack_iq4_xs>(ggml_type::IQ4_XS, n, w, group_bytes, n_groups, a,
+                                                                          n_tok, y, y_stride);
+}
+
 void gemm16_q8_0_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
     gemm16_reference<block_q8_0, block_q8_0x16, unpack_q8_0>(ggml_type::Q8_0, n, w, group_bytes, n_groups, a, n_tok, y,
@@ -256,6 +289,7 @@ size_t repacked_row_stride(ggml_type type, int64_t n_cols) {
         case ggml_type::Q4_K: return static_cast<size_t>(n_cols / formats::QK_K) * (sizeof(detail::block_q4_Kx16) / 16);
         case ggml_type::Q5_K: return static_cast<size_t>(n_cols / formats::QK_K) * (sizeof(detail::block_q5_Kx16) / 16);
         case ggml_type::Q8_0: return static_cast<size_t>(n_cols / formats::QK8_0) * (sizeof(detail::block_q8_0x16) / 16);
+        case ggml_type::IQ4_XS: return static_cast<size_t>(n_cols / formats::QK_K) * (sizeof(detail::block_iq4_xsx16) / 16);
         case ggml_type::Q6_K:
         case ggml_type::Q4_0:
         case ggml_type::Q4_1:
@@ -290,6 +324,7 @@ void with_block_layout(ggml_type type, Fn fn) {
         case ggml_type::Q5_K: fn.template operator()<block_q5_K, block_q5_Kx16>(pack_q5_k, unpack_q5_k); return;
         case ggml_type::Q6_K: fn.template operator()<block_q6_K, block_q6_Kx16>(pack_q6_k, unpack_q6_k); return;
         case ggml_type::Q8_0: fn.template operator()<block_q8_0, block_q8_0x16>(pack_q8_0, unpack_q8_0); return;
+        case ggml_type::IQ4_XS: fn.template operator()<block_iq4_xs, block_iq4_xsx16>(pack_iq4_xs, unpack_iq4_xs); return;
         case ggml_type::Q4_0:
             fn.template operator()<block_q4_0, block_q4_0x16>(pack_legacy<block_q4_0, block_q4_0x16>,
                                                               unpack_legacy<block_q4_0, block_q4_0x16>);

@@ -2,6 +2,10 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +33,42 @@ TEST(PlacementAudit, ParsesNumaMaps) {
     EXPECT_EQ(entries[0].pages_per_node, (std::vector<std::size_t>{12, 500}));
     EXPECT_TRUE(entries[1].pages_per_node.empty());
     EXPECT_EQ(entries[2].pages_per_node, (std::vector<std::size_t>{4}));
+}
+
+// A region inside a file mapping (the PLE table's case) reports the file and how much of the region the
+// page cache holds: after dropping the file's pages and reading 16 of 1024 pages without readahead,
+// at least those 16 pages and far fewer than all.
+TEST(PlacementAudit, AFileBackedRegionReportsItsPageCacheResidency) {
+    const std::string path = ::testing::TempDir() + "strata_cold_region.bin";
+    const long page = sysconf(_SC_PAGESIZE);
+    const std::size_t bytes = 1024 * static_cast<std::size_t>(page);
+    {
+        std::FILE* f = std::fopen(path.c_str(), "wb");
+        ASSERT_NE(f, nullptr);
+        std::vector<char> data(bytes, 7);
+        ASSERT_EQ(std::fwrite(data.data(), 1, bytes, f), bytes);
+        std::fclose(f);
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ::fsync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    auto* p = static_cast<volatile char*>(mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0));
+    ASSERT_NE(static_cast<void*>(const_cast<char*>(p)), MAP_FAILED);
+    madvise(const_cast<char*>(p), bytes, MADV_RANDOM);
+    int sum = 0;
+    for (int i = 0; i < 16; ++i) sum += p[static_cast<std::size_t>(i) * static_cast<std::size_t>(page)];
+    EXPECT_EQ(sum, 16 * 7);
+    const region r{"cold table", reinterpret_cast<std::uintptr_t>(const_cast<char*>(p)) + static_cast<std::uintptr_t>(page), bytes - static_cast<std::size_t>(page), -1};
+    const auto audits = audit_regions(getpid(), {r}, 0.95);
+    ASSERT_EQ(audits.size(), 1u);
+    EXPECT_EQ(audits[0].file, path);
+    EXPECT_TRUE(audits[0].ok);
+    EXPECT_GE(audits[0].file_resident_bytes, 15u * static_cast<std::size_t>(page));  // pages 1..15 of the region's
+    EXPECT_LT(audits[0].file_resident_bytes, bytes / 2);
+    munmap(const_cast<char*>(p), bytes);
+    ::close(fd);
+    std::remove(path.c_str());
 }
 
 namespace {

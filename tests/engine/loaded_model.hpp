@@ -2,8 +2,10 @@
 // and bound weights, and the expert rows read in place; plus the pool they run on.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +35,22 @@ inline std::unique_ptr<loaded> load(gguf::reader file) {
     m->layers = moe_layers(m->w);
     m->rows = std::make_unique<arenas::mapped_expert_rows>(m->layers);
     return m;
+}
+
+// The same file with its tensors' bytes computed once: copies and edits of the result write without
+// running the generator's fill callbacks (quantization) again.
+inline gguf::writer baked(const gguf::writer& w) {
+    auto file = std::make_shared<const gguf::reader>(gguf::reader::from_bytes(w.write_to_memory()));
+    gguf::writer out;
+    for (const auto& [key, v] : file->metadata()) out.set(key, v);
+    for (size_t i = 0; i < file->tensors().size(); ++i) {
+        const gguf::tensor_info& t = file->tensors()[i];
+        out.add_tensor(t.name, t.type, t.ne, [file, i](std::span<uint8_t> dst) {
+            const std::span<const uint8_t> src = file->tensor_data(file->tensors()[i]);
+            std::copy_n(src.begin(), dst.size(), dst.begin());
+        });
+    }
+    return out;
 }
 
 // A generated model, written to memory and loaded from there.

@@ -430,12 +430,16 @@ TEST(Glm4moeHparams, InfoSummaryShowsTheKeysAndTensorClasses) {
 
 // ---- deepseek2: latent attention keys, both KV up-projection layouts, group-limited routing ----
 
-gguf::reader deepseek2_file(const make_model::model_spec& s, const std::vector<std::string>& erase = {},
-                            const std::vector<std::pair<std::string, gguf::value>>& set = {}) {
-    gguf::writer w = make_model::build_model(s);
+gguf::reader edited(gguf::writer w, const std::vector<std::string>& erase = {},
+                    const std::vector<std::pair<std::string, gguf::value>>& set = {}) {
     for (const auto& k : erase) w.erase(k);
     for (const auto& [k, v] : set) w.set(k, v);
     return gguf::reader::from_bytes(w.write_to_memory(), "ds2.gguf");
+}
+
+gguf::reader deepseek2_file(const make_model::model_spec& s, const std::vector<std::string>& erase = {},
+                            const std::vector<std::pair<std::string, gguf::value>>& set = {}) {
+    return edited(make_model::build_model(s), erase, set);
 }
 
 TEST(Deepseek2Hparams, KeysAsWrittenAndBothKvLayouts) {
@@ -503,28 +507,28 @@ TEST(Deepseek2Hparams, YarnLogMultiplierScalesTheAttention) {
 }
 
 TEST(Deepseek2Hparams, BadOrMissingKeysNameTheKey) {
-    const make_model::model_spec s = make_model::preset("tiny", arch::deepseek2);
+    const gguf::writer base = make_model::build_model(make_model::preset("tiny", arch::deepseek2));
     const std::string p = "deepseek2.";
     auto has = [](const std::string& msg, const std::string& part) {
         EXPECT_NE(msg.find(part), std::string::npos) << msg;
     };
-    has(load_error(deepseek2_file(s, {p + "attention.kv_lora_rank"})), "'deepseek2.attention.kv_lora_rank' is missing");
-    has(load_error(deepseek2_file(s, {p + "expert_shared_count"})), "'deepseek2.expert_shared_count' is missing");
-    has(load_error(deepseek2_file(s, {p + "attention.value_length_mla"})), "only one of deepseek2.attention.key_length_mla");
-    has(load_error(deepseek2_file(s, {}, {{p + "attention.key_length", gguf::value::u32(64)}})),
+    has(load_error(edited(base, {p + "attention.kv_lora_rank"})), "'deepseek2.attention.kv_lora_rank' is missing");
+    has(load_error(edited(base, {p + "expert_shared_count"})), "'deepseek2.expert_shared_count' is missing");
+    has(load_error(edited(base, {p + "attention.value_length_mla"})), "only one of deepseek2.attention.key_length_mla");
+    has(load_error(edited(base, {}, {{p + "attention.key_length", gguf::value::u32(64)}})),
         "deepseek2.attention.key_length 64 and value_length 64 must be kv_lora_rank + rope.dimension_count = 96");
-    has(load_error(deepseek2_file(s, {}, {{p + "rope.dimension_count", gguf::value::u32(64)}})),
+    has(load_error(edited(base, {}, {{p + "rope.dimension_count", gguf::value::u32(64)}})),
         "rope.dimension_count 64 must be even and below the query/key head size 64");
-    has(load_error(deepseek2_file(s, {}, {{p + "expert_group_count", gguf::value::u32(3)}})),
+    has(load_error(edited(base, {}, {{p + "expert_group_count", gguf::value::u32(3)}})),
         "deepseek2.expert_group_count is 3, which must split the 16 experts");
-    has(load_error(deepseek2_file(s, {}, {{p + "expert_group_used_count", gguf::value::u32(4)}})),
+    has(load_error(edited(base, {}, {{p + "expert_group_used_count", gguf::value::u32(4)}})),
         "deepseek2.expert_group_used_count is 4");
     // 4 experts used out of one group of 4 fit; out of one group of 2 (8 groups) they do not.
-    has(load_error(deepseek2_file(s, {}, {{p + "expert_group_count", gguf::value::u32(8)},
+    has(load_error(edited(base, {}, {{p + "expert_group_count", gguf::value::u32(8)},
                                           {p + "expert_group_used_count", gguf::value::u32(1)}})),
         "hold the experts used");
     // A layout's tensors follow the keys: attn_k_b files without the *_mla keys look for attn_kv_b.
-    has(load_error(deepseek2_file(s, {p + "attention.key_length_mla", p + "attention.value_length_mla"},
+    has(load_error(edited(base, {p + "attention.key_length_mla", p + "attention.value_length_mla"},
                                   {{p + "attention.key_length", gguf::value::u32(64)},
                                    {p + "attention.value_length", gguf::value::u32(32)}})),
         "'blk.0.attn_kv_b.weight' is missing");

@@ -20,6 +20,8 @@
 #include "model/qsa.hpp"
 #include "qwen4exp_spec.hpp"
 #include "reference_qwen4exp.hpp"
+#include "region_map.hpp"
+#include "strata/engine.hpp"
 
 namespace strata::engine {
 namespace {
@@ -29,9 +31,22 @@ using make_model::arch;
 
 make_model::model_spec tiny() { return make_model::preset("tiny", arch::qwen4exp); }
 
-// The tiny file's writer, built once (its vocabulary takes seconds to learn); copies are cheap.
+// The tiny preset as written (Q4_K experts, Q6_K head), baked once per process: copies are cheap.
 const gguf::writer& tiny_writer() {
-    static const gguf::writer w = make_model::build_model(tiny());
+    static const gguf::writer w = test::baked(make_model::build_model(tiny()));
+    return w;
+}
+
+// The tiny shape with Q8_0 where the preset has K-quants, which take the generator seconds to fit:
+// for the tests of loading, state and generation, which do not depend on the weights' types.
+make_model::model_spec quick() {
+    make_model::model_spec s = tiny();
+    s.type_experts = s.type_out = ggml_type::Q8_0;
+    return s;
+}
+
+const gguf::writer& quick_writer() {
+    static const gguf::writer w = test::baked(make_model::build_model(quick()));
     return w;
 }
 
@@ -80,7 +95,7 @@ bool is_prime(uint64_t v) {
 }
 
 TEST(Qwen4Load, ReadsTheKeysTensorsAndStateSizes) {
-    auto m = test::load(tiny_writer());
+    auto m = test::load(quick_writer());
     const hparams& hp = m->hp;
     EXPECT_TRUE(hp.qwen4() && hp.hybrid() && hp.ssm_gate_sigmoid && hp.ssm_v_tiled);
     EXPECT_EQ(hp.hc, 4);
@@ -112,10 +127,10 @@ TEST(Qwen4Load, ReadsTheKeysTensorsAndStateSizes) {
 
 // The MTP block (its own output mixer, hnorm over the wide residual) is bound and costs the trunk nothing.
 TEST(Qwen4Load, MtpBlockIsBoundButNotRun) {
-    make_model::model_spec s = tiny();
+    make_model::model_spec s = quick();
     s.n_layer_nextn = 1;
     auto mtp = test::load(make_model::build_model(s));
-    auto plain = test::load(tiny_writer());
+    auto plain = test::load(quick_writer());
     ASSERT_EQ(mtp->hp.n_layer, 4);
     ASSERT_EQ(mtp->w.nextn.size(), 1u);
     const nextn_weights& n = mtp->w.nextn[0];
@@ -143,7 +158,7 @@ TEST(Qwen4Load, MultipliersAreTransformersSplitmix) {
 
 TEST(Qwen4Load, ErrorsNameTheKeyAndNumbers) {
     const auto expect_error = [](const char* key, gguf::value v, const char* needle) {
-        gguf::writer w = tiny_writer();
+        gguf::writer w = quick_writer();
         w.set(std::string("qwen4exp.") + key, std::move(v));
         try {
             test::load(w);
@@ -165,7 +180,7 @@ TEST(Qwen4Load, ErrorsNameTheKeyAndNumbers) {
     expect_error("ple.head_vocab_sizes", gguf::value::i32_array({1009, 0, 1019, 1021}), "PLE head 1 covers rows");
     expect_error("ple.eos_token_id", gguf::value::u32(100000), "ple.eos_token_id is 100000, beyond the vocabulary");
     expect_error("attention.compress_ratios", gguf::value::i32_array({0, 4}), "has 2 entries, expected one per block (4)");
-    gguf::writer w = tiny_writer();
+    gguf::writer w = quick_writer();
     w.erase("qwen4exp.hyper_connection.count");
     try {
         test::load(w);
@@ -177,7 +192,7 @@ TEST(Qwen4Load, ErrorsNameTheKeyAndNumbers) {
 }
 
 TEST(Qwen4Load, PleTableTooShortIsAnError) {
-    gguf::writer w = tiny_writer();
+    gguf::writer w = quick_writer();
     w.set("qwen4exp.ple.head_offsets", gguf::value::i32_array({0, 1009, 2022, 4000}));
     try {
         test::load(w);
@@ -188,7 +203,7 @@ TEST(Qwen4Load, PleTableTooShortIsAnError) {
 }
 
 TEST(Qwen4Ple, RowsCutTheWindowAtEos) {
-    auto m = test::load(tiny_writer());
+    auto m = test::load(quick_writer());
     const hparams& hp = m->hp;
     const int eos = static_cast<int>(hp.ple_eos);
     std::vector<float> window(2, 0.0f);
@@ -268,12 +283,12 @@ TEST(Qwen4Forward, QuantizedIsCloseToReference) {
 
 TEST(Qwen4Forward, BitwiseAcrossPoolsWorkersAndBatches) {
     auto m = test::load(tiny_writer());
-    const auto tokens = some_tokens(m->hp.n_vocab, 150);
+    const auto tokens = some_tokens(m->hp.n_vocab, 80);
     auto base_pool = test::make_pool("off", 1);
     const std::vector<float> base = run(*m, *base_pool, tokens, {512});
     for (const auto& [mode, workers] : {std::pair{"off", 2}, std::pair{"test:2", 2}, std::pair{"test:3", 3}}) {
         auto pool = test::make_pool(mode, workers);
-        for (const std::vector<int>& batches : {std::vector<int>{512}, {64, 1}, {17, 5, 1}}) {
+        for (const std::vector<int>& batches : {std::vector<int>{512}, {48, 1}, {17, 5, 1}}) {
             const std::vector<float> got = run(*m, *pool, tokens, batches);
             EXPECT_EQ(0, std::memcmp(got.data(), base.data(), got.size() * sizeof(float)))
                 << "pool " << mode << " x" << workers << " first batch " << batches[0];
@@ -283,7 +298,7 @@ TEST(Qwen4Forward, BitwiseAcrossPoolsWorkersAndBatches) {
 
 // A state cut back to a checkpoint (the PLE window and conv inputs with it) gives the same logits.
 TEST(Qwen4Forward, CheckpointsRestoreTheStateExactly) {
-    auto m = test::load(tiny_writer());
+    auto m = test::load(quick_writer());
     auto pool = test::make_pool("off", 2);
     const auto tokens = some_tokens(m->hp.n_vocab, 100);
     const std::span<const int32_t> all(tokens);
@@ -304,6 +319,7 @@ TEST(Qwen4Generate, PresetsWriteLoadableFiles) {
         make_model::model_spec s = make_model::preset(preset, arch::qwen4exp);
         s.n_expert = 4;
         s.n_expert_used = 2;
+        s.type_experts = s.type_out = ggml_type::Q8_0;  // the shapes are what is checked
         auto m = test::load(make_model::build_model(s));
         EXPECT_TRUE(m->hp.qwen4()) << preset;
     }
@@ -318,7 +334,7 @@ TEST(Qwen4Generate, PresetsWriteLoadableFiles) {
 // --ple-rows: a table of a million rows, the rows past the hash heads' a hole in the file; it loads,
 // runs as the compact one bit for bit, and the file takes a fraction of its size on disk.
 TEST(Qwen4Generate, LargeSparsePleTable) {
-    make_model::model_spec s = tiny();
+    make_model::model_spec s = quick();
     s.ple_rows = int64_t{1} << 20;
     const std::string path = ::testing::TempDir() + "qwen4exp_sparse_ple.gguf";
     make_model::build_model(s).write_file(path);
@@ -330,12 +346,54 @@ TEST(Qwen4Generate, LargeSparsePleTable) {
                 double(st.st_blocks) * 512 / (1 << 20));
     EXPECT_LT(int64_t{st.st_blocks} * 512, st.st_size - table / 2);
     auto big = test::load(gguf::reader::open(path));
-    auto small = test::load(tiny_writer());
+    auto small = test::load(quick_writer());
     EXPECT_EQ(big->w.ple.n_rows, int64_t{1} << 20);
     auto pool = test::make_pool("off", 2);
     const auto tokens = some_tokens(small->hp.n_vocab, 24);
     const std::vector<float> a = run(*big, *pool, tokens, {7, 1}), b = run(*small, *pool, tokens, {7, 1});
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+    std::remove(path.c_str());
+}
+
+// Through the engine: the PLE table is its own cold region (the file's bytes, listed with no NUMA intent
+// in the region map), and what the passes gather from it is counted, in the counters and --breakdown.
+TEST(Qwen4Cold, PleTableIsAColdRegionWithItsReads) {
+    const std::string path = ::testing::TempDir() + "qwen4exp_cold.gguf";
+    quick_writer().write_file(path);
+    model_options o;
+    o.path = path;
+    o.numa_pool = "off";
+    o.n_ctx = 256;
+    o.cache_ram_mib = 0;
+    o.phase_timing = true;
+    const auto m = model::load(o);
+    const uint64_t table = 4096 * 34;  // 4096 Q8_0 rows of 32
+    std::vector<cold_region_stats> cold = m->cold_regions();
+    ASSERT_EQ(cold.size(), 1u);
+    EXPECT_EQ(cold[0].bytes_mapped, table);
+    EXPECT_NE(cold[0].where.find(path), std::string::npos) << cold[0].where;
+    EXPECT_EQ(cold[0].rows_read, 0u);
+    bool listed = false;
+    for (const arenas::region& r : arenas::region_map::read(m->info().region_map_path))
+        listed |= r.name == "ple table (cold, file-backed)" && r.bytes == table && r.node == -1;
+    EXPECT_TRUE(listed);
+
+    generation_options g;
+    g.max_tokens = 5;
+    g.sampling.temperature = 0;
+    g.ignore_eos = true;
+    session s(m);
+    const generation_result r = s.generate(some_tokens(m->info().n_vocab, 20), g);
+    cold = m->cold_regions();
+    EXPECT_EQ(cold[0].tokens, 24u);  // the prompt, then 4 decode passes
+    EXPECT_EQ(cold[0].rows_read, 24u * 4);
+    EXPECT_GT(cold[0].bytes_resident, 0u);
+    EXPECT_LE(cold[0].bytes_resident, table);
+    EXPECT_LE(cold[0].page_faults, cold[0].rows_read);
+    const auto part = std::find_if(r.time.decode_phases.begin(), r.time.decode_phases.end(),
+                                   [](const phase_time& p) { return p.name == "PLE rows (cold table)"; });
+    ASSERT_NE(part, r.time.decode_phases.end());
+    EXPECT_EQ(part->bytes, static_cast<uint64_t>(r.time.decode_passes) * 4 * 34);
     std::remove(path.c_str());
 }
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -160,13 +161,15 @@ TEST(ServerConnections, SlowAndIdleClientsDoNotDelayOthers) {
                                     : std::string("POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\n"));
     }
     std::atomic<bool> trickling{true};
+    std::promise<void> first_round;
     std::thread trickle([&] {
-        while (trickling) {
+        for (bool first = true; trickling; first = false) {
             for (size_t i = 0; i < slow.size(); ++i) slow[i]->send_all(i % 2 ? "[" : "X-Slow: 1\r\n");
+            if (first) first_round.set_value();
             std::this_thread::sleep_for(200ms);
         }
     });
-    std::this_thread::sleep_for(300ms);
+    first_round.get_future().wait();
 
     std::vector<double> ms;
     for (int i = 0; i < n_requests; ++i) {
@@ -178,7 +181,12 @@ TEST(ServerConnections, SlowAndIdleClientsDoNotDelayOthers) {
     std::printf("%d requests beside %d idle and %d slow connections: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
                 n_requests, n_idle, n_slow, percentile(ms, 0.5), percentile(ms, 0.99),
                 *std::max_element(ms.begin(), ms.end()));
-    for (const double t : ms) EXPECT_LT(t, 5000.0) << "a request waited behind idle or slow connections";
+    // Answered while every slow connection still held its place: none has had its 408 yet. (Requests
+    // queued behind them would be answered only once their deadlines freed the server.)
+    for (size_t i = 0; i < slow.size(); ++i) {
+        slow[i]->read_until("HTTP/1.1", 1ms);  // what has arrived, without waiting
+        EXPECT_EQ(slow[i]->received(), "") << "slow connection " << i << " was answered before the requests beside it";
+    }
 
     // The slow ones are answered 408 at their deadline although they keep sending; the idle ones closed.
     for (size_t i = 0; i < slow.size(); ++i) {
@@ -263,16 +271,16 @@ TEST(ServerConnections, ExpectContinueOverTheLimitIs413AtOnce) {
     test_server s;
     client big("127.0.0.1", s.port());
     big.send_all(post_head("/v1/chat/completions", 50u << 20, "Expect: 100-continue\r\n"));
-    ASSERT_TRUE(big.read_response(5s)) << big.received();
+    ASSERT_TRUE(big.read_response()) << big.received();  // before any body byte is sent
     EXPECT_EQ(big.received().rfind("HTTP/1.1 413", 0), 0u) << big.received();
     EXPECT_EQ(body_of(big.received())["error"]["code"], "request_too_large");
-    EXPECT_TRUE(big.read_to_close(5s));
+    EXPECT_TRUE(big.read_to_close());
 
     // Within the limit: 100 Continue, then the answer.
     const std::string body = chat_body("hi", 2).dump();
     client small("127.0.0.1", s.port());
     small.send_all(post_head("/v1/chat/completions", body.size(), "Expect: 100-continue\r\n"));
-    ASSERT_TRUE(small.read_until("HTTP/1.1 100 Continue\r\n\r\n", 5s)) << small.received();
+    ASSERT_TRUE(small.read_until("HTTP/1.1 100 Continue\r\n\r\n")) << small.received();
     small.send_all(body);
     ASSERT_TRUE(small.read_until("HTTP/1.1 200"));
     const std::string after_continue = small.received().substr(small.received().find("HTTP/1.1 200"));

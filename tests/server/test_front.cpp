@@ -295,10 +295,11 @@ TEST(ServerFront, BytesInFlightAreCapped) {
     for (int i = 0; i < n; ++i) {
         clients.push_back(std::make_unique<peer>(s.port()));
         peer& c = *clients.back();
-        c.send_all("POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: " + std::to_string(announced) +
-                   "\r\n\r\n");
-        // Refused ones are answered at once; accepted ones take their first MiB.
-        if (c.read_until("\r\n\r\n", 200ms)) {
+        c.send_all("POST /v1/completions HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: " +
+                   std::to_string(announced) + "\r\n\r\n");
+        // The verdict comes before any body byte: 100 Continue once the bytes are reserved, else 503.
+        ASSERT_TRUE(c.read_until("\r\n\r\n")) << "connection " << i << " got no verdict";
+        if (c.received().rfind("HTTP/1.1 100 Continue", 0) != 0) {
             EXPECT_EQ(c.status(), 503) << c.received();
             EXPECT_NE(c.received().find("Retry-After: 1"), std::string::npos);
             EXPECT_NE(c.received().find("--max-bytes-in-flight"), std::string::npos);

@@ -86,6 +86,51 @@ TEST(ServerMemoryLimit, KvCacheGivesMemoryBack) {
     EXPECT_GT(after, 0u);  // the conversation's own chunk stays for its next turn
 }
 
+// The value of an unlabelled (or fully labelled) sample in Prometheus text, -1 when absent.
+double sample(const std::string& text, const std::string& name) {
+    const size_t at = text.find("\n" + name + " ");
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size() + 2));
+}
+
+// With --mem-budget 1 a prompt whose keys and values need 2 MiB gets a 400 naming the budget and its
+// use, the session and the server keep serving, and /v1/status and /metrics show the budget.
+TEST(ServerMemoryLimit, PromptPastTheMemoryBudgetFailsCleanly) {
+    model_options mo;
+    mo.path = tiny_model_path();
+    mo.n_ctx = 4 * test_ctx;
+    mo.numa_pool = "off";
+    mo.cache_ram_mib = 0;
+    mo.mem_budget_mib = 1;
+    server_options o;
+    o.parallel = 2;
+    test_server s(o, model::load(mo));
+    const json status = s.status();
+    ASSERT_EQ(status["memory_budget"]["budget_bytes"], 1u << 20) << status["memory_budget"].dump();
+    const double per_token = status["context"]["kv_bytes_max"].get<double>() / mo.n_ctx;
+    const int long_tokens = static_cast<int>(2 * (1 << 20) / per_token) - 16;
+    if (long_tokens >= mo.n_ctx) GTEST_SKIP() << "the tiny model's context is too small to pass the budget";
+
+    json ids = json::array();
+    for (int i = 0; i < long_tokens; ++i) ids.push_back(1 + i % 50);
+    const reply big = s.post("/v1/completions", json{{"prompt", ids}, {"max_tokens", 1}});
+    EXPECT_EQ(big.status, 400) << big.body;
+    EXPECT_NE(big.body.find("memory budget of 1.0 MiB"), std::string::npos) << big.body;
+    EXPECT_NE(big.body.find("KV caches"), std::string::npos) << big.body;
+
+    const reply after = s.post("/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 2}});
+    EXPECT_EQ(after.status, 200) << after.body;
+    EXPECT_EQ(s.get("/health").status, 200);
+    const json budget = s.status()["memory_budget"];
+    EXPECT_EQ(budget["refusals"], 1) << budget.dump();
+    EXPECT_LE(budget["used_bytes"].get<uint64_t>(), 1u << 20) << budget.dump();
+    EXPECT_GT(budget["kv_bytes"].get<uint64_t>(), 0u) << budget.dump();
+    EXPECT_EQ(budget["used_bytes"], budget["kv_bytes"]) << budget.dump();
+    const std::string metrics = s.get("/metrics").body;
+    EXPECT_EQ(sample(metrics, "strata_memory_budget_bytes"), double(1 << 20));
+    EXPECT_EQ(sample(metrics, "strata_memory_budget_refusals_total"), 1);
+    EXPECT_EQ(sample(metrics, "strata_memory_budget_used_bytes{use=\"kv\"}"), budget["kv_bytes"].get<double>());
+}
+
 TEST(ServerMemoryLimit, PromptPastACgroupLimitFailsCleanly) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     GTEST_SKIP() << "a sanitizer's shadow memory counts against the cgroup, so the limit says nothing here";

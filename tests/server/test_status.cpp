@@ -165,6 +165,7 @@ TEST(ServerStatus, StatusHasTheDocumentedFields) {
     EXPECT_EQ(last["vram"]["lookups"], 0);  // CPU-only
     EXPECT_EQ(last["vram"]["hits"], 0);
     EXPECT_EQ(last["vram"]["hit_rate"], 0.0);
+    EXPECT_TRUE(j["cold_regions"].is_array() && j["cold_regions"].empty());  // no PLE table (Qwen4Cold.* has one)
     EXPECT_TRUE(j["queue"]["policy"].is_string());
     EXPECT_TRUE(j["queue"]["running"].is_null());
     EXPECT_EQ(j["queue"]["n_waiting"], 0);

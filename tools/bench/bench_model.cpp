@@ -118,6 +118,8 @@ struct measured {
     int passes = 0;
     std::vector<double> decode_each;  // decode tok/s of each repeat, in order
     std::vector<double> read_each;    // CPU arms: the read bandwidth probed just before each repeat's decode
+    // qwen4exp: the cold PLE table during the timed decodes (deltas), and its residency after them.
+    uint64_t cold_tokens = 0, cold_rows = 0, cold_faults = 0, cold_resident = 0, cold_mapped = 0;
 };
 
 // Figures at each depth (ascending) on one session: the context at depth D is the first D tokens of
@@ -144,6 +146,7 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
     for (const int depth : depths) {
         std::vector<phase_time> phases;
         int passes = 0;
+        uint64_t cold_tokens = 0, cold_rows = 0, cold_faults = 0, cold_resident = 0, cold_mapped = 0;
         const std::span<const int32_t> before(context.data(), static_cast<size_t>(depth));
         go.max_tokens = 1;
         if (depth > 0) {
@@ -166,7 +169,15 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
             prompt.push_back(tok(rng));
             go.max_tokens = n_gen;
             if (probe) rd.push_back(probe());
+            const std::vector<cold_region_stats> cold0 = m->cold_regions();
             const generation_result dr = s.generate(prompt, go);
+            for (const cold_region_stats& c1 : m->cold_regions()) {
+                cold_tokens += c1.tokens - cold0[0].tokens;
+                cold_rows += c1.rows_read - cold0[0].rows_read;
+                cold_faults += c1.page_faults - cold0[0].page_faults;
+                cold_resident = c1.bytes_resident;
+                cold_mapped = c1.bytes_mapped;
+            }
             tg.push_back((dr.time.predicted_n - 1) * 1000.0 / dr.time.predicted_ms);
             if (phases.empty()) phases = dr.time.decode_phases;
             else
@@ -176,7 +187,8 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
                 }
             passes += dr.time.decode_passes;
         }
-        measured d{depth, threads, summarize(pp), summarize(tg), std::nullopt, std::move(phases), passes, tg, rd};
+        measured d{depth, threads, summarize(pp), summarize(tg), std::nullopt, std::move(phases), passes, tg, rd,
+                   cold_tokens, cold_rows, cold_faults, cold_resident, cold_mapped};
         if (m->info().gpu_hybrid) {
             const expert_stats stats1 = m->statistics();
             const uint64_t lookups = stats1.expert_lookups - stats0.expert_lookups;
@@ -406,6 +418,16 @@ int run(int argc, char** argv) {
                                      total_ms > 0 ? 100.0 * ph.ms / total_ms : 0.0, mib,
                                      ph.bytes ? fmt::format("{:.1f}", gbs) : std::string("-"));
                     parts.push_back({{"part", ph.name}, {"ms_per_token", ms}, {"mib_per_token", mib}, {"gbs", gbs}});
+                }
+                if (r.cold_mapped > 0 && r.cold_tokens > 0) {
+                    const double per = 1.0 / double(r.cold_tokens);
+                    t += fmt::format("\nPLE table (cold, file-backed): {:.1f} rows gathered per token, {:.3f} page-cache "
+                                     "misses (major faults) per token; {:.1f} of {:.1f} MiB in the page cache after.\n",
+                                     double(r.cold_rows) * per, double(r.cold_faults) * per,
+                                     double(r.cold_resident) / (1 << 20), double(r.cold_mapped) / (1 << 20));
+                    row["ple_table"] = {{"rows_per_token", double(r.cold_rows) * per},
+                                        {"page_faults_per_token", double(r.cold_faults) * per},
+                                        {"bytes_resident", r.cold_resident}, {"bytes_mapped", r.cold_mapped}};
                 }
                 breakdowns += t;
                 row["breakdown"] = parts;

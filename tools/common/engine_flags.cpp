@@ -24,6 +24,9 @@ void add_model_flags(cxxopts::Options& o) {
                       "IQ4_NL experts, and dense matrices without a GPU, repacked for the prompt GEMM kernels)")
         ("cache-ram", "MiB for parked conversation snapshots (default: the smaller of 25 % of MemAvailable and "
                       "8 GiB; 0: off)", cxxopts::value<int>())
+        ("mem-budget", "MiB that all sessions' KV caches, recurrent-state checkpoints and conversation snapshots "
+                       "share; past it snapshots are evicted, then growth is refused (default: 90 % of what the "
+                       "system and the cgroup can still give after loading; 0: none)", cxxopts::value<int>())
         ("state-checkpoint-interval", "hybrid models (qwen35moe, qwen3next): checkpoint the recurrent state every N "
                                       "tokens (default 1024; 0: only where prompts' new tokens start and end)",
          cxxopts::value<int>());
@@ -125,6 +128,12 @@ model_options model_options_from(const cxxopts::ParseResult& a) {
         if (m.cache_ram_mib < 0)
             throw std::invalid_argument(fmt::format("--cache-ram must be 0 (off) or a number of MiB, got {}",
                                                     m.cache_ram_mib));
+    }
+    if (a.count("mem-budget")) {
+        m.mem_budget_mib = a["mem-budget"].as<int>();
+        if (m.mem_budget_mib < 0)
+            throw std::invalid_argument(fmt::format("--mem-budget must be 0 (none) or a number of MiB, got {}",
+                                                    m.mem_budget_mib));
     }
     if (a.count("state-checkpoint-interval")) m.state_checkpoint_interval = a["state-checkpoint-interval"].as<int>();
     m.gpu = a["gpu"].as<int>();

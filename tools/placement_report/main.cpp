@@ -209,6 +209,12 @@ int report_model(const cxxopts::ParseResult& args) {
     return 0;
 }
 
+std::string fmt_resident(std::size_t bytes) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.1f MiB in page cache", static_cast<double>(bytes) / (1 << 20));
+    return text;
+}
+
 int report_pid(const cxxopts::ParseResult& args) {
     const int pid = args["pid"].as<int>();
     const std::string map_path = args.count("map") ? args["map"].as<std::string>() : region_map::default_path(pid);
@@ -218,10 +224,13 @@ int report_pid(const cxxopts::ParseResult& args) {
     for (const auto& a : audits) n_low += a.ok ? 0 : 1;
     if (args.count("json")) {
         json doc{{"pid", pid}, {"threshold", threshold}, {"regions", json::array()}, {"failed", n_low}};
-        for (const auto& a : audits)
+        for (const auto& a : audits) {
             doc["regions"].push_back({{"name", a.where.name}, {"address", a.where.address}, {"bytes", a.where.bytes},
                                       {"node", a.where.node}, {"pages_per_node", a.pages_per_node},
                                       {"local_percent", 100.0 * a.local_share}, {"ok", a.ok}});
+            if (!a.file.empty())  // a cold file-backed region: its page-cache residency, no placement
+                doc["regions"].back().update(json{{"file", a.file}, {"bytes_resident", a.file_resident_bytes}});
+        }
         std::cout << doc.dump(2) << "\n";
     } else {
         std::printf("%-32s %6s %12s %10s  %-24s %s\n", "region", "node", "MiB", "% local", "pages per node", "verdict");
@@ -229,6 +238,12 @@ int report_pid(const cxxopts::ParseResult& args) {
             std::string per_node;
             for (std::size_t n = 0; n < a.pages_per_node.size(); ++n)
                 per_node += (n ? " N" : "N") + std::to_string(n) + "=" + std::to_string(a.pages_per_node[n]);
+            if (!a.file.empty()) {  // the pages per node would be the whole file mapping's
+                std::printf("%-32s %6s %12.1f %10s  %-24s cold, file-backed (%s)\n", a.where.name.c_str(), "-",
+                            static_cast<double>(a.where.bytes) / (1 << 20), "-",
+                            fmt_resident(a.file_resident_bytes).c_str(), a.file.c_str());
+                continue;
+            }
             std::printf("%-32s %6d %12.1f %9.1f%%  %-24s %s\n", a.where.name.c_str(), a.where.node,
                         static_cast<double>(a.where.bytes) / (1 << 20), 100.0 * a.local_share, per_node.c_str(),
                         a.where.node < 0 ? "no intent" : (a.ok ? "OK" : "FAILED"));

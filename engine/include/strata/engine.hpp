@@ -66,6 +66,10 @@ struct model_options {
     // --cache-ram MIB: memory for parked conversation snapshots (the conversation cache); -1: the
     // smaller of 25 % of MemAvailable and 8 GiB; 0: off.
     int cache_ram_mib = -1;
+    // --mem-budget MIB: one budget for every session's KV cache, their recurrent-state checkpoints and
+    // the conversation snapshots; -1: 90 % of the memory the system and this process's cgroup can still
+    // give once the weights are loaded; 0: none (each growth is checked against free memory only).
+    int mem_budget_mib = -1;
     // Hybrid models (qwen35moe, qwen3next): a checkpoint of the recurrent state every this many
     // positions (0: only where a prompt's new tokens start and where it ends).
     int state_checkpoint_interval = 1024;
@@ -259,6 +263,17 @@ struct conversation_cache_stats {
     std::vector<conversation_cache_entry> entries;  // most recently used first
 };
 
+// The memory budget (--mem-budget) and what draws from it, in host memory.
+struct memory_budget_stats {
+    uint64_t budget_bytes = 0;       // 0: no budget
+    uint64_t kv_bytes = 0;           // every session's KV cache (not the GPU hybrid's, in VRAM)
+    uint64_t checkpoint_bytes = 0;   // every session's recurrent-state checkpoints (hybrid models)
+    uint64_t snapshot_bytes = 0;     // the conversation cache's snapshots
+    uint64_t evictions = 0;          // snapshots evicted to make room in the budget
+    uint64_t refusals = 0;           // KV cache growths refused (kv_cache_full) for the budget
+    uint64_t used() const { return kv_bytes + checkpoint_bytes + snapshot_bytes; }
+};
+
 // The step batcher's counters: generations in flight advance together, one forward pass per step.
 struct batch_stats {
     uint64_t steps = 0;              // forward passes run for generations
@@ -279,6 +294,18 @@ struct request_error : std::invalid_argument {
     using std::invalid_argument::invalid_argument;
 };
 
+// A file-backed region the forward pass reads a few rows at a time and that is never copied, placed,
+// pinned or counted in the resident weights: qwen4exp's PLE table. Counters since load.
+struct cold_region_stats {
+    std::string name;              // "ple table" (per_layer_token_embd)
+    std::string where;             // "file-backed: FILE bytes A..B, page cache, no NUMA placement"
+    uint64_t bytes_mapped = 0;
+    uint64_t bytes_resident = 0;   // of those, in the page cache now (mincore)
+    uint64_t tokens = 0;           // tokens evaluated through it
+    uint64_t rows_read = 0;        // rows gathered for them
+    uint64_t page_faults = 0;      // major faults during the gathers: rows the page cache did not hold
+};
+
 class session;
 
 class model {
@@ -293,8 +320,12 @@ public:
     // The conversation cache's counters and snapshots. Safe from any thread; does not wait for the
     // engine thread.
     conversation_cache_stats conversation_statistics() const;
+    // The cold file-backed regions (qwen4exp's PLE table; empty for other models). Safe from any thread.
+    std::vector<cold_region_stats> cold_regions() const;
     // The step batcher's counters. Safe from any thread; does not wait for the engine thread.
     batch_stats batching() const;
+    // The memory budget and its use. Safe from any thread; does not wait for the engine thread.
+    memory_budget_stats memory_statistics() const;
 
     std::vector<int32_t> tokenize(std::string_view text, bool add_special = true, bool parse_special = false) const;
     // render_special: control tokens ("<|im_start|>") come out as their text instead of nothing.

@@ -195,6 +195,9 @@ STRATA_GEMM16(gemm16_iq4_nl_avx2);
 STRATA_GEMM16(gemm16_q4_k_avxvnni);
 STRATA_GEMM16(gemm16_q5_k_avxvnni);
 STRATA_GEMM16(gemm16_q8_0_avxvnni);
+STRATA_GEMM16(gemm16_iq4_xs_scalar);
+STRATA_GEMM16(gemm16_iq4_xs_avx2);
+STRATA_GEMM16(gemm16_iq4_xs_avxvnni);
 #undef STRATA_GEMM16
 
 // The rows16 layouts (kernels/cpu/repack.cpp). A Q4_K group block covers 256 columns of 16 rows:
@@ -228,6 +231,15 @@ struct block_q6_Kx16 {
     uint8_t qh[16][16][4];
 };
 static_assert(sizeof(block_q6_Kx16) == 16 * 210);
+// IQ4_XS: d[16] (f16), sc[8][16] (sub-block j's scale of row r, the 6-bit code less 32), qs[32][16][4]:
+// dword q of row r's GGUF qs (sub-block q / 4: elements 4 (q % 4) + i in the low nibbles, 16 + 4 (q % 4) + i
+// in the high ones).
+struct block_iq4_xsx16 {
+    formats::fp16_t d[16];
+    int8_t sc[8][16];
+    uint8_t qs[32][16][4];
+};
+static_assert(sizeof(block_iq4_xsx16) == 16 * 138);
 struct block_q8_0x16 {
     formats::fp16_t d[16];
     uint8_t qs[8][16][4];

@@ -28,6 +28,15 @@ static inline void prefetch_weights(const void* block) {
     for (int offset = 0; offset < Bytes; offset += 64) _mm_prefetch(p + offset, _MM_HINT_T0);
 }
 
+// Part `part` of `parts` of the prefetches of prefetch_weights<Bytes>(block), Distance bytes ahead: spread
+// over a block's work, a large block does not fill the line fill buffers with one burst of prefetches.
+template <int Bytes, int Distance = prefetch_distance>
+static inline void prefetch_weights_part(const void* block, int part, int parts) {
+    constexpr int lines = (Bytes + 63) / 64;
+    const char* p = static_cast<const char*>(block) + Distance;
+    for (int l = part * lines / parts; l < (part + 1) * lines / parts; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
+}
+
 static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 static inline float hsum(__m128 v) {

@@ -130,6 +130,18 @@ struct q6_k_gemm16 {
         for (int t = 0; t < NT; ++t) act[t] = static_cast<const block_q8_K*>(a[t]);
         for (int64_t g = 0; g < n_groups; ++g) {
             const auto* x = reinterpret_cast<const block_q6_Kx16*>(static_cast<const uint8_t*>(w) + g * group_bytes);
+            if constexpr (NT == 1) {
+                // One token: both halves per superblock, so the second reads the lines from L1, and the
+                // prefetches spread over the two (the same operations per row, so the same bits).
+                __m256 acc[2][1] = {{_mm256_setzero_ps()}, {_mm256_setzero_ps()}};
+                for (int64_t i = 0; i < n / QK_K; ++i)
+                    for (int h = 0; h < 2; ++h) {
+                        prefetch_weights_part<sizeof(block_q6_Kx16)>(x + i, h, 2);
+                        superblock(x[i], h, act, i, acc[h]);
+                    }
+                for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + g * 16 + 8 * h, acc[h][0]);
+                continue;
+            }
             for (int h = 0; h < 2; ++h) {
                 __m256 acc[NT];
                 for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();

@@ -497,7 +497,7 @@ TEST_P(RepackTest, RowRangesOffGroupsAreRefused) {
 std::vector<matvec_case> repack_cases() {
     std::vector<matvec_case> cases;
     for (ggml_type t : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
-                        ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL})
+                        ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL, ggml_type::IQ4_XS})
         for (isa i : {isa::scalar, isa::avx2, isa::avx512}) cases.push_back({t, i});
     return cases;
 }
@@ -508,17 +508,18 @@ INSTANTIATE_TEST_SUITE_P(FormatsByIsa, RepackTest, ::testing::ValuesIn(repack_ca
 
 TEST(Repack, OnlyWhereTheActiveIsaHasAGemmKernel) {
     const bool fast = active_isa() != isa::scalar;  // AVX2 and AVX-512 have the GEMM kernels
-    // The K-quants repack on AVX2 only where their GEMM form decodes as fast (fill_avx2_gemm).
+    // Q6_K repacks on AVX2 only where its GEMM form decodes as fast (fill_avx2_gemm): nowhere.
     const bool avx512 = active_isa() == isa::avx512;
-    const bool fast_k = avx512 || (fast && detail::active_table().avx_vnni);
-    EXPECT_EQ(fast_k, can_repack(ggml_type::Q4_K, 768));
+    EXPECT_EQ(fast, can_repack(ggml_type::Q4_K, 768));
     EXPECT_EQ(fast, can_repack(ggml_type::Q8_0, 2048));
     for (ggml_type t : {ggml_type::Q4_0, ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL}) {
         EXPECT_EQ(fast, can_repack(t, 2048)) << formats::info(t).name;
         EXPECT_EQ(formats::row_size(t, 2048), repacked_row_stride(t, 2048)) << formats::info(t).name;  // same bytes
     }
     EXPECT_FALSE(can_repack(ggml_type::Q4_K, 760));  // not whole groups of 16
-    EXPECT_EQ(fast_k, can_repack(ggml_type::Q5_K, 768));
+    EXPECT_EQ(fast, can_repack(ggml_type::Q5_K, 768));
+    EXPECT_EQ(fast, can_repack(ggml_type::IQ4_XS, 768));
+    EXPECT_EQ(138u * 8, repacked_row_stride(ggml_type::IQ4_XS, 2048));
     EXPECT_EQ(avx512, can_repack(ggml_type::Q6_K, 768));
     EXPECT_FALSE(can_repack(ggml_type::Q3_K, 768));
     EXPECT_EQ(180u * 8, repacked_row_stride(ggml_type::Q5_K, 2048));
@@ -528,16 +529,15 @@ TEST(Repack, OnlyWhereTheActiveIsaHasAGemmKernel) {
     EXPECT_THROW(repacked_row_stride(ggml_type::Q3_K, 256), std::invalid_argument);
 }
 
-// The AVX2 path runs prompts through GEMM kernels on repacked weights (not the matvec ones) for Q8_0
-// and the legacy formats, and for Q4_K and Q5_K where the CPU has AVX-VNNI; the same bits as AVX-512.
+// The AVX2 path runs prompts through GEMM kernels on repacked weights (not the matvec ones) for every
+// format with one but Q6_K, with or without AVX-VNNI; the same bits as AVX-512.
 TEST(Repack, Avx2PromptPathIsTheGemmOne) {
     SKIP_UNLESS_SUPPORTED(isa::avx2);
     const auto& t = detail::table_for(isa::avx2);
     for (ggml_type type : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
-                           ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL}) {
+                           ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL, ggml_type::IQ4_XS}) {
         const auto id = static_cast<size_t>(type);
-        const bool k_quant = type == ggml_type::Q4_K || type == ggml_type::Q5_K || type == ggml_type::Q6_K;
-        EXPECT_EQ(k_quant ? t.avx_vnni && type != ggml_type::Q6_K : true, t.gemm16_fast[id]) << formats::info(type).name;
+        EXPECT_EQ(type != ggml_type::Q6_K, t.gemm16_fast[id]) << formats::info(type).name;
         EXPECT_NE(t.gemm16[id], detail::table_for(isa::scalar).gemm16[id]) << formats::info(type).name;
     }
 }
@@ -551,10 +551,11 @@ TEST(Repack, Avx2GemmIsBitwiseTheAvx512One) {
     plain.gemm16[static_cast<size_t>(ggml_type::Q4_K)] = detail::gemm16_q4_k_avx2;
     plain.gemm16[static_cast<size_t>(ggml_type::Q5_K)] = detail::gemm16_q5_k_avx2;
     plain.gemm16[static_cast<size_t>(ggml_type::Q8_0)] = detail::gemm16_q8_0_avx2;
+    plain.gemm16[static_cast<size_t>(ggml_type::IQ4_XS)] = detail::gemm16_iq4_xs_avx2;
     const auto& ref = cpu_supports(isa::avx512) ? detail::table_for(isa::avx512) : plain;
     constexpr int64_t n_cols = 2048, n_rows = 32, n_tok = 13;
     for (ggml_type type : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
-                           ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL}) {
+                           ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL, ggml_type::IQ4_XS}) {
         SCOPED_TRACE(formats::info(type).name);
         const repacked r = make_repacked(type, n_rows, n_cols, 91);
         const size_t act_stride = activation_row_size(type, n_cols);
