@@ -94,6 +94,31 @@ public:
         return em;
     }
 
+    // llama.cpp's fused ffn_gate_up_exps [n_cols, 2 n_rows, n_expert], when the file has it: per expert
+    // n_rows gate rows, then n_rows up rows, bound as two expert matrices over the same bytes.
+    bool fused_gate_up(const std::string& prefix, int64_t n_cols, int64_t n_rows, int n_expert, expert_matrix& gate,
+                       expert_matrix& up) const {
+        const std::string name = prefix + "ffn_gate_up_exps.weight";
+        const gguf::tensor_info* t = checked(name, {n_cols, 2 * n_rows, n_expert}, "n_embd, 2 n_ff_exp, n_expert", false);
+        if (!t) return false;
+        need_kernel(*t);
+        const uint8_t* base = f_.tensor_data(*t).data();
+        for (expert_matrix* m : {&gate, &up}) {
+            *m = {};
+            m->name = name;
+            m->type = t->type;
+            m->n_cols = n_cols;
+            m->n_rows = n_rows;
+            m->row_stride = formats::row_size(t->type, n_cols);
+        }
+        const size_t part = gate.row_stride * static_cast<size_t>(n_rows);
+        for (int e = 0; e < n_expert; ++e) {
+            gate.experts.push_back(base + 2 * static_cast<size_t>(e) * part);
+            up.experts.push_back(base + (2 * static_cast<size_t>(e) + 1) * part);
+        }
+        return true;
+    }
+
     const std::string& path() const { return f_.path(); }
 
     // An F32 tensor's data (shape already checked).
@@ -201,8 +226,10 @@ void bind_moe(const binder& b, const hparams& hp, int i, layer_weights& l) {
     l.router = b.mat(p + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert, "n_embd, n_expert");
     if (hp.arch.exp_probs_b != presence::absent)
         l.exp_probs_b = b.vec(p + "exp_probs_b.bias", hp.n_expert, "n_expert", hp.arch.exp_probs_b == presence::required);
-    l.gate = b.experts(p, "gate", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
-    l.up = b.experts(p, "up", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
+    if (!b.fused_gate_up(p, hp.n_embd, hp.n_ff_exp, hp.n_expert, l.gate, l.up)) {
+        l.gate = b.experts(p, "gate", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
+        l.up = b.experts(p, "up", hp.n_embd, hp.n_ff_exp, hp.n_expert, "n_embd, n_ff_exp, n_expert");
+    }
     l.down = b.experts(p, "down", hp.n_ff_exp, hp.n_embd, hp.n_expert, "n_ff_exp, n_embd, n_expert");
     if (hp.n_ff_shexp > 0) {
         if (hp.arch.id == arch::qwen2moe || hp.hybrid())

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "generate.hpp"
 #include "gguf/gguf_writer.hpp"
 #include "loaded_model.hpp"
@@ -99,6 +101,42 @@ TEST(HybridLoad, MtpBlockIsBoundButNotRun) {
     const auto tokens = some_tokens(plain->hp.n_vocab, 8);
     const std::vector<float> a = run(*plain, *pool, tokens, {8}), b = run(*mtp, *pool, tokens, {8});
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+// llama.cpp's fused ffn_gate_up_exps holds the gate rows then the up rows of each expert; a file with it
+// computes what the same values in ffn_gate_exps + ffn_up_exps compute, bit for bit.
+TEST(HybridLoad, FusedGateUpExpertsComputeTheSameModel) {
+    gguf::writer w = make_model::build_model(make_model::preset("tiny", arch::qwen35moe));
+    auto split = test::load(w);
+    const hparams& hp = split->hp;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const layer_weights& l = split->w.layers[static_cast<size_t>(il)];
+        ASSERT_TRUE(w.erase_tensor(l.gate.name) && w.erase_tensor(l.up.name));
+        w.add_tensor(fmt::format("blk.{}.ffn_gate_up_exps.weight", il), l.gate.type, {hp.n_embd, 2 * hp.n_ff_exp, hp.n_expert},
+                     [&l, n_expert = hp.n_expert](std::span<uint8_t> out) {
+                         const size_t part = l.gate.row_stride * static_cast<size_t>(l.gate.n_rows);
+                         for (size_t e = 0; e < static_cast<size_t>(n_expert); ++e) {
+                             std::memcpy(out.data() + 2 * e * part, l.gate.experts[e], part);
+                             std::memcpy(out.data() + (2 * e + 1) * part, l.up.experts[e], part);
+                         }
+                     });
+    }
+    auto fused = test::load(w);
+    const layer_weights& l = fused->w.layers[0];
+    EXPECT_EQ(l.gate.name, "blk.0.ffn_gate_up_exps.weight");
+    EXPECT_EQ(l.up.experts[0] - l.gate.experts[0], static_cast<ptrdiff_t>(l.gate.row_stride) * hp.n_ff_exp);
+    auto pool = test::make_pool("test:2", 2);
+    const auto tokens = some_tokens(hp.n_vocab, 9);
+    const std::vector<float> want = run(*split, *pool, tokens, {8, 1}), got = run(*fused, *pool, tokens, {8, 1});
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+    // Without it, the separate tensors are required and named.
+    w.erase_tensor("blk.1.ffn_gate_up_exps.weight");
+    try {
+        test::load(w);
+        ADD_FAILURE() << "no error without blk.1.ffn_gate_up_exps";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("blk.1.ffn_gate_exps.weight"), std::string::npos) << e.what();
+    }
 }
 
 TEST(HybridLoad, ErrorsNameTheKeyAndNumbers) {

@@ -194,6 +194,29 @@ TEST(MakeModel, MixtralIsLlamaArchitectureWithBothExpertNamings) {
     EXPECT_THROW(build_model(s), std::invalid_argument);
 }
 
+// --fused-gate-up: one ffn_gate_up_exps per layer holding, per expert, the bytes ffn_gate_exps and then
+// ffn_up_exps hold in the file without it.
+TEST(MakeModel, FusedGateUpHoldsTheSeparateTensorsValues) {
+    model_spec s = tiny(arch::qwen3moe);
+    s.n_layer = 1;
+    const gguf::reader split = generate(s);
+    s.fused_gate_up = true;
+    const gguf::reader fused = generate(s);
+    EXPECT_EQ(fused.find_tensor("blk.0.ffn_gate_exps.weight"), nullptr);
+    const gguf::tensor_info* gate = split.find_tensor("blk.0.ffn_gate_exps.weight");
+    const gguf::tensor_info* up = split.find_tensor("blk.0.ffn_up_exps.weight");
+    ASSERT_TRUE(gate && up);
+    expect_tensor(fused, "blk.0.ffn_gate_up_exps.weight", {gate->ne[0], 2 * gate->ne[1], gate->ne[2]}, gate->type);
+    const auto g = split.tensor_data(*gate), u = split.tensor_data(*up);
+    const auto f = fused.tensor_data(*fused.find_tensor("blk.0.ffn_gate_up_exps.weight"));
+    const size_t part = g.size() / static_cast<size_t>(gate->ne[2]);
+    ASSERT_EQ(f.size(), 2 * g.size());
+    for (size_t e = 0; e < static_cast<size_t>(gate->ne[2]); ++e) {
+        EXPECT_TRUE(std::equal(g.begin() + e * part, g.begin() + (e + 1) * part, f.begin() + 2 * e * part)) << e;
+        EXPECT_TRUE(std::equal(u.begin() + e * part, u.begin() + (e + 1) * part, f.begin() + (2 * e + 1) * part)) << e;
+    }
+}
+
 TEST(MakeModel, SameSeedSameBytesWhateverTheThreads) {
     const model_spec s = tiny(arch::qwen3moe);
     const std::vector<uint8_t> a = build_model(s).write_to_memory();

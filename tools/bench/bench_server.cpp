@@ -182,6 +182,8 @@ int run(int argc, char** argv) {
         ("turns", "with --conversations: turns per conversation", cxxopts::value<int>()->default_value("3"))
         ("cache-ram", "with --conversations: the cache-on arm's budget in MiB (default: the engine's)",
          cxxopts::value<int>())
+        ("edit", "with --conversations: after the turns, each conversation's last question again, reworded "
+                 "(time to first token of an edited turn)")
         ("abuse", "run the load again beside --idle idle connections and --slow clients trickling headers or a body")
         ("idle", "with --abuse: connections that send nothing", cxxopts::value<int>()->default_value("500"))
         ("slow", "with --abuse: clients sending a header line or a body byte every 200 ms",
@@ -200,6 +202,7 @@ int run(int argc, char** argv) {
         c.turns = std::max(2, a["turns"].as<int>());
         if (a.count("max-tokens")) c.max_tokens = std::max(1, a["max-tokens"].as<int>());
         if (a.count("cache-ram")) c.cache_ram_mib = a["cache-ram"].as<int>();
+        c.edit = a.count("edit") > 0;
         return run_conversation_bench(c);
     }
     const int clients = std::max(1, a["clients"].as<int>());

@@ -14,6 +14,7 @@ struct conversation_bench_options {
     int turns = 3;           // turns per conversation (the first one opens it)
     int max_tokens = 16;     // tokens per answer
     int cache_ram_mib = -1;  // the cache-on arm's budget (-1: the engine's default)
+    bool edit = false;       // after the turns, each conversation's last question once more, reworded
 };
 
 // Prints the table; returns 0, or 1 when a request failed.

@@ -186,6 +186,21 @@ void fill_tensor(const tensor_spec& t, uint64_t seed, std::span<uint8_t> out) {
     });
 }
 
+// A fused ffn_gate_up_exps holds, per expert, the rows ffn_gate_exps and then those ffn_up_exps would
+// hold in a file without it, so both layouts of one spec compute the same model.
+void fill_gate_up(const tensor_spec& t, uint64_t seed, std::span<uint8_t> out) {
+    const std::string blk = t.name.substr(0, t.name.size() - std::string_view("gate_up_exps.weight").size());
+    const int64_t n_ff = t.ne[1] / 2, n_expert = t.ne[2];
+    const size_t part_bytes = formats::row_size(t.type, t.ne[0]) * static_cast<size_t>(n_ff);
+    std::vector<uint8_t> gate(part_bytes * static_cast<size_t>(n_expert)), up(gate.size());
+    fill_tensor({blk + "gate_exps.weight", t.type, {t.ne[0], n_ff, n_expert}, t.kind, t.scale}, seed, gate);
+    fill_tensor({blk + "up_exps.weight", t.type, {t.ne[0], n_ff, n_expert}, t.kind, t.scale}, seed, up);
+    for (size_t e = 0; e < static_cast<size_t>(n_expert); ++e) {
+        std::memcpy(out.data() + 2 * e * part_bytes, gate.data() + e * part_bytes, part_bytes);
+        std::memcpy(out.data() + (2 * e + 1) * part_bytes, up.data() + e * part_bytes, part_bytes);
+    }
+}
+
 // <arch>.rope.scaling.*: the keys llama.cpp's converter writes for the type.
 void set_rope_scaling(gguf::writer& w, const model_spec& s, const std::string& a) {
     using gguf::value;
@@ -571,7 +586,11 @@ gguf::writer build_model(const model_spec& in) {
     for (const tensor_spec& t : tensors) {
         tensor_spec drawn = t;
         if (t.name == "per_layer_token_embd.weight") drawn.ne[1] = make_ple_hash(reached).rows;
-        w.add_tensor(t.name, t.type, t.ne, [drawn, seed = spec.seed](std::span<uint8_t> out) { fill_tensor(drawn, seed, out); });
+        if (t.name.ends_with("ffn_gate_up_exps.weight"))
+            w.add_tensor(t.name, t.type, t.ne, [t, seed = spec.seed](std::span<uint8_t> out) { fill_gate_up(t, seed, out); });
+        else
+            w.add_tensor(t.name, t.type, t.ne,
+                         [drawn, seed = spec.seed](std::span<uint8_t> out) { fill_tensor(drawn, seed, out); });
         if (drawn.ne != t.ne)
             w.set_zero_tail(t.name, formats::row_size(t.type, t.ne[0]) * static_cast<uint64_t>(t.ne[1] - drawn.ne[1]));
     }

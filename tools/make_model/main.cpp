@@ -92,6 +92,8 @@ int run(int argc, char** argv) {
         ("type-router", "type of the router weights", cxxopts::value<std::string>())
         ("tie-embeddings", "no output.weight; the head reuses token_embd")
         ("split-experts", "mixtral: one tensor per expert (blk.N.ffn_gate.E.weight), as older files have")
+        ("fused-gate-up", "one ffn_gate_up_exps per layer (each expert's gate rows, then its up rows) instead of "
+         "ffn_gate_exps + ffn_up_exps; the same values as without it")
         ("tokenizer", "gpt2 (byte-level BPE, ChatML) | llama (SentencePiece, Mistral [INST]); default: llama "
          "for mixtral, gpt2 otherwise", cxxopts::value<std::string>())
         ("vocab-from", "take the tokenizer (vocabulary, merges, chat template: every tokenizer.* key) from this GGUF "
@@ -165,6 +167,9 @@ int run(int argc, char** argv) {
         if (a.count(flag)) *field = parse_type(flag, a[flag].as<std::string>());
     s.tie_embeddings = a.count("tie-embeddings") > 0;
     s.split_experts = a.count("split-experts") > 0;
+    s.fused_gate_up = a.count("fused-gate-up") > 0;
+    if (s.fused_gate_up && s.split_experts)
+        throw std::invalid_argument("--fused-gate-up and --split-experts exclude each other");
     if (a.count("tokenizer")) s.tokenizer = parse_tokenizer(a["tokenizer"].as<std::string>());
     if (a.count("vocab-from")) {
         if (a.count("vocab") || a.count("tokenizer"))

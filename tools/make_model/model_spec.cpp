@@ -327,6 +327,9 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
                 matrix(fmt::format("{}ffn_down.{}.weight", b, e), s.type_experts, {s.n_ff_exp, n_embd});
                 matrix(fmt::format("{}ffn_up.{}.weight", b, e), s.type_experts, {n_embd, s.n_ff_exp});
             }
+        } else if (s.fused_gate_up) {  // generate.cpp fills it with ffn_gate_exps' and ffn_up_exps' values
+            matrix(b + "ffn_gate_up_exps.weight", s.type_experts, {n_embd, 2 * int64_t{s.n_ff_exp}, s.n_expert});
+            matrix(b + "ffn_down_exps.weight", s.type_experts, {s.n_ff_exp, n_embd, s.n_expert});
         } else {
             matrix(b + "ffn_gate_exps.weight", s.type_experts, {n_embd, s.n_ff_exp, s.n_expert});
             matrix(b + "ffn_down_exps.weight", s.type_experts, {s.n_ff_exp, n_embd, s.n_expert});

@@ -88,6 +88,9 @@ struct model_spec {
     float rms_eps = 1e-6f;
     bool tie_embeddings = false;       // no output.weight; the head reuses token_embd
     bool split_experts = false;        // mixtral only: older per-expert tensors blk.N.ffn_gate.E.weight
+    // One blk.N.ffn_gate_up_exps [n_embd, 2 n_ff_exp, n_expert] (each expert's gate rows, then its up
+    // rows) instead of ffn_gate_exps + ffn_up_exps, holding the same values as those two would.
+    bool fused_gate_up = false;
     tokenizer_kind tokenizer = tokenizer_kind::arch_default;
     // --vocab-from FILE: the tokenizer.* keys (vocabulary, merges, chat template) of this GGUF file
     // instead of a learned vocabulary; n_vocab becomes its token count.

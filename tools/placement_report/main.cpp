@@ -69,7 +69,8 @@ int report_plan(const cxxopts::ParseResult& args) {
 }
 
 // The routed experts of every MoE layer of a GGUF file, from tensor infos alone (no data is read):
-// blk.N.ffn_{gate,up,down}_exps.weight, or older per-expert blk.N.ffn_{gate,up,down}.E.weight.
+// blk.N.ffn_{gate,up,down}_exps.weight (gate and up may be one ffn_gate_up_exps), or older per-expert
+// blk.N.ffn_{gate,up,down}.E.weight.
 struct model_experts {
     moe_shape shape;
     std::vector<moe_layer> layers;
@@ -94,6 +95,17 @@ model_experts read_model_experts(const strata::gguf::reader& f) {
             expert_tensor& et = p == 0 ? layer.gate : p == 1 ? layer.up : layer.down;
             int n_expert = 0;
             const strata::gguf::tensor_info* t = f.find_tensor(prefix + "ffn_" + parts[p] + "_exps.weight");
+            const strata::gguf::tensor_info* fused = p < 2 ? f.find_tensor(prefix + "ffn_gate_up_exps.weight") : nullptr;
+            if (fused && fused->ne.size() == 3) {  // each expert's gate rows, then its up rows
+                et.name = fused->name;
+                et.type = fused->type;
+                et.n_cols = fused->ne[0];
+                et.n_rows = fused->ne[1] / 2;
+                et.row_stride = strata::formats::row_size(fused->type, fused->ne[0]);
+                et.experts.assign(static_cast<std::size_t>(fused->ne[2]), nullptr);
+                if (p == 0) out.expert_bytes += fused->n_bytes;
+                continue;
+            }
             if (t && t->ne.size() == 3) {
                 n_expert = static_cast<int>(t->ne[2]);
                 out.expert_bytes += t->n_bytes;
