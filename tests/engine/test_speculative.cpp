@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <array>
+#include <atomic>
 #include <filesystem>
 #include <future>
 #include <memory>
@@ -270,9 +271,20 @@ TEST(Speculation, ConcurrentSpeculatingGenerationsEqualTheirSoloRuns) {
         const batch_stats before = m->batching();
         std::vector<std::unique_ptr<session>> sessions;
         std::vector<std::future<generation_result>> futures;
+        // No generation takes a decode step before all four have their first token, so from then on
+        // they decode in the same steps whatever the timing of start() and of prompt chunks.
+        std::atomic<int> started{0};
+        std::array<bool, 4> first_seen{};
         for (size_t i = 0; i < prompts.size(); ++i) {
             sessions.push_back(std::make_unique<session>(m));
-            futures.push_back(sessions.back()->start(prompts[i], opts[i]));
+            const auto on_token = [&started, &first_seen, i](const token_event&) {
+                if (!first_seen[i]) {  // the engine thread runs every callback
+                    first_seen[i] = true;
+                    ++started;
+                }
+                return true;
+            };
+            futures.push_back(sessions.back()->start(prompts[i], opts[i], on_token, [&started] { return started == 4; }));
         }
         int drafted = 0, accepted = 0;
         for (size_t i = 0; i < prompts.size(); ++i) {
