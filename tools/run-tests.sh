@@ -145,7 +145,8 @@ unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 record_lane asan "$((asan_unit + gtest_passed)) passed"
 
 echo "== thread sanitizer build, pool, engine API and server tests (tests/tsan.supp names the oneTBB frames it ignores)"
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" -DSTRATA_SANITIZE=thread -DSTRATA_CUDA=OFF >/dev/null
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g -DNDEBUG" \
+  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g -DNDEBUG" "${launcher[@]}" -DSTRATA_SANITIZE=thread -DSTRATA_CUDA=OFF >/dev/null
 tsan_bins=(arenas/strata_test_arenas_pool arenas/strata_test_arenas_moe arenas/strata_test_arenas_store engine/test_engine_api
            server/test_server)
 cmake --build build-tsan -j"$jobs" --target strata_test_arenas_pool strata_test_arenas_moe strata_test_arenas_store test_engine_api test_server
