@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <thread>
@@ -49,7 +50,9 @@ struct generation {
         : s(s_), prompt(std::move(p)), o(o_), cb(std::move(cb_)), ready(std::move(ready_)),
           sampler(to_sampler(o.sampling)), decoder(s.m.tokenizer), stops(o.stop),
           control(o.speculation.type == "auto", o.speculation.n_max, s.m.spec_costs),
-          history(prompt) {}
+          history(prompt),
+          mtp(!s.m.hybrid && s.m.forward && s.m.forward->has_mtp() &&
+              (o.speculation.type == "mtp" || o.speculation.type == "auto")) {}
 
     session::impl& s;
     const std::vector<int32_t> prompt;
@@ -79,6 +82,10 @@ struct generation {
     size_t n_final = 0;
     const float* next_logits = nullptr;
     bool verifying = false;                  // the step in flight verifies drafts
+    // MTP drafts: the trunk's residual rows of this generation's last pass, from position h_pos0.
+    const bool mtp;
+    std::vector<float> hidden, mtp_h, mtp_h_out, mtp_logits;
+    int h_pos0 = 0;
     bool turned_off = false;
     bool settled = false;                    // rejected drafts dropped, totals counted
 };
@@ -220,7 +227,7 @@ bool step_batcher::step() {
                 }
                 const bool last = fed + static_cast<size_t>(n_tok) == g.prompt.size();
                 segs.push_back({g.prompt.data() + fed, n_tok, static_cast<int>(fed), &g.s.kv,
-                                last || m_.hybrid ? g.s.logits.data() : nullptr, false});
+                                last || m_.hybrid ? g.s.logits.data() : nullptr, false, hidden_rows(g, n_tok)});
             }
             owners.push_back(&g);
             rows += segs.back().n_tok;
@@ -274,7 +281,19 @@ bool step_batcher::step() {
     for (size_t i = 0; i < segs.size(); ++i) {
         generation& g = *owners[i];
         g.s.appended(std::span(segs[i].tokens, static_cast<size_t>(segs[i].n_tok)));
+        if (!g.decoding && g.mtp) {
+            // The MTP entries of the chunk's positions whose next token is known (all but the prompt's last).
+            g.h_pos0 = segs[i].pos0;
+            try {
+                mtp_fill(g, std::min(segs[i].pos0 + segs[i].n_tok, static_cast<int>(g.prompt.size()) - 1), nullptr);
+            } catch (...) {
+                fail(g, std::current_exception());
+                ended.push_back(&g);
+                continue;
+            }
+        }
         if (g.decoding) {
+            g.h_pos0 = segs[i].pos0;
             g.s.kv.recurrent().stop_trace();
             ++g.n_final;
             g.row = 0;
@@ -391,7 +410,79 @@ engine::step_segment step_batcher::decode_segment(generation& g) {
         if (!rs.empty()) rs.start_trace(static_cast<int>(g.drafts.size()));
     }
     return {g.batch.data(), static_cast<int>(g.batch.size()), static_cast<int>(g.s.cached.size()), &g.s.kv,
-            g.verifying ? g.verify_logits.data() : g.s.logits.data(), g.verifying};
+            g.verifying ? g.verify_logits.data() : g.s.logits.data(), g.verifying,
+            hidden_rows(g, static_cast<int>(g.batch.size()))};
+}
+
+float* step_batcher::hidden_rows(generation& g, int n_tok) {
+    if (!g.mtp) return nullptr;
+    g.hidden.resize(static_cast<size_t>(n_tok) * static_cast<size_t>(m_.hp.n_embd));
+    return g.hidden.data();
+}
+
+void step_batcher::mtp_fill(generation& g, int last, float* logits) {
+    session::impl& s = g.s;
+    if (!s.mtp_kv) {
+        s.mtp_kv = std::make_unique<engine::kv_cache>(1, m_.options.n_ctx, m_.hp.kv_heads(), m_.hp.kv_head_dim(),
+                                                      m_.kv);
+        s.mtp_filled = 0;
+    }
+    const size_t n_embd = static_cast<size_t>(m_.hp.n_embd);
+    const int n_rows = static_cast<int>(g.hidden.size() / n_embd);
+    // Position p's entry: token p with the residual at p - 1 (zeros where that row is gone: position 0,
+    // or positions the session evaluated without MTP drafting).
+    for (int from = std::min(s.mtp_filled, logits ? last : last + 1); from <= last;) {
+        const int n = std::min(last + 1 - from, std::max(1, m_.options.n_batch));
+        g.mtp_h.assign(static_cast<size_t>(n) * n_embd, 0.0f);
+        for (int t = 0; t < n; ++t) {
+            const int row = from + t - 1 - g.h_pos0;
+            if (row >= 0 && row < n_rows)
+                std::copy_n(g.hidden.data() + static_cast<size_t>(row) * n_embd, n_embd,
+                            g.mtp_h.data() + static_cast<size_t>(t) * n_embd);
+        }
+        const bool end = from + n > last;
+        if (end && logits) g.mtp_h_out.resize(static_cast<size_t>(n) * n_embd);
+        m_.forward->mtp(g.history.data() + from, g.mtp_h.data(), n, from, *s.mtp_kv,
+                        end && logits ? g.mtp_h_out.data() : nullptr, end ? logits : nullptr);
+        from += n;
+    }
+    s.mtp_filled = std::max(s.mtp_filled, last + 1);
+}
+
+namespace {
+
+// The most probable token of logits [n] (ties: the lower id) and its probability.
+std::pair<int32_t, float> argmax_prob(const float* logits, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; ++i)
+        if (logits[i] > logits[best]) best = i;
+    double sum = 0;
+    for (int i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - double(logits[best]));
+    return {best, static_cast<float>(1.0 / sum)};
+}
+
+}  // namespace
+
+void step_batcher::mtp_draft(generation& g, int k) {
+    const size_t n_embd = static_cast<size_t>(m_.hp.n_embd), n_vocab = static_cast<size_t>(m_.hp.n_vocab);
+    const float min_p = g.o.speculation.min_p;
+    g.mtp_logits.resize(n_vocab);
+    // The entries up to the sampled token's position; its row's logits give the first draft.
+    const int pos = static_cast<int>(g.n_final);
+    mtp_fill(g, pos, g.mtp_logits.data());
+    std::vector<float> h(g.mtp_h_out.end() - static_cast<ptrdiff_t>(n_embd), g.mtp_h_out.end());
+    for (int i = 0; i < k; ++i) {
+        if (i > 0) {
+            // A chained draft: the previous draft at the next position, over the block's own output residual.
+            const int32_t tok = g.drafts.back();
+            g.mtp_h_out.resize(n_embd);
+            m_.forward->mtp(&tok, h.data(), 1, pos + i, *g.s.mtp_kv, g.mtp_h_out.data(), g.mtp_logits.data());
+            h.assign(g.mtp_h_out.begin(), g.mtp_h_out.end());
+        }
+        const auto [id, p] = argmax_prob(g.mtp_logits.data(), static_cast<int>(n_vocab));
+        if (p < min_p) break;
+        g.drafts.push_back(id);
+    }
 }
 
 void step_batcher::plan_step(generation& g, int32_t token) {
@@ -413,6 +504,8 @@ void step_batcher::plan_step(generation& g, int32_t token) {
             const size_t from = std::min(g.result.tokens.size(), so.forced.size());
             const size_t to = std::min(so.forced.size(), from + static_cast<size_t>(k));
             g.drafts.assign(so.forced.begin() + static_cast<ptrdiff_t>(from), so.forced.begin() + static_cast<ptrdiff_t>(to));
+        } else if (k > 0 && g.mtp) {
+            mtp_draft(g, k);
         } else if (k > 0) {
             g.drafts = engine::spec::ngram_draft(g.history, k, {so.ngram_min, std::max(so.ngram_min, 4)});
         }

@@ -48,6 +48,11 @@ private:
     void drop_rejected(generation& g);
     void record_cost(const std::vector<generation*>& owners, int rows, double ms);
     void settle(generation& g);
+    // MTP drafts: where a pass writes g's trunk residual rows (null without MTP); the MTP block's
+    // entries up to position `last` (logits, unless null: of `last`'s row); up to k drafts chained.
+    float* hidden_rows(generation& g, int n_tok);
+    void mtp_fill(generation& g, int last, float* logits);
+    void mtp_draft(generation& g, int k);
 
     model::impl& m_;
     mutable std::mutex mutex_;

@@ -276,7 +276,7 @@ void log_nextn_layers(const gguf::reader& f, const engine::hparams& hp) {
     if (hp.n_layer_nextn == 0) return;
     if (hp.hybrid()) {
         logger("engine")->info("The file's {} next-token-prediction (MTP) block{} after layer {} {} bound for "
-                               "speculation and not evaluated by the trunk.",
+                               "speculation (--spec-type mtp, or auto) and not evaluated by the trunk.",
                                hp.n_layer_nextn, hp.n_layer_nextn == 1 ? "" : "s", hp.n_layer - 1,
                                hp.n_layer_nextn == 1 ? "is" : "are");
         return;

@@ -88,6 +88,9 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, std::string_
     // A recurrent state goes back only to one of its checkpoints.
     engine::recurrent_state& rs = kv.recurrent();
     if (!rs.empty()) common = static_cast<size_t>(rs.usable(static_cast<int>(common)));
+    // The MTP entries of the kept prefix stay (a restored snapshot brings none: positions past the live
+    // prefix are refilled when drafting needs them).
+    mtp_filled = std::min(mtp_filled, static_cast<int>(common));
     t.cache_source = common > 0 ? prefix_source::live : prefix_source::none;
     engine::conversation_cache& cc = *m.conversations;
     bool restored = false;
@@ -120,10 +123,13 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, std::string_
 
 namespace {
 
-void check_speculation(const speculation_options& so) {
-    if (so.type == "mtp")
-        throw request_error("speculative decoding with the model's MTP block is not implemented yet; use the spec "
-                            "type ngram, auto or off");
+void check_speculation(const speculation_options& so, const model::impl& m) {
+    if (so.type == "mtp" && !(m.forward && m.forward->has_mtp()))
+        throw request_error(m.hp.n_layer_nextn > 0
+                                ? fmt::format("speculative decoding with the MTP block is not implemented for {} yet; "
+                                              "use the spec type ngram, auto or off", m.hp.arch.name)
+                                : std::string("the model file has no MTP block (nextn_predict_layers): use the spec "
+                                              "type ngram, auto or off"));
     if (so.type != "off" && so.type != "ngram" && so.type != "auto" && so.type != "forced")
         throw request_error(fmt::format("unknown speculation type '{}': expected off, ngram, auto or mtp", so.type));
     if (so.n_max < 1 || so.n_max > engine::spec::cost_table::max_tokens - 1)
@@ -152,7 +158,7 @@ std::future<generation_result> session::start(std::span<const int32_t> prompt, c
         throw request_error(fmt::format("max_tokens must be at least 1, got {}", options.max_tokens));
     if (options.top_logprobs < 0 || options.top_logprobs > 20)
         throw request_error(fmt::format("top_logprobs must be 0..20, got {}", options.top_logprobs));
-    check_speculation(options.speculation);
+    check_speculation(options.speculation, impl_->m);
     if (impl_->busy.exchange(true))
         throw std::logic_error("session::start: this session already has a generation in flight");
     impl_->cancel.store(false);
@@ -173,6 +179,7 @@ std::vector<float> session::evaluate(std::span<const int32_t> prompt, bool all) 
     impl_->m.thread.run([&] {
         impl_->cached.clear();
         impl_->n_cached.store(0);
+        impl_->mtp_filled = 0;
         impl_->kv.recurrent().reset();
         impl_->eval(prompt, out.data(), all);
     });

@@ -22,6 +22,10 @@ struct session::impl {
     std::atomic<size_t> n_cached{0};  // cached.size(), readable from any thread
     std::atomic<size_t> kv_bytes{0};  // allocated_kv(), readable from any thread
     std::atomic<size_t> n_checkpoints{0}, checkpoint_bytes{0};  // the recurrent state's, from any thread
+    // MTP speculation: the MTP block's own keys and values (one layer, made on first use); its entry at
+    // position p is from token p and the trunk's residual at p - 1, valid for p < mtp_filled.
+    std::unique_ptr<engine::kv_cache> mtp_kv;
+    int mtp_filled = 0;
 
     explicit impl(std::shared_ptr<model> o);
     ~impl();

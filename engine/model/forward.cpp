@@ -119,6 +119,13 @@ forward_pass::forward_pass(arenas::expert_pool& pool, const hparams& hp, const m
     for (int il = 0, r = 0; il < hp.n_layer; ++il) rec_index_.push_back(hp.is_recurrent(il) ? r++ : -1);
     for (int il = 0, r = 0; il < hp.n_layer && hp.qwen4(); ++il)
         qsa_index_.push_back(hp.qsa_ratio[static_cast<size_t>(il)] > 0 ? r++ : -1);
+    if (!w.nextn.empty() && !hp.qwen4() && w.nextn[0].layer.router.present()) {
+        const layer_weights& l = w.nextn[0].layer;
+        mtp_moe_layers_.push_back({l.gate, l.up, l.down});
+        mtp_rows_ = std::make_unique<arenas::mapped_expert_rows>(mtp_moe_layers_);
+        mtp_moe_ = std::make_unique<arenas::moe_runner>(
+            pool, arenas::moe_shape{hp.n_embd, hp.n_ff_exp, hp.n_expert, hp.n_expert_used}, mtp_moe_layers_, *mtp_rows_);
+    }
 }
 
 const char* phase_clock::name(int p) {
@@ -175,7 +182,7 @@ void forward_pass::matmul_same_input(std::span<const weight_matrix* const> w, in
 }
 
 void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv, float* logits, bool all_logits,
-                        int n_batch) {
+                        int n_batch, float* hidden) {
     const int n = static_cast<int>(tokens.size());
     if (pos0 < 0 || int64_t{pos0} + n > kv.n_ctx())
         throw kv_cache_full(fmt::format("positions {}..{} do not fit the context of {}", pos0, int64_t{pos0} + n - 1,
@@ -194,7 +201,8 @@ void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv,
             out = logits + static_cast<size_t>(first) * hp_.n_vocab;
         else if (last)
             out = logits;
-        eval_batch(tokens.data() + first, n_tok, pos0 + first, kv, out, all_logits);
+        eval_batch(tokens.data() + first, n_tok, pos0 + first, kv, out, all_logits,
+                   hidden ? hidden + static_cast<size_t>(first) * hp_.n_embd : nullptr);
         if (rs.empty()) continue;
         rs.set_pos(pos0 + first + n_tok);
         if (every > 0 && rs.pos() % every == 0) rs.checkpoint();
@@ -204,7 +212,8 @@ void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv,
 void forward_pass::eval_step(std::span<const step_segment> segments, int n_batch) {
     if (!batches_sequences() || segments.size() == 1) {
         for (const step_segment& g : segments)
-            eval(std::span(g.tokens, static_cast<size_t>(g.n_tok)), g.pos0, *g.kv, g.logits, g.all_logits, n_batch);
+            eval(std::span(g.tokens, static_cast<size_t>(g.n_tok)), g.pos0, *g.kv, g.logits, g.all_logits, n_batch,
+                 g.hidden);
         return;
     }
     for (const step_segment& g : segments) {
@@ -217,8 +226,8 @@ void forward_pass::eval_step(std::span<const step_segment> segments, int n_batch
 }
 
 void forward_pass::eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits,
-                              bool all_logits) {
-    const step_segment one{tokens, n_tok, pos0, &kv, logits, all_logits};
+                              bool all_logits, float* hidden) {
+    const step_segment one{tokens, n_tok, pos0, &kv, logits, all_logits, hidden};
     timed_layers(std::span(&one, 1));
 }
 
@@ -314,6 +323,10 @@ void forward_pass::eval_layers(std::span<const step_segment> segs) {
             for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
         }
     }
+    for (size_t row = 0; const step_segment& g : segs) {
+        if (g.hidden) std::memcpy(g.hidden, x_.data() + row * n_embd, sizeof(float) * n_embd * static_cast<size_t>(g.n_tok));
+        row += static_cast<size_t>(g.n_tok);
+    }
     output_head(segs);
 }
 
@@ -347,8 +360,11 @@ void forward_pass::output_head(std::span<const step_segment> segs) {
 }
 
 void forward_pass::attention(int il, std::span<const step_segment> segs, int n_tok) {
-    const layer_weights& l = w_.layers[static_cast<size_t>(il)];
-    const int hd = hp_.head_dim, n_q = hp_.n_q(), n_kv = hp_.n_kv(), kvl = hp_.kv_layer(il);
+    attention(w_.layers[static_cast<size_t>(il)], hp_.kv_layer(il), segs, n_tok);
+}
+
+void forward_pass::attention(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok) {
+    const int hd = hp_.head_dim, n_q = hp_.n_q(), n_kv = hp_.n_kv();
     const bool gated = hp_.attn_gate();
     if (gated) {
         qg_.resize(static_cast<size_t>(n_tok) * 2 * n_q);
@@ -436,25 +452,29 @@ void forward_pass::delta_net(int il, int n_tok, recurrent_state& state) {
 }
 
 void forward_pass::moe(int il, int n_tok) {
-    const layer_weights& l = w_.layers[static_cast<size_t>(il)];
+    moe(w_.layers[static_cast<size_t>(il)], moe_, moe_layers_, il - hp_.n_layer_dense_lead,
+        routing_.counts.data() + static_cast<size_t>(il) * hp_.n_expert, n_tok);
+}
+
+void forward_pass::moe(const layer_weights& l, arenas::moe_runner& runner, const std::vector<arenas::moe_layer>& layers,
+                       int moe_il, uint64_t* counts, int n_tok) {
     const int k = hp_.n_expert_used;
-    const int moe_il = il - hp_.n_layer_dense_lead;  // the pool's layer index
     const routing_options ro{hp_.gating, hp_.expert_weights_norm, hp_.expert_weights_scale, hp_.n_expert_groups,
                              hp_.n_group_used};
     std::optional<arenas::scoped_seconds> t;
     t.emplace(seconds(phase_clock::router));
     add_bytes(phase_clock::router, bytes_of(l.router));
     matmul(l.router, n_tok, xn_.data(), router_.data());
-    uint64_t* counts = routing_.counts.data() + static_cast<size_t>(il) * hp_.n_expert;
     for (int t = 0; t < n_tok; ++t) {
         route_token(router_.data() + static_cast<size_t>(t) * hp_.n_expert, l.exp_probs_b, hp_.n_expert, k, ro,
                     ids_.data() + t * k, weights_.data() + t * k, route_scratch_);
-        for (int j = 0; j < k; ++j) ++counts[ids_[static_cast<size_t>(t * k + j)]];
+        if (counts)
+            for (int j = 0; j < k; ++j) ++counts[ids_[static_cast<size_t>(t * k + j)]];
     }
     t.reset();
-    moe_.run(moe_il, n_tok, xn_.data(), ids_.data(), weights_.data(), tmp_.data());
-    const arenas::moe_layer& e = moe_layers_[static_cast<size_t>(moe_il)];
-    const uint64_t n = moe_.n_active();
+    runner.run(moe_il, n_tok, xn_.data(), ids_.data(), weights_.data(), tmp_.data());
+    const arenas::moe_layer& e = layers[static_cast<size_t>(moe_il)];
+    const uint64_t n = runner.n_active();
     add_bytes(phase_clock::experts_gate_up, n * (static_cast<uint64_t>(e.gate.n_rows) * e.gate.row_stride +
                                                  static_cast<uint64_t>(e.up.n_rows) * e.up.row_stride));
     add_bytes(phase_clock::experts_down, n * static_cast<uint64_t>(e.down.n_rows) * e.down.row_stride);
@@ -472,8 +492,9 @@ void forward_pass::ffn(const weight_matrix& gate, const weight_matrix& up, const
     matmul(down, n_tok, tmp2_.data(), tmp_.data());
 }
 
-void forward_pass::shared_expert(int il, int n_tok) {
-    const layer_weights& l = w_.layers[static_cast<size_t>(il)];
+void forward_pass::shared_expert(int il, int n_tok) { shared_expert(w_.layers[static_cast<size_t>(il)], n_tok); }
+
+void forward_pass::shared_expert(const layer_weights& l, int n_tok) {
     const size_t n_embd = static_cast<size_t>(hp_.n_embd);
     ffn(l.shexp_gate, l.shexp_up, l.shexp_down, hp_.n_ff_shexp, n_tok);
     if (!l.shexp_gate_inp) return;

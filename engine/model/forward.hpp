@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -62,6 +63,7 @@ struct step_segment {
     kv_cache* kv = nullptr;
     float* logits = nullptr;
     bool all_logits = false;
+    float* hidden = nullptr;  // [n_tok][n_embd] the last layer's residual (before the output norm), or null
 };
 
 class forward_pass {
@@ -76,8 +78,9 @@ public:
     // Throws kv_cache_full, before evaluating anything, when the positions do not fit the cache.
     // logits: [n_vocab] for the last token, or [n][n_vocab] when all_logits. Splits the tokens into
     // batches of at most n_batch.
+    // hidden (unless null): [n][n_embd] every token's last residual (before the output norm).
     void eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv, float* logits, bool all_logits = false,
-              int n_batch = 512);
+              int n_batch = 512, float* hidden = nullptr);
 
     // Several sequences' rows in one pass: the dense matrices and experts are read once for all rows,
     // attention runs per segment over its own cache. Each segment's logits are bitwise those of eval()
@@ -98,12 +101,24 @@ public:
     // Recurrent state checkpoints every this many positions (0: none but those the caller takes).
     void set_checkpoint_interval(int n) { checkpoint_interval_ = n; }
 
+    // The file's MTP block (qwen35moe's blk.n_layer; mtp.cpp). Rows t at positions pos0 + t: input
+    // eh_proj([enorm(embed(tokens[t])) | hnorm(h[t])]) (h null: zeros), then the block's gated attention
+    // over `kv` (one layer, its own cache: row t's key and value stored at pos0 + t) and its MoE with the
+    // shared expert. h_out (unless null): each row's output residual [n_tok][n_embd], what chains the
+    // next draft; logits (unless null): shared_head_norm (else the output norm) and the output head, of
+    // the last row only, or of every row when all_logits.
+    bool has_mtp() const { return mtp_moe_ != nullptr; }
+    void mtp(const int32_t* tokens, const float* h, int n_tok, int pos0, kv_cache& kv, float* h_out, float* logits,
+             bool all_logits = false);
+
 private:
-    void eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
+    void eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits,
+                    float* hidden);
     void timed_layers(std::span<const step_segment> segs);  // eval_layers, timed into clock_ when set
     void eval_layers(std::span<const step_segment> segs);
     void output_head(std::span<const step_segment> segs);  // logits of the rows that want them
     void attention(int layer, std::span<const step_segment> segs, int n_tok);
+    void attention(const layer_weights& l, int kv_layer, std::span<const step_segment> segs, int n_tok);
     // The hybrids' gated DeltaNet mixer (delta_net.hpp): xn_ -> att_ [n_tok][value_dim].
     void delta_net(int layer, int n_tok, recurrent_state& state);
     // deepseek2's multi-head latent attention (mla.cpp): xn_ -> att_ [n_tok][n_v].
@@ -114,9 +129,13 @@ private:
     void matmul_heads(const weight_matrix& w, int64_t step, int64_t row0, int64_t n_rows, int n_tok, const float* in,
                       float* y);
     void moe(int layer, int n_tok);
+    // The MoE of weights l through `runner`'s pool layer, counting routes into counts (null: not counted).
+    void moe(const layer_weights& l, arenas::moe_runner& runner, const std::vector<arenas::moe_layer>& layers,
+             int pool_layer, uint64_t* counts, int n_tok);
     // tmp_ = down(silu(gate xn) * up xn) over n_ff hidden units, for dense and shared-expert FFNs.
     void ffn(const weight_matrix& gate, const weight_matrix& up, const weight_matrix& down, int n_ff, int n_tok);
     void shared_expert(int layer, int n_tok);
+    void shared_expert(const layer_weights& l, int n_tok);
     // y[t][r] = W[r, :] . in[t] for every row r: in: [n_tok][in_cols], y: [n_tok][n_rows].
     void matmul(const weight_matrix& w, int n_tok, const float* in, float* y);
     // matmul() of each w[i] into y[i], all on the same input, as one pool phase (one dispatch and one
@@ -163,6 +182,11 @@ private:
     attention_runner attn_;
     delta_net_mixer dnet_;
     std::vector<int> rec_index_;  // [n_layer] a DeltaNet layer's index in the recurrent state
+    // The MTP block's experts (read from the mapped file) and their runner; null without an MTP block.
+    std::vector<arenas::moe_layer> mtp_moe_layers_;
+    std::unique_ptr<arenas::mapped_expert_rows> mtp_rows_;
+    std::unique_ptr<arenas::moe_runner> mtp_moe_;
+    std::vector<float> mtp_in_;   // [n_tok][2 n_embd] the normed embedding and hidden state
     int checkpoint_interval_ = 0;
     routing_counts routing_;
     routing_scratch route_scratch_;

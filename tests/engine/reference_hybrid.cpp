@@ -267,6 +267,7 @@ std::vector<std::vector<float>> hybrid_reference::logits(const std::vector<int32
             S_.emplace_back(size_t(n_v_), std::vector<double>(size_t(d_state_ * d_state_), 0.0));
         }
     min_margin_ = INFINITY;
+    hidden_.clear();
     const matrix& embd = load("token_embd.weight");
     const matrix& out = load(f_.find_tensor("output.weight") ? "output.weight" : "token_embd.weight");
     std::vector<std::vector<float>> result;
@@ -282,7 +283,42 @@ std::vector<std::vector<float>> hybrid_reference::logits(const std::vector<int32
             const std::vector<float> ffn = moe(il, hn);
             for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += ffn[size_t(i)];
         }
+        hidden_.push_back(x);
         result.push_back(out.apply(rms(x, load("output_norm.weight").w, eps_, 0, size_t(n_embd_))));
+    }
+    return result;
+}
+
+std::vector<std::vector<float>> hybrid_reference::mtp_logits(const std::vector<int32_t>& tokens) {
+    logits(tokens);
+    const std::string b = "blk." + std::to_string(n_layer_) + ".";
+    k_cache_.resize(size_t(n_layer_) + 1);
+    v_cache_.resize(size_t(n_layer_) + 1);
+    k_cache_.back().clear();
+    v_cache_.back().clear();
+    const matrix& embd = load("token_embd.weight");
+    const matrix& out = load(f_.find_tensor("output.weight") ? "output.weight" : "token_embd.weight");
+    const std::string head_norm = has(b + "nextn.shared_head_norm.weight") ? b + "nextn.shared_head_norm.weight"
+                                                                           : std::string("output_norm.weight");
+    std::vector<std::vector<float>> result;
+    for (size_t pos = 0; pos < tokens.size(); ++pos) {
+        const std::vector<float> e(embd.w.begin() + std::ptrdiff_t(static_cast<size_t>(tokens[pos]) * size_t(n_embd_)),
+                                   embd.w.begin() + std::ptrdiff_t(size_t(tokens[pos] + 1) * size_t(n_embd_)));
+        std::vector<float> cat = rms(e, load(b + "nextn.enorm.weight").w, eps_, 0, size_t(n_embd_));
+        if (pos == 0) {
+            cat.resize(2 * size_t(n_embd_), 0.0f);
+        } else {
+            const std::vector<float> hn = rms(hidden_[pos - 1], load(b + "nextn.hnorm.weight").w, eps_, 0, size_t(n_embd_));
+            cat.insert(cat.end(), hn.begin(), hn.end());
+        }
+        std::vector<float> x = load(b + "nextn.eh_proj.weight").apply(cat);
+        const std::vector<float> xn = rms(x, load(b + "attn_norm.weight").w, eps_, 0, size_t(n_embd_));
+        const std::vector<float> mix = attention(n_layer_, xn, int(pos));
+        for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += mix[size_t(i)];
+        const std::vector<float> hn = rms(x, load(b + "post_attention_norm.weight").w, eps_, 0, size_t(n_embd_));
+        const std::vector<float> ffn = moe(n_layer_, hn);
+        for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += ffn[size_t(i)];
+        result.push_back(out.apply(rms(x, load(head_norm).w, eps_, 0, size_t(n_embd_))));
     }
     return result;
 }

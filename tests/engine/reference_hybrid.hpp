@@ -18,6 +18,11 @@ public:
 
     // Logits [n_vocab] after each token, fed one at a time from position 0 (fresh state).
     std::vector<std::vector<float>> logits(const std::vector<int32_t>& tokens);
+    // The MTP block's logits [n_vocab] at each position p of tokens (after logits(tokens)): blk.n_layer fed
+    // [enorm(embed(tokens[p])) | hnorm(trunk residual at p - 1, zeros at p = 0)] through eh_proj, its
+    // gated attention over positions 0..p, its MoE and shared expert, shared_head_norm (else the output
+    // norm) and the output head (llama.cpp's qwen35 MTP graph).
+    std::vector<std::vector<float>> mtp_logits(const std::vector<int32_t>& tokens);
     // The smallest gap, over the last logits() call's positions and layers, between the router logits
     // of the k-th and (k+1)-th expert: near zero a rounding difference may choose another expert.
     float min_route_margin() const { return min_margin_; }
@@ -50,6 +55,7 @@ private:
     std::vector<std::vector<std::vector<float>>> k_cache_, v_cache_;   // [layer][pos][n_kv]
     std::vector<std::vector<std::vector<float>>> conv_hist_;            // [rec layer][kernel-1][conv_dim]
     std::vector<std::vector<std::vector<double>>> S_;                   // [rec layer][n_v][d_k * d_v]
+    std::vector<std::vector<float>> hidden_;                           // [pos][n_embd] the last residual
     float min_margin_ = 0;
 };
 

@@ -103,6 +103,45 @@ TEST(HybridLoad, MtpBlockIsBoundButNotRun) {
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
+// The MTP block's draft logits against the naive reference: the trunk's residual rows captured by the
+// pass, each position's entry from its token and the residual before it, the block's own KV cache filled
+// by a batch and then one position at a time.
+TEST(HybridMtp, DraftLogitsMatchNaiveReference) {
+    make_model::model_spec spec = all_f32(make_model::preset("tiny", arch::qwen35moe));
+    spec.n_layer_nextn = 1;
+    auto m = test::load(make_model::build_model(spec));
+    auto pool = test::make_pool("off", 2);
+    forward_pass fwd(*pool, m->hp, m->w, *m->rows);
+    ASSERT_TRUE(fwd.has_mtp());
+    const int n = 24;
+    const size_t n_embd = static_cast<size_t>(m->hp.n_embd), n_vocab = static_cast<size_t>(m->hp.n_vocab);
+    const auto tokens = some_tokens(m->hp.n_vocab, n);
+    kv_cache state = make_sequence_state(m->hp, 64, kv_type::f16);
+    std::vector<float> logits(n_vocab), hidden(static_cast<size_t>(n) * n_embd);
+    fwd.eval(tokens, 0, state, logits.data(), false, 512, hidden.data());
+    // Row p's hidden input: the residual at p - 1 (zeros at 0).
+    std::vector<float> h(static_cast<size_t>(n) * n_embd, 0.0f);
+    std::copy(hidden.begin(), hidden.end() - static_cast<std::ptrdiff_t>(n_embd), h.begin() + static_cast<std::ptrdiff_t>(n_embd));
+    kv_cache mkv(1, 64, m->hp.kv_heads(), m->hp.kv_head_dim(), kv_type::f16);
+    std::vector<float> got(static_cast<size_t>(n) * n_vocab, NAN);
+    const int first = n - 4;
+    fwd.mtp(tokens.data(), h.data(), first, 0, mkv, nullptr, got.data(), true);
+    for (int p = first; p < n; ++p)
+        fwd.mtp(tokens.data() + p, h.data() + static_cast<size_t>(p) * n_embd, 1, p, mkv, nullptr,
+                got.data() + static_cast<size_t>(p) * n_vocab);
+    testing::hybrid_reference ref(m->file);
+    const auto want = ref.mtp_logits(tokens);
+    double worst = 0;
+    for (int p = 0; p < n; ++p) worst = std::max(worst, rel_err(got.data() + static_cast<size_t>(p) * n_vocab, want[size_t(p)]));
+    std::printf("  MTP all-F32: worst relative draft logit error %.2e (least routing margin %.2e)\n", worst,
+                ref.min_route_margin());
+    EXPECT_LT(worst, 1e-3);
+    // The draft of the last position (argmax) is the reference's.
+    const float* last = got.data() + static_cast<size_t>(n - 1) * n_vocab;
+    EXPECT_EQ(std::max_element(last, last + n_vocab) - last,
+              std::max_element(want.back().begin(), want.back().end()) - want.back().begin());
+}
+
 // llama.cpp's fused ffn_gate_up_exps holds the gate rows then the up rows of each expert; a file with it
 // computes what the same values in ffn_gate_exps + ffn_up_exps compute, bit for bit.
 TEST(HybridLoad, FusedGateUpExpertsComputeTheSameModel) {
