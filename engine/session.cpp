@@ -130,7 +130,7 @@ void check_speculation(const speculation_options& so, const model::impl& m) {
                                               "use the spec type ngram, auto or off", m.hp.arch.name)
                                 : std::string("the model file has no MTP block (nextn_predict_layers): use the spec "
                                               "type ngram, auto or off"));
-    if (so.type != "off" && so.type != "ngram" && so.type != "auto" && so.type != "forced")
+    if (so.type != "off" && so.type != "ngram" && so.type != "auto" && so.type != "mtp" && so.type != "forced")
         throw request_error(fmt::format("unknown speculation type '{}': expected off, ngram, auto or mtp", so.type));
     if (so.n_max < 1 || so.n_max > engine::spec::cost_table::max_tokens - 1)
         throw request_error(fmt::format("the draft length must be 1..{}, got {}",

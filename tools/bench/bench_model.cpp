@@ -241,7 +241,7 @@ int run(int argc, char** argv) {
                       "--gpu: cpu,100,50,20",
          cxxopts::value<std::string>()->default_value(""))
         ("breakdown", "time each part of the decode forward passes (CPU arms): ms, MiB and GB/s per token by part")
-        ("spec", "speculative decoding instead: plain, n-gram, auto and forced-draft arms, verification cost "
+        ("spec", "speculative decoding instead: plain, n-gram, auto, MTP (files with an MTP block) and forced-draft arms, verification cost "
                  "k = 1..8, break-even acceptance, speed vs forced acceptance (-n tokens, -r repeats, -p prompt)")
         ("json", "print JSON instead of a markdown table")
         ("h,help", "show help");

@@ -98,9 +98,26 @@ int run_spec_bench(const spec_bench_options& o) {
         }
         arms.push_back({std::move(name), go, k, rate, {}});
     };
+    // MTP arms where the file has an MTP block (a request for it is refused otherwise).
+    bool has_mtp = true;
+    try {
+        generation_options probe = base;
+        probe.max_tokens = 1;
+        probe.speculation.type = "mtp";
+        s.generate(prompt, probe);
+    } catch (const request_error&) {
+        has_mtp = false;
+    }
     add("plain", "off", 0);
     add("ngram k=4", "ngram", 4);
-    add("auto (ngram)", "auto", 4);
+    add(has_mtp ? "auto (mtp)" : "auto (ngram)", "auto", 4);
+    if (has_mtp) {
+        add("mtp k=1 min-p 0", "mtp", 1);
+        add("mtp k=4 min-p 0", "mtp", 4);
+        add("mtp k=4 min-p 0.5", "mtp", 4);
+        arms[arms.size() - 3].go.speculation.min_p = 0;
+        arms[arms.size() - 2].go.speculation.min_p = 0;
+    }
     for (int k = 1; k <= o.max_k; ++k) add(fmt::format("forced k={}", k), "forced", k, 1.0);
     for (const double rate : {0.0, 0.25, 0.5, 0.75, 0.9}) add(fmt::format("forced {:.0f} % k=4", 100 * rate), "forced", 4, rate);
     for (int r = 0; r < o.reps; ++r)
