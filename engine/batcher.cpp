@@ -86,6 +86,7 @@ struct generation {
     const bool mtp;
     std::vector<float> hidden, mtp_h, mtp_h_out, mtp_logits;
     int h_pos0 = 0;
+    double mtp_ms = 0;                       // an MTP pass's wall time (moving average)
     bool turned_off = false;
     bool settled = false;                    // rejected drafts dropped, totals counted
 };
@@ -464,6 +465,8 @@ std::pair<int32_t, float> argmax_prob(const float* logits, int n) {
 }  // namespace
 
 void step_batcher::mtp_draft(generation& g, int k) {
+    const clock_type::time_point t0 = clock_type::now();
+    int passes = 1;
     const size_t n_embd = static_cast<size_t>(m_.hp.n_embd), n_vocab = static_cast<size_t>(m_.hp.n_vocab);
     const float min_p = g.o.speculation.min_p;
     g.mtp_logits.resize(n_vocab);
@@ -478,11 +481,17 @@ void step_batcher::mtp_draft(generation& g, int k) {
             g.mtp_h_out.resize(n_embd);
             m_.forward->mtp(&tok, h.data(), 1, pos + i, *g.s.mtp_kv, g.mtp_h_out.data(), g.mtp_logits.data());
             h.assign(g.mtp_h_out.begin(), g.mtp_h_out.end());
+            ++passes;
         }
         const auto [id, p] = argmax_prob(g.mtp_logits.data(), static_cast<int>(n_vocab));
         if (p < min_p) break;
         g.drafts.push_back(id);
     }
+    // A draft's cost for `auto`, in decode steps: the MTP passes' time (a moving average) over a step's.
+    const double ms = ms_since(t0) / passes;
+    g.mtp_ms = g.mtp_ms > 0 ? g.mtp_ms + 0.2 * (ms - g.mtp_ms) : ms;
+    const std::lock_guard lock(m_.spec_mutex);
+    if (m_.spec_costs.measured(1)) g.control.set_draft_cost(g.mtp_ms / m_.spec_costs.ms(1));
 }
 
 void step_batcher::plan_step(generation& g, int32_t token) {
@@ -506,6 +515,8 @@ void step_batcher::plan_step(generation& g, int32_t token) {
             g.drafts.assign(so.forced.begin() + static_cast<ptrdiff_t>(from), so.forced.begin() + static_cast<ptrdiff_t>(to));
         } else if (k > 0 && g.mtp) {
             mtp_draft(g, k);
+            // No draft sure enough (--spec-min-p): the MTP pass was paid for nothing, a miss for `auto`.
+            if (g.drafts.empty()) g.control.record(1, 0);
         } else if (k > 0) {
             g.drafts = engine::spec::ngram_draft(g.history, k, {so.ngram_min, std::max(so.ngram_min, 4)});
         }

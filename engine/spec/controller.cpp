@@ -45,7 +45,7 @@ int controller::draft_length() {
     int best = 0;
     double best_rate = min_gain;
     for (int k = 1; k <= n_max_; ++k) {
-        const double rate = expected_tokens(alpha, k) / costs_.relative(k + 1);
+        const double rate = expected_tokens(alpha, k) / (costs_.relative(k + 1) + k * draft_cost_);
         if (rate > best_rate) best = k, best_rate = rate;
     }
     if (best > 0) {
@@ -56,8 +56,9 @@ int controller::draft_length() {
         on_ = false;
         off_steps_ = 0;
         turned_off_ = fmt::format("acceptance {:.0f} % does not pay for a verification of 2 tokens costing {:.2f} "
-                                  "decode steps",
-                                  100 * alpha, costs_.relative(2));
+                                  "decode steps{}",
+                                  100 * alpha, costs_.relative(2),
+                                  draft_cost_ > 0 ? fmt::format(" and a draft costing {:.2f}", draft_cost_) : "");
     }
     // Off: now and then one draft, so a text that turns repetitive turns speculation back on.
     return ++off_steps_ % probe_every == 0 ? 1 : 0;

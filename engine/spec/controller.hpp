@@ -39,6 +39,8 @@ public:
 
     // Drafts to ask for this step (0..n_max).
     int draft_length();
+    // What making one draft costs, in decode steps (MTP: a pass of the MTP block; n-gram: nothing).
+    void set_draft_cost(double steps) { draft_cost_ = steps; }
     // The outcome of a verification of `drafted` drafts, `accepted` of them taken.
     void record(int drafted, int accepted);
     double acceptance() const { return accepted_ / (accepted_ + rejected_); }
@@ -56,6 +58,7 @@ private:
     double accepted_ = 1, rejected_ = 1;  // decayed counts, prior alpha 0.5
     bool on_ = true;
     int off_steps_ = 0;
+    double draft_cost_ = 0;
     std::string turned_off_;
 };
 

@@ -83,6 +83,14 @@ TEST(SpecController, AutoDraftsWhenItPaysAndTurnsOffWhenItDoesNot) {
     EXPECT_EQ(probes, 4);
     // A fixed draft length ignores costs.
     EXPECT_EQ(engine::spec::controller(false, 3, dear).draft_length(), 3);
+    // Drafts that cost a pass each (MTP): at 75 % acceptance cheap verifications pay with free drafts,
+    // not with drafts costing a decode step each.
+    engine::spec::controller mtp(true, 4, cheap);
+    for (int i = 0; i < 30; ++i) mtp.record(5, 3);
+    EXPECT_GT(mtp.draft_length(), 0);
+    mtp.set_draft_cost(1.0);
+    EXPECT_EQ(mtp.draft_length(), 0);
+    EXPECT_NE(mtp.turned_off().find("a draft costing 1.00"), std::string::npos) << mtp.turned_off();
 }
 
 std::string model_path(arch a) {
