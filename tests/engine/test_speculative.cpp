@@ -8,11 +8,13 @@
 #include <array>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <memory>
 #include <map>
 
 #include "generate.hpp"
+#include "gguf/gguf_reader.hpp"
 #include "gguf/gguf_writer.hpp"
 #include "spec/controller.hpp"
 #include "spec/ngram.hpp"
@@ -374,6 +376,84 @@ TEST(Speculation, MtpDraftsGiveBitwiseTheSameOutput) {
     const auto r = s.generate(prompt, o);
     EXPECT_EQ(r.time.spec_drafted, 0);
     EXPECT_EQ(r.tokens.size(), 12u);
+}
+
+// The tiny MTP file with an MTP block that echoes its token: the embedding half of eh_proj the identity
+// and the hidden half zero, unit norms, zero attention output and expert and shared-expert down
+// projections, the head tied to the embedding table. Its draft is the token it is fed (that row scores
+// |e|^2 against the others' random dot products), chained: the same token again.
+std::shared_ptr<model> load_echo_mtp() {
+    const auto path = std::filesystem::temp_directory_path() / "strata_spec_qwen35moe_echo_mtp.gguf";
+    if (!std::filesystem::exists(path)) {
+        make_model::model_spec spec = make_model::preset("tiny", arch::qwen35moe);
+        spec.n_layer_nextn = 1;
+        spec.tie_embeddings = true;
+        for (formats::ggml_type* t : {&spec.type_experts, &spec.type_shexp, &spec.type_attn, &spec.type_embd,
+                                      &spec.type_out, &spec.type_router})
+            *t = formats::ggml_type::F32;
+        gguf::writer w = make_model::build_model(spec);
+        const gguf::reader file = gguf::reader::from_bytes(w.write_to_memory());
+        const std::string b = "blk." + std::to_string(spec.n_layer) + ".";
+        const auto replace = [&](const std::string& name, const std::function<void(std::vector<float>&, int64_t)>& fill) {
+            const std::vector<int64_t> ne = file.find_tensor(name)->ne;
+            int64_t n = 1;
+            for (int64_t d : ne) n *= d;
+            std::vector<float> v(static_cast<size_t>(n), 0.0f);
+            fill(v, ne[0]);
+            std::vector<uint8_t> bytes(v.size() * sizeof(float));
+            std::memcpy(bytes.data(), v.data(), bytes.size());
+            w.erase_tensor(name);
+            w.add_tensor(name, formats::ggml_type::F32, ne, std::move(bytes));
+        };
+        const auto zero = [](std::vector<float>&, int64_t) {};
+        const auto ones = [](std::vector<float>& v, int64_t) { std::fill(v.begin(), v.end(), 1.0f); };
+        replace(b + "nextn.eh_proj.weight", [](std::vector<float>& v, int64_t cols) {
+            for (int64_t r = 0; r < cols / 2; ++r) v[static_cast<size_t>(r * cols + r)] = 1.0f;
+        });
+        for (const char* n : {"attn_output.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight"}) replace(b + n, zero);
+        for (const char* n : {"nextn.enorm.weight", "nextn.shared_head_norm.weight"}) replace(b + n, ones);
+        w.write_file(path.string());
+    }
+    model_options o;
+    o.path = path.string();
+    o.numa_pool = "off";
+    o.pool_workers = 2;
+    o.n_ctx = 256;
+    return model::load(o);
+}
+
+// Drafts accepted in full and in part: with the echo block, a logit bias that makes the model repeat one
+// token accepts every draft; two tokens biased alike and sampled hot accept some. Output bitwise as plain.
+TEST(Speculation, MtpDraftsAcceptedInFullAndInPart) {
+    const auto m = load_echo_mtp();
+    const auto prompt = m->tokenize("red green blue red green");
+    for (const bool two : {false, true}) {
+        generation_options o = options("off", two ? 8.0f : 0.0f, 9);  // hot: the two biased tokens alike
+        o.max_tokens = 40;
+        o.sampling.logit_bias = {{7, 100.0f}};
+        if (two) {
+            o.sampling.logit_bias.push_back({8, 100.0f});
+            o.sampling.top_p = 1.0f;  // both survive the truncations, which read the logits at temperature 1
+            o.sampling.min_p = 0.0f;
+        }
+        session plain(m), fast(m);
+        const auto want = plain.generate(prompt, o);
+        o.speculation.type = "mtp";
+        o.speculation.min_p = 0.0f;
+        const auto got = fast.generate(prompt, o);
+        expect_same(want, got, two ? "two tokens" : "one token");
+        std::printf("  echo MTP, %s: %d drafted, %d accepted in %d verifications\n", two ? "two tokens" : "one token",
+                    got.time.spec_drafted, got.time.spec_accepted, got.time.spec_verifications);
+        if (!two) {
+            EXPECT_GT(got.time.spec_accepted, 20);
+            // The first draft (after the prompt's last token) may miss; the rest repeat the biased token.
+            EXPECT_GE(got.time.spec_accepted, got.time.spec_drafted - 4);
+        } else {
+            EXPECT_GT(got.time.spec_accepted, 0);
+            EXPECT_LT(got.time.spec_accepted, got.time.spec_drafted);
+        }
+        EXPECT_EQ(fast.cached_tokens(), prompt.size() + got.tokens.size() - 1);
+    }
 }
 
 // Two MTP-speculating generations and a plain one in the same steps: each equals its solo run.
