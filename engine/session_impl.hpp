@@ -1,6 +1,7 @@
 // A session's state, shared by session.cpp and the step batcher (batcher.cpp).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <span>
@@ -55,6 +56,10 @@ struct session::impl {
     // which its next turn reuses, and gives the rest back.
     void trim() {
         if (!m.hybrid) kv.shrink(static_cast<int>(cached.size()));
+        if (mtp_kv) {
+            mtp_kv->shrink(static_cast<int>(cached.size()));
+            mtp_filled = std::min(mtp_filled, static_cast<int>(cached.size()));
+        }
         account();
     }
 
