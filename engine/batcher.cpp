@@ -430,9 +430,10 @@ void step_batcher::mtp_fill(generation& g, int last, float* logits) {
     }
     const size_t n_embd = static_cast<size_t>(m_.hp.n_embd);
     const int n_rows = static_cast<int>(g.hidden.size() / n_embd);
-    // Position p's entry: token p with the residual at p - 1 (zeros where that row is gone: position 0,
-    // or positions the session evaluated without MTP drafting).
-    for (int from = std::min(s.mtp_filled, logits ? last : last + 1); from <= last;) {
+    // Position p's entry: token p with the residual at p - 1 (zeros at position 0 and at h_pos0 when
+    // its residual was in an earlier pass). Positions before h_pos0 that have no entry (steps that
+    // drafted nothing, a restored prefix) keep what the cache holds there: that costs acceptance only.
+    for (int from = std::max(std::min(s.mtp_filled, logits ? last : last + 1), std::min(g.h_pos0, last)); from <= last;) {
         const int n = std::min(last + 1 - from, std::max(1, m_.options.n_batch));
         g.mtp_h.assign(static_cast<size_t>(n) * n_embd, 0.0f);
         for (int t = 0; t < n; ++t) {
