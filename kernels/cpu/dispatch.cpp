@@ -62,6 +62,8 @@ static void fill_avx2_gemm(isa_table& t) {
     set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avxvnni, 4, true);
     set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avxvnni, 4, true);
     set_gemm16(t, ggml_type::IQ4_XS, gemm16_iq4_xs_avxvnni, 4, true);
+    set_gemm16(t, ggml_type::Q2_K, gemm16_q2_k_avxvnni, 4, true);
+    set_gemm16(t, ggml_type::Q3_K, gemm16_q3_k_avxvnni, 4, true);
 }
 
 static void fill_avx2(isa_table& t) {

@@ -3,10 +3,11 @@
 // 128-element chunk); Q3_K adds the third bit from an hmask line. vpmaddubsw multiplies the unsigned codes
 // (Q2_K 0..3, Q3_K 0..7: the value plus 4) by the token's 4 activation bytes broadcast to every row; the 4
 // column sets of a 16-element sub-block add up in int16 (at most 4 * 2 * 7 * 128 = 7168) and vpmaddwd by the
-// row's sub-block scale widens them. Q2_K's mins and Q3_K's code offset 4 * sum(sc * bsums) go through the
+// row's sub-block scale widens them; with AVX-VNNI (q2_k/avxvnni_gemm.cpp) vpdpbusd sums a sub-block in int32,
+// times the scale. Q2_K's mins and Q3_K's code offset 4 * sum(sc * bsums) go through the
 // activation's sub-block sums in int32. The integer totals are exact whatever the loop order, and the one
 // float step per superblock and 8 rows is fixed here, so every token count gives the same bits.
-// Included by one source file per format: everything here is internal to it.
+// Included by one source file per format and ISA: everything here is internal to it.
 #pragma once
 
 #include <cstring>
@@ -57,7 +58,7 @@ static inline __m256i shift_right(__m256i x, int n) {
 }
 
 // Packed: block_q2_Kx16 or block_q3_Kx16 (with hmask).
-template <class Packed>
+template <class Packed, bool Vnni>
 struct lowk {
     static constexpr bool third_bit = requires(const Packed& x) { x.hmask; };
 
@@ -70,9 +71,14 @@ struct lowk {
             return low2;
     }
 
-    // Sub-block s's scale of rows 8h..8h+7, as words twice per dword.
+    // Sub-block s's scale of rows 8h..8h+7, as words twice per dword (AVX-VNNI: as dwords).
     static inline __m256i scale(const Packed& x, int s, int h) {
-        if constexpr (third_bit)
+        if constexpr (Vnni && third_bit)
+            return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.sc[s] + 8 * h)));
+        else if constexpr (Vnni)
+            return _mm256_cvtepu8_epi32(
+                _mm_and_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scales[s] + 8 * h)), _mm_set1_epi8(0x0F)));
+        else if constexpr (third_bit)
             return signed_words_twice(x.sc[s] + 8 * h);
         else
             return low_nibble_words_twice(x.scales[s] + 8 * h);
@@ -87,7 +93,7 @@ struct lowk {
             for (int s = 0; s < 2; ++s) {
                 if (prefetch) prefetch_weights_part<sizeof(Packed)>(&x, 2 * j + s, 4);
                 for (int k0 = 0; k0 < 4; k0 += KC) {
-                    __m256i s16[NH][KC][NT];
+                    __m256i s16[NH][KC][NT];  // int16 pair sums (AVX-VNNI: int32 sums) per row
                     for (auto& a : s16)
                         for (auto& b : a)
                             for (auto& c : b) c = _mm256_setzero_si256();
@@ -100,15 +106,23 @@ struct lowk {
                             for (int kk = 0; kk < KC; ++kk) {
                                 const int k = k0 + kk;
                                 const __m256i w = codes(q, hm, j, k);
-                                for (int t = 0; t < NT; ++t)
-                                    s16[h][kk][t] = _mm256_add_epi16(
-                                        s16[h][kk][t], _mm256_maddubs_epi16(w, broadcast_dword(y[t][i].qs + 128 * j + 32 * k + 4 * v)));
+                                for (int t = 0; t < NT; ++t) {
+                                    const __m256i a = broadcast_dword(y[t][i].qs + 128 * j + 32 * k + 4 * v);
+                                    if constexpr (Vnni)
+                                        s16[h][kk][t] = _mm256_dpbusd_avx_epi32(s16[h][kk][t], w, a);
+                                    else
+                                        s16[h][kk][t] = _mm256_add_epi16(s16[h][kk][t], _mm256_maddubs_epi16(w, a));
+                                }
                             }
                         }
                     for (int h = 0; h < NH; ++h)
                         for (int kk = 0; kk < KC; ++kk) {
                             const __m256i sc = scale(x, 8 * j + 2 * (k0 + kk) + s, h0 + h);
-                            for (int t = 0; t < NT; ++t) total[h][t] = _mm256_add_epi32(total[h][t], _mm256_madd_epi16(s16[h][kk][t], sc));
+                            for (int t = 0; t < NT; ++t)
+                                if constexpr (Vnni)
+                                    total[h][t] = _mm256_add_epi32(total[h][t], _mm256_mullo_epi32(s16[h][kk][t], sc));
+                                else
+                                    total[h][t] = _mm256_add_epi32(total[h][t], _mm256_madd_epi16(s16[h][kk][t], sc));
                         }
                 }
             }
@@ -175,14 +189,14 @@ struct lowk {
     }
 };
 
-template <class Packed>
+template <class Packed, bool Vnni>
 static void lowk_gemm16(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
     switch (n_tok) {
-        case 1: lowk<Packed>::template run<1>(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 2: lowk<Packed>::template run<2>(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 3: lowk<Packed>::template run<3>(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 4: lowk<Packed>::template run<4>(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 1: lowk<Packed, Vnni>::template run<1>(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 2: lowk<Packed, Vnni>::template run<2>(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 3: lowk<Packed, Vnni>::template run<3>(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 4: lowk<Packed, Vnni>::template run<4>(n, w, group_bytes, n_groups, a, y, y_stride); return;
     }
 }
 
