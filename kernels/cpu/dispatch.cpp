@@ -136,6 +136,8 @@ static void fill_avx512(isa_table& t) {
     set_gemm16(t, ggml_type::Q5_0, gemm16_q5_0_avx512, 8, true);
     set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_avx512, 8, true);
     set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_avx512, 8, true);
+    set_gemm16(t, ggml_type::Q2_K, gemm16_q2_k_avx512, 8, true);
+    set_gemm16(t, ggml_type::Q3_K, gemm16_q3_k_avx512, 8, true);
     t.attn_tile = attn_tile_avx512;
     t.delta_seq = delta_seq_avx512;
     t.delta_chunk = delta_chunk_avx512;

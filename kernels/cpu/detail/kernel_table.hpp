@@ -204,6 +204,8 @@ STRATA_GEMM16(gemm16_q2_k_avx2);
 STRATA_GEMM16(gemm16_q3_k_avx2);
 STRATA_GEMM16(gemm16_q2_k_avxvnni);
 STRATA_GEMM16(gemm16_q3_k_avxvnni);
+STRATA_GEMM16(gemm16_q2_k_avx512);
+STRATA_GEMM16(gemm16_q3_k_avx512);
 #undef STRATA_GEMM16
 
 // The rows16 layouts (kernels/cpu/repack.cpp). A Q4_K group block covers 256 columns of 16 rows:
