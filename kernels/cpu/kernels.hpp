@@ -14,9 +14,10 @@
 //   scalar: everything, through the formats' reference code.
 // rope is scalar on every path (it is a few thousand floats per token).
 // Prompt GEMM on repacked weights (weight_layout::rows16, repack_rows): AVX-512 VNNI and AVX2 kernels
-// (the latter with AVX-VNNI's vpdpbusd for Q4_K, Q5_K and Q8_0 where CPUID has it, unless
-// STRATA_NO_AVX_VNNI is set) for Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS, all giving
-// the same bits; Q2_K and Q3_K have an AVX2 GEMM kernel, which the AVX-512 path uses too; the scalar path reads that layout through scalar kernels (can_repack says no there). On
+// (the latter with AVX-VNNI's vpdpbusd for Q2_K, Q3_K, Q4_K, Q5_K, Q8_0 and IQ4_XS where CPUID has it, unless
+// STRATA_NO_AVX_VNNI is set) for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS
+// (AVX-512: all but IQ4_XS, which takes the AVX2 table's kernel), all giving the same bits; the scalar
+// path reads that layout through scalar kernels (can_repack says no there). On
 // AVX2, can_repack says no for Q6_K, and for Q4_K and Q5_K without AVX-VNNI: a repacked matrix also
 // decodes through the GEMM kernel, which is slower there than the per-row one for a single token.
 //
