@@ -54,12 +54,16 @@ static void fill_avx2_gemm(isa_table& t) {
     set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_avx2, 4, true);
     set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_avx2, 4, true);
     set_gemm16(t, ggml_type::IQ4_XS, gemm16_iq4_xs_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q2_K, gemm16_q2_k_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q3_K, gemm16_q3_k_avx2, 4, true);
     if (!vnni) return;
     t.avx_vnni = true;
     set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avxvnni, 4, true);
     set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avxvnni, 4, true);
     set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avxvnni, 4, true);
     set_gemm16(t, ggml_type::IQ4_XS, gemm16_iq4_xs_avxvnni, 4, true);
+    set_gemm16(t, ggml_type::Q2_K, gemm16_q2_k_avxvnni, 4, true);
+    set_gemm16(t, ggml_type::Q3_K, gemm16_q3_k_avxvnni, 4, true);
 }
 
 static void fill_avx2(isa_table& t) {
@@ -132,6 +136,8 @@ static void fill_avx512(isa_table& t) {
     set_gemm16(t, ggml_type::Q5_0, gemm16_q5_0_avx512, 8, true);
     set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_avx512, 8, true);
     set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_avx512, 8, true);
+    set_gemm16(t, ggml_type::Q2_K, gemm16_q2_k_avx512, 8, true);
+    set_gemm16(t, ggml_type::Q3_K, gemm16_q3_k_avx512, 8, true);
     t.attn_tile = attn_tile_avx512;
     t.delta_seq = delta_seq_avx512;
     t.delta_chunk = delta_chunk_avx512;
@@ -151,6 +157,8 @@ static isa_table build_table(isa which) {
     set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_scalar, max_dot_tokens, false);
     set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_scalar, max_dot_tokens, false);
     set_gemm16(t, ggml_type::IQ4_XS, gemm16_iq4_xs_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::Q2_K, gemm16_q2_k_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::Q3_K, gemm16_q3_k_scalar, max_dot_tokens, false);
     if (which == isa::avx2 || which == isa::avx512) fill_avx2(t);
     if (which == isa::avx512) fill_avx512(t);
     return t;

@@ -14,9 +14,10 @@
 //   scalar: everything, through the formats' reference code.
 // rope is scalar on every path (it is a few thousand floats per token).
 // Prompt GEMM on repacked weights (weight_layout::rows16, repack_rows): AVX-512 VNNI and AVX2 kernels
-// (the latter with AVX-VNNI's vpdpbusd for Q4_K, Q5_K and Q8_0 where CPUID has it, unless
-// STRATA_NO_AVX_VNNI is set) for Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL, all giving the
-// same bits; the scalar path reads that layout through scalar kernels (can_repack says no there). On
+// (the latter with AVX-VNNI's vpdpbusd for Q2_K, Q3_K, Q4_K, Q5_K, Q8_0 and IQ4_XS where CPUID has it, unless
+// STRATA_NO_AVX_VNNI is set) for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS
+// (AVX-512: all but IQ4_XS, which takes the AVX2 table's kernel), all giving the same bits; the scalar
+// path reads that layout through scalar kernels (can_repack says no there). On
 // AVX2, can_repack says no for Q6_K, and for Q4_K and Q5_K without AVX-VNNI: a repacked matrix also
 // decodes through the GEMM kernel, which is slower there than the per-row one for a single token.
 //
@@ -90,12 +91,13 @@ void matmul(const matrix& w, int64_t row_begin, int64_t row_end, const void* act
             int64_t n_tok, float* y, int64_t y_stride);
 
 // Repacking for prompt batches: true where the active ISA has a GEMM kernel for `type` in the rows16
-// layout (AVX-512: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) and n_rows is a whole number
-// of groups.
+// layout (AVX-512: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS) and n_rows is a
+// whole number of groups.
 bool can_repack(ggml_type type, int64_t n_rows);
 // Bytes per row of the rows16 layout (a group of 16 rows takes 16 times that): Q8_0 the GGUF row size,
 // Q4_K 148 bytes per 256 elements instead of 144 (scales and mins unpacked to bytes), Q5_K 180 instead of
-// 176, the others the GGUF row size. Throws for a type without a rows16 layout.
+// 176, Q3_K 114 instead of 110, IQ4_XS 138 instead of 136, the others the GGUF row size. Throws for a type
+// without a rows16 layout.
 size_t repacked_row_stride(ggml_type type, int64_t n_cols);
 // src: n_rows rows (a multiple of 16) in the GGUF layout, src_stride bytes apart -> dst: n_rows *
 // repacked_row_stride(type, n_cols) bytes in the rows16 layout. Exact (no value changes), any ISA.

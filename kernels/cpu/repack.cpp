@@ -102,6 +102,58 @@ void unpack_q6_k(const block_q6_Kx16& in, formats::block_q6_K* const rows[G]) {
     }
 }
 
+void pack_q2_k(const formats::block_q2_K* const rows[G], block_q2_Kx16& out) {
+    for (int r = 0; r < G; ++r) {
+        const formats::block_q2_K& b = *rows[r];
+        out.d[r] = b.d;
+        out.dmin[r] = b.dmin;
+        for (int j = 0; j < 16; ++j) out.scales[j][r] = b.scales[j];
+        for (int q = 0; q < 16; ++q) std::memcpy(out.qs[q][r], b.qs + 4 * q, 4);
+    }
+}
+
+void unpack_q2_k(const block_q2_Kx16& in, formats::block_q2_K* const rows[G]) {
+    for (int r = 0; r < G; ++r) {
+        formats::block_q2_K& b = *rows[r];
+        b.d = in.d[r];
+        b.dmin = in.dmin[r];
+        for (int j = 0; j < 16; ++j) b.scales[j] = in.scales[j][r];
+        for (int q = 0; q < 16; ++q) std::memcpy(b.qs + 4 * q, in.qs[q][r], 4);
+    }
+}
+
+// Q3_K's 6-bit scale j (0..15) from the 12 packed bytes: low nibble from byte j % 8 (j < 8: low, else
+// high nibble), top two bits from byte 8 + j % 4, bits 2 (j / 4).
+int k3_scale(int j, const uint8_t* q) {
+    const int low = j < 8 ? q[j] & 0xF : q[j - 8] >> 4;
+    return low | ((q[8 + j % 4] >> (2 * (j / 4))) & 3) << 4;
+}
+
+void pack_q3_k(const formats::block_q3_K* const rows[G], block_q3_Kx16& out) {
+    for (int r = 0; r < G; ++r) {
+        const formats::block_q3_K& b = *rows[r];
+        out.d[r] = b.d;
+        for (int j = 0; j < 16; ++j) out.sc[j][r] = static_cast<int8_t>(k3_scale(j, b.scales) - 32);
+        for (int v = 0; v < 8; ++v) std::memcpy(out.hmask[v][r], b.hmask + 4 * v, 4);
+        for (int q = 0; q < 16; ++q) std::memcpy(out.qs[q][r], b.qs + 4 * q, 4);
+    }
+}
+
+void unpack_q3_k(const block_q3_Kx16& in, formats::block_q3_K* const rows[G]) {
+    for (int r = 0; r < G; ++r) {
+        formats::block_q3_K& b = *rows[r];
+        b.d = in.d[r];
+        std::memset(b.scales, 0, sizeof(b.scales));
+        for (int j = 0; j < 16; ++j) {
+            const int ls = in.sc[j][r] + 32;
+            b.scales[j % 8] = static_cast<uint8_t>(b.scales[j % 8] | (ls & 0xF) << (j < 8 ? 0 : 4));
+            b.scales[8 + j % 4] = static_cast<uint8_t>(b.scales[8 + j % 4] | (ls >> 4) << (2 * (j / 4)));
+        }
+        for (int v = 0; v < 8; ++v) std::memcpy(b.hmask + 4 * v, in.hmask[v][r], 4);
+        for (int q = 0; q < 16; ++q) std::memcpy(b.qs + 4 * q, in.qs[q][r], 4);
+    }
+}
+
 void pack_iq4_xs(const formats::block_iq4_xs* const rows[G], block_iq4_xsx16& out) {
     for (int r = 0; r < G; ++r) {
         const formats::block_iq4_xs& b = *rows[r];
@@ -233,6 +285,18 @@ void gemm16_q6_k_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_
                                                                       y, y_stride);
 }
 
+void gemm16_q2_k_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm16_reference<formats::block_q2_K, block_q2_Kx16, unpack_q2_k>(ggml_type::Q2_K, n, w, group_bytes, n_groups, a, n_tok,
+                                                                      y, y_stride);
+}
+
+void gemm16_q3_k_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm16_reference<formats::block_q3_K, block_q3_Kx16, unpack_q3_k>(ggml_type::Q3_K, n, w, group_bytes, n_groups, a, n_tok,
+                                                                      y, y_stride);
+}
+
 void gemm16_q4_0_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
     gemm16_legacy<formats::block_q4_0, block_q4_0x16>(ggml_type::Q4_0, n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
@@ -290,6 +354,8 @@ size_t repacked_row_stride(ggml_type type, int64_t n_cols) {
         case ggml_type::Q5_K: return static_cast<size_t>(n_cols / formats::QK_K) * (sizeof(detail::block_q5_Kx16) / 16);
         case ggml_type::Q8_0: return static_cast<size_t>(n_cols / formats::QK8_0) * (sizeof(detail::block_q8_0x16) / 16);
         case ggml_type::IQ4_XS: return static_cast<size_t>(n_cols / formats::QK_K) * (sizeof(detail::block_iq4_xsx16) / 16);
+        case ggml_type::Q3_K: return static_cast<size_t>(n_cols / formats::QK_K) * (sizeof(detail::block_q3_Kx16) / 16);
+        case ggml_type::Q2_K:
         case ggml_type::Q6_K:
         case ggml_type::Q4_0:
         case ggml_type::Q4_1:
@@ -323,6 +389,8 @@ void with_block_layout(ggml_type type, Fn fn) {
         case ggml_type::Q4_K: fn.template operator()<block_q4_K, block_q4_Kx16>(pack_q4_k, unpack_q4_k); return;
         case ggml_type::Q5_K: fn.template operator()<block_q5_K, block_q5_Kx16>(pack_q5_k, unpack_q5_k); return;
         case ggml_type::Q6_K: fn.template operator()<block_q6_K, block_q6_Kx16>(pack_q6_k, unpack_q6_k); return;
+        case ggml_type::Q2_K: fn.template operator()<block_q2_K, block_q2_Kx16>(pack_q2_k, unpack_q2_k); return;
+        case ggml_type::Q3_K: fn.template operator()<block_q3_K, block_q3_Kx16>(pack_q3_k, unpack_q3_k); return;
         case ggml_type::Q8_0: fn.template operator()<block_q8_0, block_q8_0x16>(pack_q8_0, unpack_q8_0); return;
         case ggml_type::IQ4_XS: fn.template operator()<block_iq4_xs, block_iq4_xsx16>(pack_iq4_xs, unpack_iq4_xs); return;
         case ggml_type::Q4_0:

@@ -198,6 +198,14 @@ STRATA_GEMM16(gemm16_q8_0_avxvnni);
 STRATA_GEMM16(gemm16_iq4_xs_scalar);
 STRATA_GEMM16(gemm16_iq4_xs_avx2);
 STRATA_GEMM16(gemm16_iq4_xs_avxvnni);
+STRATA_GEMM16(gemm16_q2_k_scalar);
+STRATA_GEMM16(gemm16_q3_k_scalar);
+STRATA_GEMM16(gemm16_q2_k_avx2);
+STRATA_GEMM16(gemm16_q3_k_avx2);
+STRATA_GEMM16(gemm16_q2_k_avxvnni);
+STRATA_GEMM16(gemm16_q3_k_avxvnni);
+STRATA_GEMM16(gemm16_q2_k_avx512);
+STRATA_GEMM16(gemm16_q3_k_avx512);
 #undef STRATA_GEMM16
 
 // The rows16 layouts (kernels/cpu/repack.cpp). A Q4_K group block covers 256 columns of 16 rows:
@@ -240,6 +248,25 @@ struct block_iq4_xsx16 {
     uint8_t qs[32][16][4];
 };
 static_assert(sizeof(block_iq4_xsx16) == 16 * 138);
+// Q2_K: d[16], dmin[16] (f16), scales[16][16] (sub-block j's GGUF scale byte of row r: scale in the low
+// nibble, min in the high one), qs[16][16][4]: dword q of row r's GGUF qs (codes of elements
+// 128 (q / 8) + 32k + 4 (q % 8) + i in bits 2k, 2k + 1 of byte i). The same bytes as the GGUF blocks.
+struct block_q2_Kx16 {
+    formats::fp16_t d[16], dmin[16];
+    uint8_t scales[16][16];
+    uint8_t qs[16][16][4];
+};
+static_assert(sizeof(block_q2_Kx16) == 16 * 84);
+// Q3_K: d[16] (f16), sc[16][16] (sub-block j's scale of row r, the 6-bit code less 32), hmask[8][16][4]:
+// dword v of row r's GGUF hmask (bit 4c + k of byte i: the third bit of element 128c + 32k + 4v + i),
+// qs[16][16][4] as Q2_K's.
+struct block_q3_Kx16 {
+    formats::fp16_t d[16];
+    int8_t sc[16][16];
+    uint8_t hmask[8][16][4];
+    uint8_t qs[16][16][4];
+};
+static_assert(sizeof(block_q3_Kx16) == 16 * 114);
 struct block_q8_0x16 {
     formats::fp16_t d[16];
     uint8_t qs[8][16][4];

@@ -497,7 +497,8 @@ TEST_P(RepackTest, RowRangesOffGroupsAreRefused) {
 std::vector<matvec_case> repack_cases() {
     std::vector<matvec_case> cases;
     for (ggml_type t : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
-                        ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL, ggml_type::IQ4_XS})
+                        ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL, ggml_type::IQ4_XS,
+                        ggml_type::Q2_K, ggml_type::Q3_K})
         for (isa i : {isa::scalar, isa::avx2, isa::avx512}) cases.push_back({t, i});
     return cases;
 }
@@ -521,12 +522,15 @@ TEST(Repack, OnlyWhereTheActiveIsaHasAGemmKernel) {
     EXPECT_EQ(fast, can_repack(ggml_type::IQ4_XS, 768));
     EXPECT_EQ(138u * 8, repacked_row_stride(ggml_type::IQ4_XS, 2048));
     EXPECT_EQ(avx512, can_repack(ggml_type::Q6_K, 768));
-    EXPECT_FALSE(can_repack(ggml_type::Q3_K, 768));
+    EXPECT_EQ(fast, can_repack(ggml_type::Q2_K, 768));
+    EXPECT_EQ(fast, can_repack(ggml_type::Q3_K, 768));
+    EXPECT_EQ(formats::row_size(ggml_type::Q2_K, 2048), repacked_row_stride(ggml_type::Q2_K, 2048));
+    EXPECT_EQ(114u * 8, repacked_row_stride(ggml_type::Q3_K, 2048));  // scales unpacked to bytes
     EXPECT_EQ(180u * 8, repacked_row_stride(ggml_type::Q5_K, 2048));
     EXPECT_EQ(formats::row_size(ggml_type::Q6_K, 2048), repacked_row_stride(ggml_type::Q6_K, 2048));
     EXPECT_EQ(148u * 8, repacked_row_stride(ggml_type::Q4_K, 2048));
     EXPECT_EQ(formats::row_size(ggml_type::Q8_0, 2048), repacked_row_stride(ggml_type::Q8_0, 2048));
-    EXPECT_THROW(repacked_row_stride(ggml_type::Q3_K, 256), std::invalid_argument);
+    EXPECT_THROW(repacked_row_stride(ggml_type::Q8_K, 256), std::invalid_argument);
 }
 
 // The AVX2 path runs prompts through GEMM kernels on repacked weights (not the matvec ones) for every
@@ -535,7 +539,8 @@ TEST(Repack, Avx2PromptPathIsTheGemmOne) {
     SKIP_UNLESS_SUPPORTED(isa::avx2);
     const auto& t = detail::table_for(isa::avx2);
     for (ggml_type type : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
-                           ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL, ggml_type::IQ4_XS}) {
+                           ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL, ggml_type::IQ4_XS,
+                           ggml_type::Q2_K, ggml_type::Q3_K}) {
         const auto id = static_cast<size_t>(type);
         EXPECT_EQ(type != ggml_type::Q6_K, t.gemm16_fast[id]) << formats::info(type).name;
         EXPECT_NE(t.gemm16[id], detail::table_for(isa::scalar).gemm16[id]) << formats::info(type).name;
@@ -552,10 +557,13 @@ TEST(Repack, Avx2GemmIsBitwiseTheAvx512One) {
     plain.gemm16[static_cast<size_t>(ggml_type::Q5_K)] = detail::gemm16_q5_k_avx2;
     plain.gemm16[static_cast<size_t>(ggml_type::Q8_0)] = detail::gemm16_q8_0_avx2;
     plain.gemm16[static_cast<size_t>(ggml_type::IQ4_XS)] = detail::gemm16_iq4_xs_avx2;
+    plain.gemm16[static_cast<size_t>(ggml_type::Q2_K)] = detail::gemm16_q2_k_avx2;
+    plain.gemm16[static_cast<size_t>(ggml_type::Q3_K)] = detail::gemm16_q3_k_avx2;
     const auto& ref = cpu_supports(isa::avx512) ? detail::table_for(isa::avx512) : plain;
     constexpr int64_t n_cols = 2048, n_rows = 32, n_tok = 13;
     for (ggml_type type : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
-                           ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL, ggml_type::IQ4_XS}) {
+                           ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL, ggml_type::IQ4_XS,
+                           ggml_type::Q2_K, ggml_type::Q3_K}) {
         SCOPED_TRACE(formats::info(type).name);
         const repacked r = make_repacked(type, n_rows, n_cols, 91);
         const size_t act_stride = activation_row_size(type, n_cols);

@@ -1,0 +1,11 @@
+// Q3_K x Q8_K on the rows16 layout, AVX2 with AVX-VNNI (the kernel is q2_k/avx2_gemm.hpp's).
+#include "cpu/q2_k/avx2_gemm.hpp"
+
+namespace strata::kernels::cpu::detail {
+
+void gemm16_q3_k_avxvnni(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                         float* y, int64_t y_stride) {
+    lowk_gemm16<block_q3_Kx16, true>(n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
+}
+
+}  // namespace strata::kernels::cpu::detail
