@@ -1,0 +1,114 @@
+// Internal: the row and token loops shared by the code book formats' dot and prompt GEMM kernels (one copy
+// per including file: anonymous namespace, each file's own ISA flags). A format's kernel parts K give
+//   block, act_block, block_elems: the weight and activation blocks and the elements of one;
+//   group: tokens per dot call (accumulators in registers); chunk: weight blocks decoded at a time;
+//   dec: one weight block decoded (grid entries, signs, scales, d), acc_t: one token's accumulator;
+//   decode(x, i, dec&), apply<NT>(dec, y, i, acc): block i of the row into acc[t < NT] (acc[group]),
+//   finish<NT>(acc, out): the accumulators to results.
+// The dot kernel decodes a block and applies it at once; the GEMM decodes `chunk` blocks of a row once and
+// applies them to every group of its tokens. Both call the same apply and finish on the same token groups,
+// so their results are bitwise equal.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "cpu/detail/kernel_table.hpp"
+#include "cpu/detail/x86.hpp"
+
+namespace strata::kernels::cpu::detail {
+namespace {
+
+// f(std::integral_constant<int, k>{}) for a runtime 1 <= k <= Max (4 or 8).
+template <int Max, class F>
+inline void with_token_count(int k, F&& f) {
+    static_assert(Max == 4 || Max == 8);
+    switch (k) {
+        case 1: f(std::integral_constant<int, 1>{}); return;
+        case 2: f(std::integral_constant<int, 2>{}); return;
+        case 3: f(std::integral_constant<int, 3>{}); return;
+        case 4: f(std::integral_constant<int, 4>{}); return;
+    }
+    if constexpr (Max == 8) {
+        switch (k) {
+            case 5: f(std::integral_constant<int, 5>{}); return;
+            case 6: f(std::integral_constant<int, 6>{}); return;
+            case 7: f(std::integral_constant<int, 7>{}); return;
+            case 8: f(std::integral_constant<int, 8>{}); return;
+        }
+    }
+}
+
+template <class K>
+inline const typename K::block* row_blocks(const void* w, size_t row_stride, int64_t r) {
+    return reinterpret_cast<const typename K::block*>(static_cast<const uint8_t*>(w) + static_cast<size_t>(r) * row_stride);
+}
+
+// The dot kernel: out[t] = row . a[t], t < NT.
+template <class K, int NT>
+inline void dot_row(int64_t n, const void* w, const void* const* a, float* out) {
+    const auto* x = static_cast<const typename K::block*>(w);
+    const typename K::act_block* y[NT];
+    for (int t = 0; t < NT; ++t) y[t] = static_cast<const typename K::act_block*>(a[t]);
+    typename K::acc_t acc[K::group];  // tokens >= NT stay 0
+    for (auto& v : acc) v = K::zero();
+    for (int64_t i = 0; i < n / K::block_elems; ++i) {
+        prefetch_weights<sizeof(typename K::block)>(x + i);
+        typename K::dec b;
+        K::decode(x, i, b);
+        K::template apply<NT>(b, y, i, acc);
+    }
+    K::template finish<NT>(acc, out);
+}
+
+template <class K>
+struct dot_kernel {
+    template <int NT>
+    struct kernel {
+        static void run(int64_t n, const void* w, const void* const* a, float* out) { dot_row<K, NT>(n, w, a, out); }
+    };
+};
+
+// The GEMM over rows [0, n_rows) and n_tok <= max_gemm_rows_tokens tokens.
+template <class K>
+inline void gemm_rows(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                      float* y, int64_t y_stride) {
+    using acc_t = typename K::acc_t;
+    typename K::dec buf[K::chunk];
+    acc_t acc[max_gemm_rows_tokens];
+    const typename K::act_block* ya[max_gemm_rows_tokens];
+    for (int t = 0; t < n_tok; ++t) ya[t] = static_cast<const typename K::act_block*>(a[t]);
+    const int64_t nb = n / K::block_elems;
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const auto* x = row_blocks<K>(w, row_stride, r);
+        for (int t = 0; t < n_tok; ++t) acc[t] = K::zero();
+        for (int64_t i0 = 0; i0 < nb; i0 += K::chunk) {
+            const int nc = static_cast<int>(std::min<int64_t>(K::chunk, nb - i0));
+            for (int c = 0; c < nc; ++c) {
+                prefetch_weights<sizeof(typename K::block)>(x + i0 + c);
+                K::decode(x, i0 + c, buf[c]);
+            }
+            for (int g = 0; g < n_tok; g += K::group)
+                with_token_count<K::group>(std::min(K::group, n_tok - g), [&](auto nt) {
+                    constexpr int NT = decltype(nt)::value;
+                    acc_t part[K::group];
+                    for (int t = 0; t < K::group; ++t) part[t] = t < NT ? acc[g + t] : K::zero();
+                    for (int c = 0; c < nc; ++c) K::template apply<NT>(buf[c], ya + g, i0 + c, part);
+                    for (int t = 0; t < NT; ++t) acc[g + t] = part[t];
+                });
+        }
+        for (int g = 0; g < n_tok; g += K::group)
+            with_token_count<K::group>(std::min(K::group, n_tok - g), [&](auto nt) {
+                constexpr int NT = decltype(nt)::value;
+                acc_t part[K::group];
+                for (int t = 0; t < K::group; ++t) part[t] = t < NT ? acc[g + t] : K::zero();
+                float out[K::group];
+                K::template finish<NT>(part, out);
+                for (int t = 0; t < NT; ++t) y[(g + t) * y_stride + r] = out[t];
+            });
+    }
+}
+
+}  // namespace
+}  // namespace strata::kernels::cpu::detail
