@@ -158,7 +158,7 @@ template <class F>
 struct iq_avx2 {
     using block = typename F::block;
     using act_block = block_q8_K;
-    static constexpr int block_elems = QK_K, group = 4, chunk = 16;
+    static constexpr int block_elems = QK_K, group = 4, rows = 4, chunk = 8;
     struct dec {
         __m256i mag[8], sgn[8], sc[8];
         float d;
@@ -192,7 +192,7 @@ struct iq_avx2 {
 struct mxfp4_avx2 {
     using block = block_mxfp4;
     using act_block = block_q8_0;
-    static constexpr int block_elems = QK_MXFP4, group = 4, chunk = 64;
+    static constexpr int block_elems = QK_MXFP4, group = 4, rows = 4, chunk = 64;
     struct dec {
         __m256i aw, wv;  // |w| and w
         float d;

@@ -2,7 +2,7 @@
 // BMI2). Two sub-blocks (64 weights) per step: each format gives unsigned int8 magnitudes u, a 64-bit mask
 // of the weights whose sign moves onto the activation (masked subtract: no vpsignb here) and the int16
 // scale of each 16 weights (one vpermw from a per-super-block scale vector). The shared loop is then
-// maddubs(u, +-a) times the scales, int32 sums per super-block, scaled by d_w * d_a in f32.
+// maddubs(u, +-a) times the scales (vpdpwssd), int32 sums per super-block, scaled by d_w * d_a in f32.
 // IQ1 weights w = 8 g + delta are signed; they enter as u = w + 9 (0..18) and the 9 * sum(a) excess leaves
 // through the activation's 16-element sums (bsums) times the scales.
 #include "cpu/detail/kernel_table.hpp"
@@ -231,7 +231,7 @@ template <class F>
 struct iq_avx512 {
     using block = typename F::block;
     using act_block = block_q8_K;
-    static constexpr int block_elems = QK_K, group = 8, chunk = 16;
+    static constexpr int block_elems = QK_K, group = 8, rows = 4, chunk = 8;
     struct dec {
         __m512i u[4], sc[4];
         __m256i coef;  // IQ1's bsums coefficients
@@ -263,7 +263,7 @@ struct iq_avx512 {
             for (int t = 0; t < NT; ++t) {
                 __m512i q8 = _mm512_loadu_si512(y[t][i].qs + 64 * p);
                 if constexpr (!F::bsum_term) q8 = _mm512_mask_sub_epi8(q8, b.neg[p], _mm512_setzero_si512(), q8);
-                sumi[t] = _mm512_add_epi32(sumi[t], _mm512_madd_epi16(_mm512_maddubs_epi16(b.u[p], q8), b.sc[p]));
+                sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(b.u[p], q8), b.sc[p]);
             }
         }
         for (int t = 0; t < NT; ++t)
