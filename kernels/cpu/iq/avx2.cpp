@@ -4,6 +4,8 @@
 // never zero, is its own) and int16 scales (one per 16 elements, a 128-bit lane each); every format then
 // shares one loop: maddubs(|w|, sign(a, s)) times the scales,
 // int32 sums per super-block, scaled by d_w * d_a in f32, and the format's unit (1/8, 1/4, 1) at the end.
+// The prompt GEMM (iq_avx2_gemm, mxfp4_avx2_gemm) decodes each block once for up to 64 tokens and applies
+// the same operations per token, so its results are bitwise the dot kernel's.
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
 #include "cpu/iq/sign_tables.hpp"
@@ -153,9 +155,74 @@ struct iq1_m_dec {
     }
 };
 
-// The kernel parts of format F (iq/gemm_rows.hpp).
 template <class F>
 struct iq_avx2 {
+    template <int NT>
+    struct kernel {
+        static void run(int64_t n, const void* w, const void* const* a, float* out) {
+            const auto* x = static_cast<const typename F::block*>(w);
+            const block_q8_K* y[NT];
+            for (int t = 0; t < NT; ++t) y[t] = static_cast<const block_q8_K*>(a[t]);
+            __m256 acc[NT];
+            for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n / QK_K; ++i) {
+                prefetch_weights<sizeof(typename F::block)>(x + i);
+                __m256i sumi[NT];
+                for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+                for (int ib = 0; ib < QK_K / 32; ++ib) {
+                    __m256i mag, sgn, sc;
+                    F::sub(x[i], ib, mag, sgn, sc);
+                    for (int t = 0; t < NT; ++t) {
+                        const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs + 32 * ib));
+                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(q8, sgn)), sc));
+                    }
+                }
+                const float d = F::d(x[i]);
+                for (int t = 0; t < NT; ++t)
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * y[t][i].d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            }
+            for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) * F::unit;
+        }
+    };
+};
+
+// MXFP4 x Q8_0: nibbles through the 16-entry doubled E2M1 table (pshufb), one block of 32 per step.
+template <int NT>
+struct mxfp4_avx2 {
+    static void run(int64_t n, const void* w, const void* const* a, float* out) {
+        const auto* x = static_cast<const block_mxfp4*>(w);
+        const block_q8_0* y[NT];
+        for (int t = 0; t < NT; ++t) y[t] = static_cast<const block_q8_0*>(a[t]);
+        const __m128i values = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_mxfp4));
+        const __m128i low4 = _mm_set1_epi8(0x0F);
+        const __m256i ones = _mm256_set1_epi16(1);
+        __m256 acc[NT];
+        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < n / QK_MXFP4; ++i) {
+            prefetch_weights<sizeof(block_mxfp4)>(x + i);
+            const __m128i q4 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs));
+            const __m256i wv = _mm256_set_m128i(_mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q4, 4), low4)),
+                                                _mm_shuffle_epi8(values, _mm_and_si128(q4, low4)));
+            const __m256i aw = _mm256_sign_epi8(wv, wv);
+            // 2^(e - 128) as a float: e >= 2 is a normal exponent field of e - 1; e < 2 a subnormal.
+            const uint32_t bits = x[i].e < 2 ? 0x00200000u << x[i].e : static_cast<uint32_t>(x[i].e - 1) << 23;
+            float d;
+            std::memcpy(&d, &bits, sizeof d);
+            for (int t = 0; t < NT; ++t) {
+                const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs));
+                const __m256i sumi = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(q8, wv)), ones);
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * half_to_float(y[t][i].d)), _mm256_cvtepi32_ps(sumi), acc[t]);
+            }
+        }
+        for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+    }
+};
+
+
+// The prompt GEMM's parts of format F (iq/gemm_rows.hpp): the dot kernel's operations per token, each
+// block decoded once for many tokens.
+template <class F>
+struct iq_avx2_gemm {
     using block = typename F::block;
     using act_block = block_q8_K;
     static constexpr int block_elems = QK_K, group = 4, rows = 4, chunk = 8;
@@ -188,8 +255,8 @@ struct iq_avx2 {
     }
 };
 
-// MXFP4 x Q8_0: nibbles through the 16-entry doubled E2M1 table (pshufb), one block of 32 per step.
-struct mxfp4_avx2 {
+// The same for MXFP4.
+struct mxfp4_avx2_gemm {
     using block = block_mxfp4;
     using act_block = block_q8_0;
     static constexpr int block_elems = QK_MXFP4, group = 4, rows = 4, chunk = 64;
@@ -228,60 +295,60 @@ struct mxfp4_avx2 {
 }  // namespace
 
 void dot_iq2_xxs_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx2<iq2_xxs_dec>>::kernel>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx2<iq2_xxs_dec>::kernel>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq2_xxs_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    gemm_rows<iq_avx2<iq2_xxs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx2_gemm<iq2_xxs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq2_xs_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx2<iq2_xs_dec>>::kernel>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx2<iq2_xs_dec>::kernel>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq2_xs_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    gemm_rows<iq_avx2<iq2_xs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx2_gemm<iq2_xs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq2_s_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx2<iq2_s_dec>>::kernel>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx2<iq2_s_dec>::kernel>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq2_s_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    gemm_rows<iq_avx2<iq2_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx2_gemm<iq2_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq3_xxs_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx2<iq3_xxs_dec>>::kernel>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx2<iq3_xxs_dec>::kernel>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq3_xxs_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    gemm_rows<iq_avx2<iq3_xxs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx2_gemm<iq3_xxs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq3_s_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx2<iq3_s_dec>>::kernel>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx2<iq3_s_dec>::kernel>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq3_s_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    gemm_rows<iq_avx2<iq3_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx2_gemm<iq3_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq1_s_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx2<iq1_s_dec>>::kernel>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx2<iq1_s_dec>::kernel>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq1_s_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    gemm_rows<iq_avx2<iq1_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx2_gemm<iq1_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq1_m_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx2<iq1_m_dec>>::kernel>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx2<iq1_m_dec>::kernel>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq1_m_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    gemm_rows<iq_avx2<iq1_m_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx2_gemm<iq1_m_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_mxfp4_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<mxfp4_avx2>::kernel>(n, w, a, n_tok, out);
+    call_with_tokens<mxfp4_avx2>(n, w, a, n_tok, out);
 }
 void gemm_rows_mxfp4_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    gemm_rows<mxfp4_avx2>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<mxfp4_avx2_gemm>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 
 }  // namespace strata::kernels::cpu::detail

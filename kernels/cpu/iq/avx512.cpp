@@ -2,9 +2,11 @@
 // BMI2). Two sub-blocks (64 weights) per step: each format gives unsigned int8 magnitudes u, a 64-bit mask
 // of the weights whose sign moves onto the activation (masked subtract: no vpsignb here) and the int16
 // scale of each 16 weights (one vpermw from a per-super-block scale vector). The shared loop is then
-// maddubs(u, +-a) times the scales (vpdpwssd), int32 sums per super-block, scaled by d_w * d_a in f32.
+// maddubs(u, +-a) times the scales, int32 sums per super-block, scaled by d_w * d_a in f32.
 // IQ1 weights w = 8 g + delta are signed; they enter as u = w + 9 (0..18) and the 9 * sum(a) excess leaves
 // through the activation's 16-element sums (bsums) times the scales.
+// The prompt GEMM (iq_avx512_gemm) decodes each block once for up to 64 tokens and computes the same
+// integer lanes (vpdpwssd for madd + add) and float steps, so its results are bitwise the dot kernel's.
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
 #include "formats/blocks.hpp"
@@ -226,9 +228,54 @@ struct iq1_m_dec {
     }
 };
 
-// The kernel parts of format F (iq/gemm_rows.hpp).
 template <class F>
 struct iq_avx512 {
+    template <int NT>
+    struct kernel {
+        static void run(int64_t n, const void* w, const void* const* a, float* out) {
+            const auto* x = static_cast<const typename F::block*>(w);
+            const block_q8_K* y[NT];
+            for (int t = 0; t < NT; ++t) y[t] = static_cast<const block_q8_K*>(a[t]);
+            const __m512i index[4] = {F::index(0), F::index(1), F::index(2), F::index(3)};
+            __m512 acc[8];  // tokens >= NT stay 0
+            for (auto& v : acc) v = _mm512_setzero_ps();
+            for (int64_t i = 0; i < n / QK_K; ++i) {
+                prefetch_weights<sizeof(typename F::block)>(x + i);
+                const __m512i sc_all = F::scales(x[i]);
+                __m512i sumi[NT];
+                if constexpr (F::bsum_term) {
+                    const __m256i coef = F::bsum_coef(sc_all);
+                    for (int t = 0; t < NT; ++t)
+                        sumi[t] = _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums)), coef));
+                } else {
+                    for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
+                }
+                for (int p = 0; p < QK_K / 64; ++p) {
+                    __m512i u;
+                    __mmask64 neg = 0;
+                    F::pair(x[i], p, u, neg);
+                    const __m512i sc = _mm512_permutexvar_epi16(index[p], sc_all);
+                    for (int t = 0; t < NT; ++t) {
+                        __m512i q8 = _mm512_loadu_si512(y[t][i].qs + 64 * p);
+                        if constexpr (!F::bsum_term) q8 = _mm512_mask_sub_epi8(q8, neg, _mm512_setzero_si512(), q8);
+                        sumi[t] = _mm512_add_epi32(sumi[t], _mm512_madd_epi16(_mm512_maddubs_epi16(u, q8), sc));
+                    }
+                }
+                const float d = F::d(x[i]);
+                for (int t = 0; t < NT; ++t)
+                    acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * y[t][i].d), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+            }
+            store_lane_sums<NT>(acc, out);
+            for (int t = 0; t < NT; ++t) out[t] *= F::unit;
+        }
+    };
+};
+
+
+// The prompt GEMM's parts of format F (iq/gemm_rows.hpp): the dot kernel's integer lanes and float steps,
+// each block decoded once for many tokens.
+template <class F>
+struct iq_avx512_gemm {
     using block = typename F::block;
     using act_block = block_q8_K;
     static constexpr int block_elems = QK_K, group = 8, rows = 4, chunk = 8;
@@ -279,53 +326,53 @@ struct iq_avx512 {
 }  // namespace
 
 void dot_iq2_xxs_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx512<iq2_xxs_dec>>::kernel, 8>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx512<iq2_xxs_dec>::kernel, 8>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq2_xxs_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                           float* y, int64_t y_stride) {
-    gemm_rows<iq_avx512<iq2_xxs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx512_gemm<iq2_xxs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq2_xs_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx512<iq2_xs_dec>>::kernel, 8>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx512<iq2_xs_dec>::kernel, 8>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq2_xs_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                           float* y, int64_t y_stride) {
-    gemm_rows<iq_avx512<iq2_xs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx512_gemm<iq2_xs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq2_s_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx512<iq2_s_dec>>::kernel, 8>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx512<iq2_s_dec>::kernel, 8>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq2_s_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                           float* y, int64_t y_stride) {
-    gemm_rows<iq_avx512<iq2_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx512_gemm<iq2_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq3_xxs_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx512<iq3_xxs_dec>>::kernel, 8>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx512<iq3_xxs_dec>::kernel, 8>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq3_xxs_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                           float* y, int64_t y_stride) {
-    gemm_rows<iq_avx512<iq3_xxs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx512_gemm<iq3_xxs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq3_s_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx512<iq3_s_dec>>::kernel, 8>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx512<iq3_s_dec>::kernel, 8>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq3_s_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                           float* y, int64_t y_stride) {
-    gemm_rows<iq_avx512<iq3_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx512_gemm<iq3_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq1_s_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx512<iq1_s_dec>>::kernel, 8>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx512<iq1_s_dec>::kernel, 8>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq1_s_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                           float* y, int64_t y_stride) {
-    gemm_rows<iq_avx512<iq1_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx512_gemm<iq1_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq1_m_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    call_with_tokens<dot_kernel<iq_avx512<iq1_m_dec>>::kernel, 8>(n, w, a, n_tok, out);
+    call_with_tokens<iq_avx512<iq1_m_dec>::kernel, 8>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq1_m_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                           float* y, int64_t y_stride) {
-    gemm_rows<iq_avx512<iq1_m_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+    gemm_rows<iq_avx512_gemm<iq1_m_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 
 }  // namespace strata::kernels::cpu::detail

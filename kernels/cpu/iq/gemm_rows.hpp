@@ -1,14 +1,12 @@
-// Internal: the row and token loops shared by the code book formats' dot and prompt GEMM kernels (one copy
-// per including file: anonymous namespace, each file's own ISA flags). A format's kernel parts K give
+// Internal: the row and token loops of the code book formats' prompt GEMM on the GGUF layout (one copy per
+// including file: anonymous namespace, each file's own ISA flags). A format's GEMM parts K give
 //   block, act_block, block_elems: the weight and activation blocks and the elements of one;
-//   group: tokens per dot call (accumulators in registers); rows, chunk: the GEMM decodes `chunk` blocks
-//   of `rows` rows at a time;
+//   group: the dot kernel's tokens per call; rows, chunk: `chunk` blocks of `rows` rows are decoded at a time;
 //   dec: one weight block decoded (grid entries, signs, scales, d), acc_t: one token's accumulator;
 //   decode(x, i, dec&), apply<NT>(dec, y, i, acc): block i of the row into acc[t < NT] (acc[group]),
 //   finish<NT>(acc, out): the accumulators to results.
-// The dot kernel decodes a block and applies it at once; the GEMM decodes blocks once and applies them to
-// every group of its tokens. Both call the same apply and finish on the same token groups,
-// so their results are bitwise equal.
+// apply and finish compute the dot kernel's integer lanes and float steps for a token, and the GEMM goes
+// through the tokens in the dot kernel's groups, so its results are bitwise the dot kernel's.
 #pragma once
 
 #include <algorithm>
@@ -45,31 +43,6 @@ template <class K>
 inline const typename K::block* row_blocks(const void* w, size_t row_stride, int64_t r) {
     return reinterpret_cast<const typename K::block*>(static_cast<const uint8_t*>(w) + static_cast<size_t>(r) * row_stride);
 }
-
-// The dot kernel: out[t] = row . a[t], t < NT.
-template <class K, int NT>
-inline void dot_row(int64_t n, const void* w, const void* const* a, float* out) {
-    const auto* x = static_cast<const typename K::block*>(w);
-    const typename K::act_block* y[NT];
-    for (int t = 0; t < NT; ++t) y[t] = static_cast<const typename K::act_block*>(a[t]);
-    typename K::acc_t acc[K::group];  // tokens >= NT stay 0
-    for (auto& v : acc) v = K::zero();
-    for (int64_t i = 0; i < n / K::block_elems; ++i) {
-        prefetch_weights<sizeof(typename K::block)>(x + i);
-        typename K::dec b;
-        K::decode(x, i, b);
-        K::template apply<NT>(b, y, i, acc);
-    }
-    K::template finish<NT>(acc, out);
-}
-
-template <class K>
-struct dot_kernel {
-    template <int NT>
-    struct kernel {
-        static void run(int64_t n, const void* w, const void* const* a, float* out) { dot_row<K, NT>(n, w, a, out); }
-    };
-};
 
 // The GEMM over rows [0, n_rows) and n_tok <= max_gemm_rows_tokens tokens: K::rows rows at a time, their
 // next K::chunk blocks decoded once, then every token group passes over those rows, so a group's activation
