@@ -66,6 +66,28 @@ static void fill_avx2_gemm(isa_table& t) {
     set_gemm16(t, ggml_type::Q3_K, gemm16_q3_k_avxvnni, 4, true);
 }
 
+// The code book formats' prompt GEMM on the GGUF layout (each weight block decoded once per 64 tokens).
+static void fill_avx2_gemm_rows(isa_table& t) {
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ2_XXS)] = gemm_rows_iq2_xxs_avx2;
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ2_XS)] = gemm_rows_iq2_xs_avx2;
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ2_S)] = gemm_rows_iq2_s_avx2;
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ3_XXS)] = gemm_rows_iq3_xxs_avx2;
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ3_S)] = gemm_rows_iq3_s_avx2;
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ1_S)] = gemm_rows_iq1_s_avx2;
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ1_M)] = gemm_rows_iq1_m_avx2;
+    t.gemm_rows[static_cast<size_t>(ggml_type::MXFP4)] = gemm_rows_mxfp4_avx2;
+}
+
+static void fill_avx512_gemm_rows(isa_table& t) {
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ2_XXS)] = gemm_rows_iq2_xxs_avx512;
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ2_XS)] = gemm_rows_iq2_xs_avx512;
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ2_S)] = gemm_rows_iq2_s_avx512;
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ3_XXS)] = gemm_rows_iq3_xxs_avx512;
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ3_S)] = gemm_rows_iq3_s_avx512;
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ1_S)] = gemm_rows_iq1_s_avx512;
+    t.gemm_rows[static_cast<size_t>(ggml_type::IQ1_M)] = gemm_rows_iq1_m_avx512;
+}
+
 static void fill_avx2(isa_table& t) {
     set_dot(t, ggml_type::Q4_K, dot_q4_k_avx2);
     set_dot(t, ggml_type::Q6_K, dot_q6_k_avx2);
@@ -91,6 +113,7 @@ static void fill_avx2(isa_table& t) {
     set_dot(t, ggml_type::IQ1_S, dot_iq1_s_avx2);
     set_dot(t, ggml_type::IQ1_M, dot_iq1_m_avx2);
     set_dot(t, ggml_type::MXFP4, dot_mxfp4_avx2);
+    fill_avx2_gemm_rows(t);
     t.quantize_q8_0 = quantize_q8_0_avx2;
     t.quantize_q8_1 = quantize_q8_1_avx2;
     t.quantize_q8_K = quantize_q8_K_avx2;
@@ -127,6 +150,7 @@ static void fill_avx512(isa_table& t) {
     set_dot(t, ggml_type::IQ3_S, dot_iq3_s_avx512, 8);
     set_dot(t, ggml_type::IQ1_S, dot_iq1_s_avx512, 8);
     set_dot(t, ggml_type::IQ1_M, dot_iq1_m_avx512, 8);
+    fill_avx512_gemm_rows(t);
     set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx512, 8, true);
     set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avx512, 8, true);
     set_gemm16(t, ggml_type::Q6_K, gemm16_q6_k_avx512, 8, true);
@@ -286,9 +310,16 @@ void run_rows(const isa_table& t, const matrix& w, int64_t row_begin, int64_t ro
     const int64_t row_tile =
         std::max<int64_t>(1, static_cast<int64_t>(row_tile_bytes / std::max<size_t>(1, formats::row_size(w.type, w.n_cols))));
     const void* act_rows[token_tile];  // act_rows[i]: activation row of token t0 + i
+    static_assert(token_tile <= max_gemm_rows_tokens);
+    const gemm_rows_fn gemm = t.gemm_rows[static_cast<size_t>(w.type)];
     for (int64_t t0 = 0; t0 < n_tok; t0 += token_tile) {
         const int64_t n_tile = std::min(token_tile, n_tok - t0);
         for (int64_t i = 0; i < n_tile; ++i) act_rows[i] = act_base + (t0 + i) * act_stride;
+        if (gemm != nullptr && n_tile > group) {  // the same bits as the dot kernel, each block decoded once
+            gemm(w.n_cols, base + row_begin * w.row_stride, w.row_stride, row_end - row_begin, act_rows,
+                 static_cast<int>(n_tile), y + t0 * y_stride, y_stride);
+            continue;
+        }
         for (int64_t r0 = row_begin; r0 < row_end; r0 += row_tile) {
             const int64_t r1 = std::min(row_end, r0 + row_tile);
             for (int64_t g = 0; g < n_tile; g += group) {

@@ -20,6 +20,8 @@
 // path reads that layout through scalar kernels (can_repack says no there). On
 // AVX2, can_repack says no for Q6_K, and for Q4_K and Q5_K without AVX-VNNI: a repacked matrix also
 // decodes through the GEMM kernel, which is slower there than the per-row one for a single token.
+// The code book formats (IQ1_S .. IQ3_S, MXFP4) have a prompt GEMM on the GGUF layout instead (AVX2 and
+// AVX-512): each weight block decoded once per 64 tokens, bitwise the matvec's results.
 //
 // Threading: every function is single-threaded, reentrant and safe to call concurrently from many
 // threads on disjoint outputs. Callers parallelise by row ranges (a pool slice owns [row_begin, row_end)).

@@ -30,6 +30,7 @@
 
 #include "cpu/attention.hpp"
 #include "cpu/delta_net.hpp"
+#include "cpu/detail/kernel_table.hpp"
 #include "cpu/kernels.hpp"
 #include "formats/quant.hpp"
 #include "bandwidth.hpp"
@@ -509,14 +510,27 @@ int run(int argc, char** argv) {
         const int64_t rows = std::min(matmul_rows, n_packed_rows);
         const cpu::matrix wm{type, weights.data.get(), n_cols, row_bytes};
         const size_t act_stride = cpu::activation_row_size(type, n_cols);
+        // A format with a prompt GEMM on the GGUF layout (the code book formats) is also timed through its
+        // dot kernel alone (groups of 4 or 8 tokens), the prompt path without that GEMM.
+        const auto& active = cpu::detail::active_table();
+        std::unique_ptr<cpu::detail::isa_table> dot_only;
+        if (active.gemm_rows[static_cast<size_t>(type)] != nullptr) {
+            dot_only = std::make_unique<cpu::detail::isa_table>(active);
+            dot_only->gemm_rows[static_cast<size_t>(type)] = nullptr;
+        }
         for (const int64_t n_tok : matmul_tokens) {
             std::vector<float> ym(rows * n_tok);
-            std::vector<double> times, times_packed;
+            std::vector<double> times, times_packed, times_dot;
             for (int r = 0; r < std::max(1, repeats / 2); ++r) {
                 times.push_back(time_parallel(n_threads, 1, [&](int i, int n) {
                     const auto [b, e] = split(rows, i, n);
                     cpu::matmul(wm, b, e, act.data(), act_stride, n_tok, ym.data() + b, rows);
                 })[0]);
+                if (dot_only)
+                    times_dot.push_back(time_parallel(n_threads, 1, [&](int i, int n) {
+                        const auto [b, e] = split(rows, i, n);
+                        cpu::detail::run_rows(*dot_only, wm, b, e, act.data(), act_stride, n_tok, ym.data() + b, rows);
+                    })[0]);
                 if (packed)
                     times_packed.push_back(time_parallel(n_threads, 1, [&](int i, int n) {
                         const auto [b, e] = split(rows / cpu::repack_group_rows, i, n);
@@ -528,6 +542,10 @@ int run(int argc, char** argv) {
             const double tps = static_cast<double>(n_tok) / median(times);
             out["matmul"].push_back({{"format", name}, {"tokens", n_tok}, {"threads", n_threads}, {"rows", rows},
                                      {"n_cols", n_cols}, {"tokens_per_s", tps}});
+            if (dot_only)
+                out["matmul"].push_back({{"format", name + "/dot"}, {"tokens", n_tok}, {"threads", n_threads},
+                                         {"rows", rows}, {"n_cols", n_cols},
+                                         {"tokens_per_s", static_cast<double>(n_tok) / median(times_dot)}});
             if (packed)
                 out["matmul"].push_back({{"format", name + "/rows16"}, {"tokens", n_tok}, {"threads", n_threads},
                                          {"rows", rows}, {"n_cols", n_cols},
@@ -556,6 +574,8 @@ int run(int argc, char** argv) {
         std::printf("\nbatched matmul, %lld x %lld matrix, %d threads (activation quantization not timed)\n",
                     static_cast<long long>(matmul_rows), static_cast<long long>(n_cols),
                     *std::max_element(thread_counts.begin(), thread_counts.end()));
+        std::printf("FORMAT/dot: the code book formats through their dot kernel alone (4 or 8 tokens per weight "
+                    "decode), timed alongside their prompt GEMM\n");
         std::printf("%-13s %7s %12s %14s\n", "format", "tokens", "tokens/s", "GMAC/s");
         for (const auto& m : out["matmul"])
             std::printf("%-13s %7lld %12.1f %14.2f\n", m["format"].get<std::string>().c_str(),

@@ -28,6 +28,13 @@ using dot_fn = void (*)(int64_t n, const void* w, const void* const* a, int n_to
 // . a[t]. As with dot_fn, a token's result does not depend on n_tok or on the other tokens.
 using gemm16_fn = void (*)(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                            float* y, int64_t y_stride);
+// Prompt GEMM on the GGUF layout (the code book formats, which have no rows16 form): n_rows rows (row r at
+// w + r * row_stride) times n_tok activation rows (1 <= n_tok <= max_gemm_rows_tokens): y[t * y_stride + r]
+// = row r . a[t]. Each weight block is decoded once for all n_tok tokens, then goes through the dot
+// kernel's own per-token operations in its token groups, so every result is bitwise the dot kernel's.
+inline constexpr int max_gemm_rows_tokens = 64;
+using gemm_rows_fn = void (*)(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                              float* y, int64_t y_stride);
 // Quantizes n floats (a whole number of blocks) into an activation format.
 using quantize_fn = void (*)(const float* x, void* dst, int64_t n);
 // attn_tile of cpu/attention.hpp, per ISA.
@@ -63,6 +70,7 @@ struct isa_table {
     gemm16_fn gemm16[n_type_ids] = {};  // rows16 layout; nullptr: no kernel (never repacked)
     int gemm16_tokens[n_type_ids] = {};
     bool gemm16_fast[n_type_ids] = {};  // a SIMD kernel: repacking pays on this ISA
+    gemm_rows_fn gemm_rows[n_type_ids] = {};  // GGUF layout, more tokens than dot_tokens; nullptr: dot only
     bool avx_vnni = false;              // the avx2 table's GEMM kernels use AVX-VNNI where they have a form for it
     quantize_fn quantize_q8_0 = nullptr;
     quantize_fn quantize_q8_1 = nullptr;
@@ -207,6 +215,27 @@ STRATA_GEMM16(gemm16_q3_k_avxvnni);
 STRATA_GEMM16(gemm16_q2_k_avx512);
 STRATA_GEMM16(gemm16_q3_k_avx512);
 #undef STRATA_GEMM16
+
+// The code book formats' prompt GEMM on the GGUF layout (iq/avx2.cpp, iq/avx512.cpp).
+#define STRATA_GEMM_ROWS(name)                                                                                  \
+    void name(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok, float* y, \
+              int64_t y_stride)
+STRATA_GEMM_ROWS(gemm_rows_iq2_xxs_avx2);
+STRATA_GEMM_ROWS(gemm_rows_iq2_xs_avx2);
+STRATA_GEMM_ROWS(gemm_rows_iq2_s_avx2);
+STRATA_GEMM_ROWS(gemm_rows_iq3_xxs_avx2);
+STRATA_GEMM_ROWS(gemm_rows_iq3_s_avx2);
+STRATA_GEMM_ROWS(gemm_rows_iq1_s_avx2);
+STRATA_GEMM_ROWS(gemm_rows_iq1_m_avx2);
+STRATA_GEMM_ROWS(gemm_rows_mxfp4_avx2);
+STRATA_GEMM_ROWS(gemm_rows_iq2_xxs_avx512);
+STRATA_GEMM_ROWS(gemm_rows_iq2_xs_avx512);
+STRATA_GEMM_ROWS(gemm_rows_iq2_s_avx512);
+STRATA_GEMM_ROWS(gemm_rows_iq3_xxs_avx512);
+STRATA_GEMM_ROWS(gemm_rows_iq3_s_avx512);
+STRATA_GEMM_ROWS(gemm_rows_iq1_s_avx512);
+STRATA_GEMM_ROWS(gemm_rows_iq1_m_avx512);
+#undef STRATA_GEMM_ROWS
 
 // The rows16 layouts (kernels/cpu/repack.cpp). A Q4_K group block covers 256 columns of 16 rows:
 //   d[16], dmin[16] (f16), sc[8][16], m[8][16] (sub-block j's 6-bit scale and min of row r, one byte each),

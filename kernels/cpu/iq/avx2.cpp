@@ -4,11 +4,14 @@
 // never zero, is its own) and int16 scales (one per 16 elements, a 128-bit lane each); every format then
 // shares one loop: maddubs(|w|, sign(a, s)) times the scales,
 // int32 sums per super-block, scaled by d_w * d_a in f32, and the format's unit (1/8, 1/4, 1) at the end.
+// The prompt GEMM (iq_avx2_gemm, mxfp4_avx2_gemm) decodes each block once for up to 64 tokens and applies
+// the same operations per token, so its results are bitwise the dot kernel's.
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
 #include "cpu/iq/sign_tables.hpp"
 #include "formats/blocks.hpp"
 #include "formats/iq_grids.hpp"
+#include "cpu/iq/gemm_rows.hpp"
 
 namespace strata::kernels::cpu::detail {
 namespace {
@@ -215,31 +218,137 @@ struct mxfp4_avx2 {
     }
 };
 
+
+// The prompt GEMM's parts of format F (iq/gemm_rows.hpp): the dot kernel's operations per token, each
+// block decoded once for many tokens.
+template <class F>
+struct iq_avx2_gemm {
+    using block = typename F::block;
+    using act_block = block_q8_K;
+    static constexpr int block_elems = QK_K, group = 4, rows = 4, chunk = 8;
+    struct dec {
+        __m256i mag[8], sgn[8], sc[8];
+        float d;
+    };
+    using acc_t = __m256;
+    static __m256 zero() { return _mm256_setzero_ps(); }
+    static void decode(const block* x, int64_t i, dec& b) {
+        for (int ib = 0; ib < QK_K / 32; ++ib) F::sub(x[i], ib, b.mag[ib], b.sgn[ib], b.sc[ib]);
+        b.d = F::d(x[i]);
+    }
+    template <int NT>
+    static void apply(const dec& b, const block_q8_K* const* y, int64_t i, __m256 acc[4]) {
+        __m256i sumi[NT];
+        for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+        for (int ib = 0; ib < QK_K / 32; ++ib) {
+            for (int t = 0; t < NT; ++t) {
+                const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs + 32 * ib));
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(b.mag[ib], _mm256_sign_epi8(q8, b.sgn[ib])), b.sc[ib]));
+            }
+        }
+        for (int t = 0; t < NT; ++t)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * y[t][i].d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    }
+    template <int NT>
+    static void finish(const __m256 acc[4], float* out) {
+        for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) * F::unit;
+    }
+};
+
+// The same for MXFP4.
+struct mxfp4_avx2_gemm {
+    using block = block_mxfp4;
+    using act_block = block_q8_0;
+    static constexpr int block_elems = QK_MXFP4, group = 4, rows = 4, chunk = 64;
+    struct dec {
+        __m256i aw, wv;  // |w| and w
+        float d;
+    };
+    using acc_t = __m256;
+    static __m256 zero() { return _mm256_setzero_ps(); }
+    static void decode(const block* x, int64_t i, dec& b) {
+        const __m128i values = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_mxfp4));
+        const __m128i low4 = _mm_set1_epi8(0x0F);
+        const __m128i q4 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs));
+        b.wv = _mm256_set_m128i(_mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q4, 4), low4)),
+                                _mm_shuffle_epi8(values, _mm_and_si128(q4, low4)));
+        b.aw = _mm256_sign_epi8(b.wv, b.wv);
+        // 2^(e - 128) as a float: e >= 2 is a normal exponent field of e - 1; e < 2 a subnormal.
+        const uint32_t bits = x[i].e < 2 ? 0x00200000u << x[i].e : static_cast<uint32_t>(x[i].e - 1) << 23;
+        std::memcpy(&b.d, &bits, sizeof b.d);
+    }
+    template <int NT>
+    static void apply(const dec& b, const block_q8_0* const* y, int64_t i, __m256 acc[4]) {
+        const __m256i ones = _mm256_set1_epi16(1);
+        for (int t = 0; t < NT; ++t) {
+            const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs));
+            const __m256i sumi = _mm256_madd_epi16(_mm256_maddubs_epi16(b.aw, _mm256_sign_epi8(q8, b.wv)), ones);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * half_to_float(y[t][i].d)), _mm256_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    template <int NT>
+    static void finish(const __m256 acc[4], float* out) {
+        for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+    }
+};
+
 }  // namespace
 
 void dot_iq2_xxs_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx2<iq2_xxs_dec>::kernel>(n, w, a, n_tok, out);
 }
+void gemm_rows_iq2_xxs_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm_rows<iq_avx2_gemm<iq2_xxs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+}
 void dot_iq2_xs_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx2<iq2_xs_dec>::kernel>(n, w, a, n_tok, out);
+}
+void gemm_rows_iq2_xs_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm_rows<iq_avx2_gemm<iq2_xs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq2_s_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx2<iq2_s_dec>::kernel>(n, w, a, n_tok, out);
 }
+void gemm_rows_iq2_s_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm_rows<iq_avx2_gemm<iq2_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+}
 void dot_iq3_xxs_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx2<iq3_xxs_dec>::kernel>(n, w, a, n_tok, out);
+}
+void gemm_rows_iq3_xxs_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm_rows<iq_avx2_gemm<iq3_xxs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq3_s_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx2<iq3_s_dec>::kernel>(n, w, a, n_tok, out);
 }
+void gemm_rows_iq3_s_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm_rows<iq_avx2_gemm<iq3_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+}
 void dot_iq1_s_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx2<iq1_s_dec>::kernel>(n, w, a, n_tok, out);
+}
+void gemm_rows_iq1_s_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm_rows<iq_avx2_gemm<iq1_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq1_m_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx2<iq1_m_dec>::kernel>(n, w, a, n_tok, out);
 }
+void gemm_rows_iq1_m_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm_rows<iq_avx2_gemm<iq1_m_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+}
 void dot_mxfp4_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<mxfp4_avx2>(n, w, a, n_tok, out);
+}
+void gemm_rows_mxfp4_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                        float* y, int64_t y_stride) {
+    gemm_rows<mxfp4_avx2_gemm>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 
 }  // namespace strata::kernels::cpu::detail

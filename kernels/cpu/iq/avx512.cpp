@@ -5,10 +5,13 @@
 // maddubs(u, +-a) times the scales, int32 sums per super-block, scaled by d_w * d_a in f32.
 // IQ1 weights w = 8 g + delta are signed; they enter as u = w + 9 (0..18) and the 9 * sum(a) excess leaves
 // through the activation's 16-element sums (bsums) times the scales.
+// The prompt GEMM (iq_avx512_gemm) decodes each block once for up to 64 tokens and computes the same
+// integer lanes (vpdpwssd for madd + add) and float steps, so its results are bitwise the dot kernel's.
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
 #include "formats/blocks.hpp"
 #include "formats/iq_grids.hpp"
+#include "cpu/iq/gemm_rows.hpp"
 
 namespace strata::kernels::cpu::detail {
 namespace {
@@ -268,28 +271,108 @@ struct iq_avx512 {
     };
 };
 
+
+// The prompt GEMM's parts of format F (iq/gemm_rows.hpp): the dot kernel's integer lanes and float steps,
+// each block decoded once for many tokens.
+template <class F>
+struct iq_avx512_gemm {
+    using block = typename F::block;
+    using act_block = block_q8_K;
+    static constexpr int block_elems = QK_K, group = 8, rows = 4, chunk = 8;
+    struct dec {
+        __m512i u[4], sc[4];
+        __m256i coef;  // IQ1's bsums coefficients
+        __mmask64 neg[4];
+        float d;
+    };
+    using acc_t = __m512;
+    static __m512 zero() { return _mm512_setzero_ps(); }
+    static void decode(const block* x, int64_t i, dec& b) {
+        const __m512i sc_all = F::scales(x[i]);
+        if constexpr (F::bsum_term) b.coef = F::bsum_coef(sc_all);
+        for (int p = 0; p < QK_K / 64; ++p) {
+            b.neg[p] = 0;
+            F::pair(x[i], p, b.u[p], b.neg[p]);
+            b.sc[p] = _mm512_permutexvar_epi16(F::index(p), sc_all);
+        }
+        b.d = F::d(x[i]);
+    }
+    template <int NT>
+    static void apply(const dec& b, const block_q8_K* const* y, int64_t i, __m512 acc[8]) {
+        __m512i sumi[NT];
+        if constexpr (F::bsum_term) {
+            for (int t = 0; t < NT; ++t)
+                sumi[t] = _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums)), b.coef));
+        } else {
+            for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
+        }
+        for (int p = 0; p < QK_K / 64; ++p) {
+            for (int t = 0; t < NT; ++t) {
+                __m512i q8 = _mm512_loadu_si512(y[t][i].qs + 64 * p);
+                if constexpr (!F::bsum_term) q8 = _mm512_mask_sub_epi8(q8, b.neg[p], _mm512_setzero_si512(), q8);
+                sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(b.u[p], q8), b.sc[p]);
+            }
+        }
+        for (int t = 0; t < NT; ++t)
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(b.d * y[t][i].d), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+    }
+    template <int NT>
+    static void finish(const __m512 acc[8], float* out) {
+        store_lane_sums<NT>(acc, out);
+        for (int t = 0; t < NT; ++t) out[t] *= F::unit;
+    }
+};
+
 }  // namespace
 
 void dot_iq2_xxs_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx512<iq2_xxs_dec>::kernel, 8>(n, w, a, n_tok, out);
 }
+void gemm_rows_iq2_xxs_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                          float* y, int64_t y_stride) {
+    gemm_rows<iq_avx512_gemm<iq2_xxs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+}
 void dot_iq2_xs_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx512<iq2_xs_dec>::kernel, 8>(n, w, a, n_tok, out);
+}
+void gemm_rows_iq2_xs_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                          float* y, int64_t y_stride) {
+    gemm_rows<iq_avx512_gemm<iq2_xs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq2_s_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx512<iq2_s_dec>::kernel, 8>(n, w, a, n_tok, out);
 }
+void gemm_rows_iq2_s_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                          float* y, int64_t y_stride) {
+    gemm_rows<iq_avx512_gemm<iq2_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+}
 void dot_iq3_xxs_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx512<iq3_xxs_dec>::kernel, 8>(n, w, a, n_tok, out);
+}
+void gemm_rows_iq3_xxs_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                          float* y, int64_t y_stride) {
+    gemm_rows<iq_avx512_gemm<iq3_xxs_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq3_s_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx512<iq3_s_dec>::kernel, 8>(n, w, a, n_tok, out);
 }
+void gemm_rows_iq3_s_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                          float* y, int64_t y_stride) {
+    gemm_rows<iq_avx512_gemm<iq3_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+}
 void dot_iq1_s_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx512<iq1_s_dec>::kernel, 8>(n, w, a, n_tok, out);
 }
+void gemm_rows_iq1_s_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                          float* y, int64_t y_stride) {
+    gemm_rows<iq_avx512_gemm<iq1_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
+}
 void dot_iq1_m_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<iq_avx512<iq1_m_dec>::kernel, 8>(n, w, a, n_tok, out);
+}
+void gemm_rows_iq1_m_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
+                          float* y, int64_t y_stride) {
+    gemm_rows<iq_avx512_gemm<iq1_m_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 
 }  // namespace strata::kernels::cpu::detail
