@@ -417,7 +417,7 @@ engine::step_segment step_batcher::decode_segment(generation& g) {
 
 float* step_batcher::hidden_rows(generation& g, int n_tok) {
     if (!g.mtp) return nullptr;
-    g.hidden.resize(static_cast<size_t>(n_tok) * static_cast<size_t>(m_.hp.n_embd));
+    g.hidden.resize(static_cast<size_t>(n_tok) * static_cast<size_t>(m_.hp.residual_width()));
     return g.hidden.data();
 }
 
@@ -428,22 +428,22 @@ void step_batcher::mtp_fill(generation& g, int last, float* logits) {
                                                       m_.kv);
         s.mtp_filled = 0;
     }
-    const size_t n_embd = static_cast<size_t>(m_.hp.n_embd);
-    const int n_rows = static_cast<int>(g.hidden.size() / n_embd);
+    const size_t width = static_cast<size_t>(m_.hp.residual_width());  // a residual row (qwen4exp: hc streams)
+    const int n_rows = static_cast<int>(g.hidden.size() / width);
     // Position p's entry: token p with the residual at p - 1 (zeros at position 0 and at h_pos0 when
     // its residual was in an earlier pass). Positions before h_pos0 that have no entry (steps that
     // drafted nothing, a restored prefix) keep what the cache holds there: that costs acceptance only.
     for (int from = std::max(std::min(s.mtp_filled, logits ? last : last + 1), std::min(g.h_pos0, last)); from <= last;) {
         const int n = std::min(last + 1 - from, std::max(1, m_.options.n_batch));
-        g.mtp_h.assign(static_cast<size_t>(n) * n_embd, 0.0f);
+        g.mtp_h.assign(static_cast<size_t>(n) * width, 0.0f);
         for (int t = 0; t < n; ++t) {
             const int row = from + t - 1 - g.h_pos0;
             if (row >= 0 && row < n_rows)
-                std::copy_n(g.hidden.data() + static_cast<size_t>(row) * n_embd, n_embd,
-                            g.mtp_h.data() + static_cast<size_t>(t) * n_embd);
+                std::copy_n(g.hidden.data() + static_cast<size_t>(row) * width, width,
+                            g.mtp_h.data() + static_cast<size_t>(t) * width);
         }
         const bool end = from + n > last;
-        if (end && logits) g.mtp_h_out.resize(static_cast<size_t>(n) * n_embd);
+        if (end && logits) g.mtp_h_out.resize(static_cast<size_t>(n) * width);
         m_.forward->mtp(g.history.data() + from, g.mtp_h.data(), n, from, *s.mtp_kv,
                         end && logits ? g.mtp_h_out.data() : nullptr, end ? logits : nullptr);
         from += n;
@@ -468,18 +468,18 @@ std::pair<int32_t, float> argmax_prob(const float* logits, int n) {
 void step_batcher::mtp_draft(generation& g, int k) {
     const clock_type::time_point t0 = clock_type::now();
     int passes = 1;
-    const size_t n_embd = static_cast<size_t>(m_.hp.n_embd), n_vocab = static_cast<size_t>(m_.hp.n_vocab);
+    const size_t width = static_cast<size_t>(m_.hp.residual_width()), n_vocab = static_cast<size_t>(m_.hp.n_vocab);
     const float min_p = g.o.speculation.min_p;
     g.mtp_logits.resize(n_vocab);
     // The entries up to the sampled token's position; its row's logits give the first draft.
     const int pos = static_cast<int>(g.n_final);
     mtp_fill(g, pos, g.mtp_logits.data());
-    std::vector<float> h(g.mtp_h_out.end() - static_cast<ptrdiff_t>(n_embd), g.mtp_h_out.end());
+    std::vector<float> h(g.mtp_h_out.end() - static_cast<ptrdiff_t>(width), g.mtp_h_out.end());
     for (int i = 0; i < k; ++i) {
         if (i > 0) {
             // A chained draft: the previous draft at the next position, over the block's own output residual.
             const int32_t tok = g.drafts.back();
-            g.mtp_h_out.resize(n_embd);
+            g.mtp_h_out.resize(width);
             m_.forward->mtp(&tok, h.data(), 1, pos + i, *g.s.mtp_kv, g.mtp_h_out.data(), g.mtp_logits.data());
             h.assign(g.mtp_h_out.begin(), g.mtp_h_out.end());
             ++passes;

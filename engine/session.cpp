@@ -126,8 +126,10 @@ namespace {
 void check_speculation(const speculation_options& so, const model::impl& m) {
     if (so.type == "mtp" && !(m.forward && m.forward->has_mtp()))
         throw request_error(m.hp.n_layer_nextn > 0
-                                ? fmt::format("speculative decoding with the MTP block is not implemented for {} yet; "
-                                              "use the spec type ngram, auto or off", m.hp.arch.name)
+                                ? fmt::format("the file's MTP block cannot draft ({}); use the spec type ngram, "
+                                              "auto or off",
+                                              m.hp.qwen4() ? "it has no nextn.hc_head_* output mixer"
+                                                           : fmt::format("not implemented for {}", m.hp.arch.name))
                                 : std::string("the model file has no MTP block (nextn_predict_layers): use the spec "
                                               "type ngram, auto or off"));
     if (so.type != "off" && so.type != "ngram" && so.type != "auto" && so.type != "mtp" && so.type != "forced")

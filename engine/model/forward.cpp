@@ -119,7 +119,7 @@ forward_pass::forward_pass(arenas::expert_pool& pool, const hparams& hp, const m
     for (int il = 0, r = 0; il < hp.n_layer; ++il) rec_index_.push_back(hp.is_recurrent(il) ? r++ : -1);
     for (int il = 0, r = 0; il < hp.n_layer && hp.qwen4(); ++il)
         qsa_index_.push_back(hp.qsa_ratio[static_cast<size_t>(il)] > 0 ? r++ : -1);
-    if (!w.nextn.empty() && !hp.qwen4() && w.nextn[0].layer.router.present()) {
+    if (!w.nextn.empty() && w.nextn[0].layer.router.present() && (!hp.qwen4() || w.nextn[0].hc_head.present())) {
         const layer_weights& l = w.nextn[0].layer;
         mtp_moe_layers_.push_back({l.gate, l.up, l.down});
         mtp_rows_ = std::make_unique<arenas::mapped_expert_rows>(mtp_moe_layers_);
@@ -202,7 +202,7 @@ void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv,
         else if (last)
             out = logits;
         eval_batch(tokens.data() + first, n_tok, pos0 + first, kv, out, all_logits,
-                   hidden ? hidden + static_cast<size_t>(first) * hp_.n_embd : nullptr);
+                   hidden ? hidden + static_cast<size_t>(first) * hp_.residual_width() : nullptr);
         if (rs.empty()) continue;
         rs.set_pos(pos0 + first + n_tok);
         if (every > 0 && rs.pos() % every == 0) rs.checkpoint();
@@ -251,7 +251,7 @@ void forward_pass::timed_layers(std::span<const step_segment> segs) {
 void forward_pass::eval_layers(std::span<const step_segment> segs) {
     if (hp_.qwen4()) {  // one segment: a hybrid model's sequences are not batched (batches_sequences())
         const step_segment& g = segs[0];
-        eval_layers_qwen4(g.tokens, g.n_tok, g.pos0, *g.kv, g.logits, g.all_logits);
+        eval_layers_qwen4(g.tokens, g.n_tok, g.pos0, *g.kv, g.logits, g.all_logits, g.hidden);
         return;
     }
     int n_tok = 0;

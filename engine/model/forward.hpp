@@ -63,7 +63,7 @@ struct step_segment {
     kv_cache* kv = nullptr;
     float* logits = nullptr;
     bool all_logits = false;
-    float* hidden = nullptr;  // [n_tok][n_embd] the last layer's residual (before the output norm), or null
+    float* hidden = nullptr;  // [n_tok][hp.residual_width()] the last layer's residual (before the output norm), or null
 };
 
 class forward_pass {
@@ -78,7 +78,7 @@ public:
     // Throws kv_cache_full, before evaluating anything, when the positions do not fit the cache.
     // logits: [n_vocab] for the last token, or [n][n_vocab] when all_logits. Splits the tokens into
     // batches of at most n_batch.
-    // hidden (unless null): [n][n_embd] every token's last residual (before the output norm).
+    // hidden (unless null): [n][hp.residual_width()] every token's last residual (before the output norm).
     void eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv, float* logits, bool all_logits = false,
               int n_batch = 512, float* hidden = nullptr);
 
@@ -101,12 +101,14 @@ public:
     // Recurrent state checkpoints every this many positions (0: none but those the caller takes).
     void set_checkpoint_interval(int n) { checkpoint_interval_ = n; }
 
-    // The file's MTP block (qwen35moe's blk.n_layer; mtp.cpp). Rows t at positions pos0 + t: input
+    // The file's MTP block (the hybrids' blk.n_layer; mtp.cpp). Rows t at positions pos0 + t: input
     // eh_proj([enorm(embed(tokens[t])) | hnorm(h[t])]) (h null: zeros), then the block's gated attention
     // over `kv` (one layer, its own cache: row t's key and value stored at pos0 + t) and its MoE with the
-    // shared expert. h_out (unless null): each row's output residual [n_tok][n_embd], what chains the
-    // next draft; logits (unless null): shared_head_norm (else the output norm) and the output head, of
-    // the last row only, or of every row when all_logits.
+    // shared expert. h_out (unless null): each row's output residual, what chains the next draft;
+    // logits (unless null): shared_head_norm (else the output norm) and the output head, of the last row
+    // only, or of every row when all_logits. h and h_out are [n_tok][hp.residual_width()]: for qwen4exp
+    // the hc streams, eh_proj applied to each, the block's mixers over them and its own output mixer
+    // (nextn.hc_head_*) before the head (qwen4exp_forward.cpp).
     bool has_mtp() const { return mtp_moe_ != nullptr; }
     void mtp(const int32_t* tokens, const float* h, int n_tok, int pos0, kv_cache& kv, float* h_out, float* logits,
              bool all_logits = false);
@@ -144,7 +146,11 @@ private:
 
     // qwen4exp (qwen4exp_forward.cpp): the layers over hc residual streams mixed by hyper-connections,
     // the PLE block and QSA attention.
-    void eval_layers_qwen4(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits);
+    // hidden (unless null): [n_tok][hc_dim] the wide residual before the output mixer.
+    void eval_layers_qwen4(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits,
+                           float* hidden);
+    void mtp_qwen4(const int32_t* tokens, const float* h, int n_tok, int pos0, kv_cache& kv, float* h_out,
+                   float* logits, bool all_logits);
     // xn_ [n_tok][n_embd] = mixer m over hc_x_; inj (unless null): [n_tok][hc] 2 sigmoid(inject xn / hc).
     void hc_mix(const hc_mixer& m, int n_tok, float* inj);
     // hc_x_[t][s] += inj[t][s] * y[t] for every stream s.
@@ -186,7 +192,7 @@ private:
     std::vector<arenas::moe_layer> mtp_moe_layers_;
     std::unique_ptr<arenas::mapped_expert_rows> mtp_rows_;
     std::unique_ptr<arenas::moe_runner> mtp_moe_;
-    std::vector<float> mtp_in_;   // [n_tok][2 n_embd] the normed embedding and hidden state
+    std::vector<float> mtp_in_;   // [n_tok][(hc)][2 n_embd] the normed embedding and hidden state (per stream)
     int checkpoint_interval_ = 0;
     routing_counts routing_;
     routing_scratch route_scratch_;

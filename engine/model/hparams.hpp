@@ -116,6 +116,8 @@ struct hparams {
     int n_moe_layer() const { return n_layer - n_layer_dense_lead; }
     bool qwen4() const { return hc > 0; }
     int hc_dim() const { return hc * n_embd; }
+    // A token's last residual as the MTP block reads it: qwen4exp's hc streams, else n_embd wide.
+    int residual_width() const { return qwen4() ? hc_dim() : n_embd; }
     int ple_n_heads() const { return (ple_ngram - 1) * ple_heads_per_ngram; }
     int ple_dim() const { return ple_n_heads() * ple_head_dim; }  // a token's gathered rows, concatenated
     int64_t ple_rows() const;  // table rows the head ranges reach

@@ -1,6 +1,7 @@
 // The MTP (next-token-prediction) block of the hybrid files, as llama.cpp's qwen35moe graph computes it:
 // eh_proj over [enorm(embedding) | hnorm(hidden)], a full gated-attention layer with its MoE and shared
-// expert, then shared_head_norm (or the output norm) and the trunk's output head.
+// expert, then shared_head_norm (or the output norm) and the trunk's output head. qwen4exp's block over
+// the hc residual streams is forward_pass::mtp_qwen4 (qwen4exp_forward.cpp).
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -15,6 +16,7 @@ namespace cpu = kernels::cpu;
 void forward_pass::mtp(const int32_t* tokens, const float* h, int n_tok, int pos0, kv_cache& kv, float* h_out,
                        float* logits, bool all_logits) {
     if (!mtp_moe_) throw std::logic_error("forward_pass::mtp: the model has no MTP block this pass can run");
+    if (hp_.qwen4()) return mtp_qwen4(tokens, h, n_tok, pos0, kv, h_out, logits, all_logits);
     const nextn_weights& nw = w_.nextn[0];
     const layer_weights& l = nw.layer;
     const size_t n_embd = static_cast<size_t>(hp_.n_embd), nt = static_cast<size_t>(n_tok);

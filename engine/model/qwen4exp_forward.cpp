@@ -146,7 +146,7 @@ void forward_pass::ple_block(const layer_weights& l, const int32_t* tokens, int 
 }
 
 void forward_pass::eval_layers_qwen4(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits,
-                                     bool all_logits) {
+                                     bool all_logits, float* hidden) {
     const size_t n_embd = static_cast<size_t>(hp_.n_embd), nt = static_cast<size_t>(n_tok);
     const size_t dim = static_cast<size_t>(hp_.hc_dim()), hc = static_cast<size_t>(hp_.hc);
     x_.resize(nt * n_embd);
@@ -209,6 +209,7 @@ void forward_pass::eval_layers_qwen4(const int32_t* tokens, int n_tok, int pos0,
         }
         hc_add(n_tok, blk_out_.data(), hc_inj_.data());
     }
+    if (hidden) std::memcpy(hidden, hc_x_.data(), nt * dim * sizeof(float));
     std::memcpy(st.hc_last(), hc_x_.data() + (nt - 1) * dim, dim * sizeof(float));
     for (int t = 0; t < n_tok; ++t)
         if (float* copy = st.traced(st.pos() + t, st.hc_last()))
@@ -220,6 +221,76 @@ void forward_pass::eval_layers_qwen4(const int32_t* tokens, int n_tok, int pos0,
     if (first > 0) std::memmove(hc_x_.data(), hc_x_.data() + static_cast<size_t>(first) * dim, dim * sizeof(float));
     hc_mix(w_.hc_head, n_tok - first, nullptr);
     matmul(w_.output, n_tok - first, xn_.data(), logits);
+}
+
+// llama.cpp's qwen4exp MTP graph (transformers has no MTP block): the hidden input is the trunk's wide
+// residual, each stream grouped-normed by hnorm and projected with the shared enorm(embedding) by
+// eh_proj into one stream of the block's own wide residual; then a trunk-style block (mixer, dense gated
+// attention, mixer, MoE and shared expert) and the draft head's own output mixer before the LM head.
+void forward_pass::mtp_qwen4(const int32_t* tokens, const float* h, int n_tok, int pos0, kv_cache& kv, float* h_out,
+                             float* logits, bool all_logits) {
+    const nextn_weights& nw = w_.nextn[0];
+    const layer_weights& l = nw.layer;
+    const size_t n_embd = static_cast<size_t>(hp_.n_embd), nt = static_cast<size_t>(n_tok);
+    const size_t hc = static_cast<size_t>(hp_.hc), dim = static_cast<size_t>(hp_.hc_dim());
+    kv.reserve(pos0 + n_tok);
+    x_.resize(nt * n_embd);
+    xn_.resize(nt * n_embd);
+    q_.resize(nt * hp_.n_q());
+    att_.resize(nt * hp_.n_q());
+    k_.resize(nt * hp_.n_kv());
+    v_.resize(nt * hp_.n_kv());
+    tmp_.resize(nt * n_embd);
+    blk_out_.resize(nt * n_embd);
+    tmp2_.resize(nt * static_cast<size_t>(std::max(hp_.n_ff_shexp, 1)));
+    router_.resize(nt * hp_.n_expert);
+    ids_.resize(nt * hp_.n_expert_used);
+    weights_.resize(nt * hp_.n_expert_used);
+    hc_x_.resize(nt * dim);
+    hc_inj_.resize(nt * hc);
+    rope_cs_.resize(nt * static_cast<size_t>(hp_.n_rot));
+    mtp_in_.resize(nt * hc * 2 * n_embd);
+
+    // Row (t, s) of the projection's input: [enorm(embed(token t)) | stream s of hnorm(h[t])].
+    const cpu::matrix& embd = w_.tok_embd.m;
+    for (size_t t = 0; t < nt; ++t) {
+        cpu::rope_angles(hp_.n_rot, pos0 + static_cast<int>(t), hp_.rope, rope_cs_.data() + t * hp_.n_rot);
+        const auto* row = static_cast<const uint8_t*>(embd.data) + static_cast<size_t>(tokens[t]) * embd.row_stride;
+        formats::dequantize_row(embd.type, row, tmp_.data(), hp_.n_embd);
+        for (size_t s = 0; s < hc; ++s) {
+            float* in = mtp_in_.data() + (t * hc + s) * 2 * n_embd;
+            if (s == 0)
+                cpu::rms_norm(tmp_.data(), nw.enorm, hp_.rms_eps, hp_.n_embd, in);
+            else
+                std::memcpy(in, mtp_in_.data() + t * hc * 2 * n_embd, n_embd * sizeof(float));
+            if (h)
+                cpu::rms_norm(h + t * dim + s * n_embd, nw.hnorm + s * n_embd, hp_.rms_eps, hp_.n_embd, in + n_embd);
+            else
+                std::fill_n(in + n_embd, n_embd, 0.0f);
+        }
+    }
+    matmul(nw.eh_proj, static_cast<int>(nt * hc), mtp_in_.data(), hc_x_.data());
+
+    hc_mix(l.hc_attn, n_tok, hc_inj_.data());
+    const step_segment seg{tokens, n_tok, pos0, &kv, nullptr, false, nullptr};
+    attention(l, 0, std::span(&seg, 1), n_tok);  // dense: the block's indexer is not run (llama.cpp)
+    matmul(l.wo, n_tok, att_.data(), tmp_.data());
+    hc_add(n_tok, tmp_.data(), hc_inj_.data());
+
+    hc_mix(l.hc_ffn, n_tok, hc_inj_.data());
+    moe(l, *mtp_moe_, mtp_moe_layers_, 0, nullptr, n_tok);
+    std::memcpy(blk_out_.data(), tmp_.data(), nt * n_embd * sizeof(float));
+    if (l.shexp_gate.present()) {
+        shared_expert(l, n_tok);
+        for (size_t i = 0; i < nt * n_embd; ++i) blk_out_[i] += tmp_[i];
+    }
+    hc_add(n_tok, blk_out_.data(), hc_inj_.data());
+    if (h_out) std::memcpy(h_out, hc_x_.data(), nt * dim * sizeof(float));
+    if (!logits) return;
+    const size_t first = all_logits ? 0 : nt - 1;
+    if (first > 0) std::memmove(hc_x_.data(), hc_x_.data() + first * dim, dim * sizeof(float));
+    hc_mix(nw.hc_head, static_cast<int>(nt - first), nullptr);
+    matmul(w_.output, static_cast<int>(nt - first), xn_.data(), logits);
 }
 
 }  // namespace strata::engine

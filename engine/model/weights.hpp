@@ -95,8 +95,8 @@ struct layer_weights {
     ple_weights ple;
 };
 
-// A next-token-prediction block past the trunk (qwen35moe's MTP): a gated attention layer with its
-// MoE, and the projection of [enorm(embedding) | hnorm(hidden)] into it. Bound for speculation, not run.
+// A next-token-prediction block past the trunk (qwen35moe's and qwen4exp's MTP): a gated attention layer with its
+// MoE, and the projection of [enorm(embedding) | hnorm(hidden)] into it; run by forward_pass::mtp.
 struct nextn_weights {
     layer_weights layer;
     weight_matrix eh_proj;              // [n_embd x 2 n_embd]

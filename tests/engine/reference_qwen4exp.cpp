@@ -213,7 +213,7 @@ qwen4exp_reference::vec qwen4exp_reference::attention(int il, const vec& xn, int
 
     // The indexer: raw keys kept; complete blocks pooled, normed and rotated to their first position.
     std::vector<bool> visible(static_cast<size_t>(pos + 1), true);
-    const int r = ratio_[size_t(il)];
+    const int r = il < n_layer_ ? ratio_[size_t(il)] : 0;  // the MTP block attends densely
     idx_keys_[size_t(il)].push_back(load(b + "indexer.k_proj.weight").apply(xn));
     const int nb = r > 0 ? (pos + 1) / r : 0;
     if (r > 0 && nb > idx_top_k_ / r) {
@@ -371,6 +371,7 @@ std::vector<std::vector<float>> qwen4exp_reference::logits(const std::vector<int
     conv_hist_.clear();
     S_.clear();
     ple_hist_.clear();
+    hidden_.clear();
     for (int il = 0; il < n_layer_; ++il)
         if (recurrent_[size_t(il)]) {
             conv_hist_.emplace_back(static_cast<size_t>(kernel_ - 1), vec(static_cast<size_t>(conv_dim), 0.0f));
@@ -399,7 +400,43 @@ std::vector<std::vector<float>> qwen4exp_reference::logits(const std::vector<int
             for (int s = 0; s < hc_; ++s)
                 for (int i = 0; i < n_embd_; ++i) h[size_t(s * n_embd_ + i)] += ffn[size_t(i)] * inj[size_t(s)];
         }
+        hidden_.push_back(h);
         result.push_back(out.apply(mixer("output_hc_", h, nullptr)));
+    }
+    return result;
+}
+
+std::vector<std::vector<float>> qwen4exp_reference::mtp_logits(const std::vector<int32_t>& tokens) {
+    logits(tokens);
+    const int il = n_layer_;
+    const std::string b = "blk." + std::to_string(il) + ".";
+    for (auto* c : {&k_cache_, &v_cache_, &idx_keys_}) c->resize(size_t(il) + 1);
+    const matrix& embd = load("token_embd.weight");
+    const matrix& out = load(f_.find_tensor("output.weight") ? "output.weight" : "token_embd.weight");
+    const matrix& eh = load(b + "nextn.eh_proj.weight");
+    std::vector<std::vector<float>> result;
+    for (size_t pos = 0; pos < tokens.size(); ++pos) {
+        const vec e(embd.w.begin() + std::ptrdiff_t(static_cast<size_t>(tokens[pos]) * size_t(n_embd_)),
+                    embd.w.begin() + std::ptrdiff_t(size_t(tokens[pos] + 1) * size_t(n_embd_)));
+        const vec en = rms(e, load(b + "nextn.enorm.weight").w.data(), eps_, 0, size_t(n_embd_));
+        const vec hn = pos == 0 ? vec(size_t(hc_ * n_embd_), 0.0f) : grouped_rms(hidden_[pos - 1], load(b + "nextn.hnorm.weight").w);
+        vec h;  // stream s: eh_proj [en | hn's stream s]
+        for (int s = 0; s < hc_; ++s) {
+            vec cat = en;
+            cat.insert(cat.end(), hn.begin() + s * n_embd_, hn.begin() + (s + 1) * n_embd_);
+            const vec y = eh.apply(cat);
+            h.insert(h.end(), y.begin(), y.end());
+        }
+        vec inj;
+        const vec xn = mixer(b + "hc_attn_", h, &inj);
+        const vec mix = attention(il, xn, int(pos));
+        for (int s = 0; s < hc_; ++s)
+            for (int i = 0; i < n_embd_; ++i) h[size_t(s * n_embd_ + i)] += mix[size_t(i)] * inj[size_t(s)];
+        const vec hn2 = mixer(b + "hc_ffn_", h, &inj);
+        const vec ffn = moe(il, hn2);
+        for (int s = 0; s < hc_; ++s)
+            for (int i = 0; i < n_embd_; ++i) h[size_t(s * n_embd_ + i)] += ffn[size_t(i)] * inj[size_t(s)];
+        result.push_back(out.apply(mixer(b + "nextn.hc_head_", h, nullptr)));
     }
     return result;
 }

@@ -21,6 +21,11 @@ public:
 
     // Logits [n_vocab] after each token, fed one at a time from position 0 (fresh state).
     std::vector<std::vector<float>> logits(const std::vector<int32_t>& tokens);
+    // The MTP block's draft logits at each position, after logits(tokens): position p fed token p and
+    // the trunk's wide residual after p - 1 (zeros at 0), as llama.cpp's qwen4exp MTP graph computes it
+    // (transformers has no MTP block): each stream hnorm-ed and projected by eh_proj with the normed
+    // embedding, a trunk-style block with dense attention, the block's own output mixer, the LM head.
+    std::vector<std::vector<float>> mtp_logits(const std::vector<int32_t>& tokens);
     float min_route_margin() const { return min_margin_; }
     // How many queries of the last logits() call attended to fewer positions than they could see.
     int sparse_queries() const { return sparse_queries_; }
@@ -56,6 +61,7 @@ private:
     std::vector<std::vector<vec>> conv_hist_;                      // [rec layer][kernel-1][conv_dim]
     std::vector<std::vector<std::vector<double>>> S_;              // [rec layer][n_v][d_k * d_v]
     std::vector<vec> ple_hist_;                                    // normed gated values of past tokens
+    std::vector<vec> hidden_;                                      // [pos] the wide residual before the output mixer
     float min_margin_ = 0;
     int sparse_queries_ = 0;
 };

@@ -142,6 +142,46 @@ TEST(Qwen4Load, MtpBlockIsBoundButNotRun) {
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
+// The MTP block's draft logits against the naive reference (llama.cpp's graph): the trunk's wide
+// residual rows captured by the pass, each position's entry from its token and the residual before it,
+// the block's own KV cache filled by a batch and then one position at a time.
+TEST(Qwen4Mtp, DraftLogitsMatchNaiveReference) {
+    make_model::model_spec spec = all_f32(tiny());
+    spec.n_layer_nextn = 1;
+    auto m = test::load(make_model::build_model(spec));
+    auto pool = test::make_pool("off", 2);
+    forward_pass fwd(*pool, m->hp, m->w, *m->rows);
+    ASSERT_TRUE(fwd.has_mtp());
+    const int n = 24;
+    const size_t width = static_cast<size_t>(m->hp.residual_width()), n_vocab = static_cast<size_t>(m->hp.n_vocab);
+    ASSERT_EQ(width, static_cast<size_t>(m->hp.hc_dim()));
+    const auto tokens = some_tokens(m->hp.n_vocab, n);
+    kv_cache state = make_sequence_state(m->hp, 64, kv_type::f16);
+    std::vector<float> logits(n_vocab), hidden(static_cast<size_t>(n) * width);
+    fwd.eval(tokens, 0, state, logits.data(), false, 512, hidden.data());
+    // Row p's hidden input: the residual at p - 1 (zeros at 0).
+    std::vector<float> h(static_cast<size_t>(n) * width, 0.0f);
+    std::copy(hidden.begin(), hidden.end() - static_cast<std::ptrdiff_t>(width), h.begin() + static_cast<std::ptrdiff_t>(width));
+    kv_cache mkv(1, 64, m->hp.kv_heads(), m->hp.kv_head_dim(), kv_type::f16);
+    std::vector<float> got(static_cast<size_t>(n) * n_vocab, NAN), h_out(width, NAN);
+    const int first = n - 4;
+    fwd.mtp(tokens.data(), h.data(), first, 0, mkv, nullptr, got.data(), true);
+    for (int p = first; p < n; ++p)
+        fwd.mtp(tokens.data() + p, h.data() + static_cast<size_t>(p) * width, 1, p, mkv, h_out.data(),
+                got.data() + static_cast<size_t>(p) * n_vocab);
+    testing::qwen4exp_reference ref(m->file);
+    const auto want = ref.mtp_logits(tokens);
+    double worst = 0;
+    for (int p = 0; p < n; ++p) worst = std::max(worst, rel_err(got.data() + static_cast<size_t>(p) * n_vocab, want[size_t(p)]));
+    std::printf("  qwen4exp MTP all-F32: worst relative draft logit error %.2e (least routing margin %.2e)\n", worst,
+                ref.min_route_margin());
+    EXPECT_LT(worst, 1e-3);
+    const float* last = got.data() + static_cast<size_t>(n - 1) * n_vocab;
+    EXPECT_EQ(std::max_element(last, last + n_vocab) - last,
+              std::max_element(want.back().begin(), want.back().end()) - want.back().begin());
+    EXPECT_TRUE(std::all_of(h_out.begin(), h_out.end(), [](float v) { return std::isfinite(v); }));  // wide, all written
+}
+
 TEST(Qwen4Load, MultipliersAreTransformersSplitmix) {
     // transformers' _build_layer_multipliers for seed 42, vocab 512, layer index 0, recomputed here.
     const auto mix = [](uint64_t v) {

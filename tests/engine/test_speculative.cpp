@@ -319,11 +319,11 @@ TEST(Speculation, ConcurrentSpeculatingGenerationsEqualTheirSoloRuns) {
     }
 }
 
-// qwen35moe's tiny model with an MTP block (nextn_predict_layers = 1).
-std::shared_ptr<model> load_mtp(int n_batch = 512) {
-    const auto path = std::filesystem::temp_directory_path() / "strata_spec_qwen35moe_mtp.gguf";
+// A tiny model with an MTP block (nextn_predict_layers = 1): qwen35moe's, or qwen4exp's.
+std::shared_ptr<model> load_mtp(int n_batch = 512, arch a = arch::qwen35moe) {
+    const auto path = std::filesystem::temp_directory_path() / ("strata_spec_" + make_model::arch_name(a) + "_mtp.gguf");
     if (!std::filesystem::exists(path)) {
-        make_model::model_spec spec = make_model::preset("tiny", arch::qwen35moe);
+        make_model::model_spec spec = make_model::preset("tiny", a);
         spec.n_layer_nextn = 1;
         make_model::build_model(spec).write_file(path.string());
     }
@@ -338,15 +338,18 @@ std::shared_ptr<model> load_mtp(int n_batch = 512) {
 
 // MTP drafts (chained up to n_max, min_p 0 so that every step drafts): greedy and sampled output bit for
 // bit that of plain decoding; nothing evaluated twice; a draft stops where its probability is below min_p.
-TEST(Speculation, MtpDraftsGiveBitwiseTheSameOutput) {
-    const auto m = load_mtp(16);  // prompt chunks of 16: the MTP entries are filled chunk by chunk
+// Returns the drafts made and accepted. max_tokens: per generation.
+std::pair<int, int> expect_mtp_bitwise(const std::shared_ptr<model>& m, int max_tokens) {
     const auto prompt = m->tokenize("one two three four five six one two three four five six one two three");
     int drafted = 0, accepted = 0;
     for (const float temperature : {0.0f, 1.0f}) {
         session plain(m), fast(m);
-        const auto want = plain.generate(prompt, options("off", temperature, 7));
+        generation_options base = options("off", temperature, 7);
+        base.max_tokens = max_tokens;
+        const auto want = plain.generate(prompt, base);
         for (const std::string type : {"mtp", "auto"}) {
             generation_options o = options(type, temperature, 7);
+            o.max_tokens = max_tokens;
             o.speculation.min_p = 0.0f;
             const uint64_t evaluated = m->statistics().tokens;
             const auto got = fast.generate(prompt, o);
@@ -366,8 +369,15 @@ TEST(Speculation, MtpDraftsGiveBitwiseTheSameOutput) {
             EXPECT_EQ(fast.cached_tokens(), prompt.size() + got.tokens.size() - 1);
         }
     }
-    std::printf("  qwen35moe MTP: %d drafted, %d accepted\n", drafted, accepted);
     EXPECT_GT(drafted, accepted) << "no draft was rejected: the rollback went untested";
+    return {drafted, accepted};
+}
+
+TEST(Speculation, MtpDraftsGiveBitwiseTheSameOutput) {
+    const auto m = load_mtp(16);  // prompt chunks of 16: the MTP entries are filled chunk by chunk
+    const auto prompt = m->tokenize("one two three four five six one two three four five six one two three");
+    const auto [drafted, accepted] = expect_mtp_bitwise(m, 80);
+    std::printf("  qwen35moe MTP: %d drafted, %d accepted\n", drafted, accepted);
     // min_p 1: no draft is that sure of itself, so none is made.
     session s(m);
     generation_options o = options("mtp", 0.0f, 7);
@@ -378,14 +388,23 @@ TEST(Speculation, MtpDraftsGiveBitwiseTheSameOutput) {
     EXPECT_EQ(r.tokens.size(), 12u);
 }
 
+// qwen4exp: the MTP block over the wide residual (hc streams in, hc streams chained), drafts bitwise
+// harmless to the output; the slowest tiny model, so fewer tokens.
+TEST(Speculation, Qwen4MtpDraftsGiveBitwiseTheSameOutput) {
+    const auto m = load_mtp(16, arch::qwen4exp);
+    const auto [drafted, accepted] = expect_mtp_bitwise(m, 32);
+    std::printf("  qwen4exp MTP: %d drafted, %d accepted\n", drafted, accepted);
+}
+
 // The tiny MTP file with an MTP block that echoes its token: the embedding half of eh_proj the identity
 // and the hidden half zero, unit norms, zero attention output and expert and shared-expert down
 // projections, the head tied to the embedding table. Its draft is the token it is fed (that row scores
 // |e|^2 against the others' random dot products), chained: the same token again.
-std::shared_ptr<model> load_echo_mtp() {
-    const auto path = std::filesystem::temp_directory_path() / "strata_spec_qwen35moe_echo_mtp.gguf";
+// qwen4exp's alike, its output mixer's gate zero (each stream weighed by sigmoid(0)), unit norms.
+std::shared_ptr<model> load_echo_mtp(arch a = arch::qwen35moe) {
+    const auto path = std::filesystem::temp_directory_path() / ("strata_spec_" + make_model::arch_name(a) + "_echo_mtp.gguf");
     if (!std::filesystem::exists(path)) {
-        make_model::model_spec spec = make_model::preset("tiny", arch::qwen35moe);
+        make_model::model_spec spec = make_model::preset("tiny", a);
         spec.n_layer_nextn = 1;
         spec.tie_embeddings = true;
         for (formats::ggml_type* t : {&spec.type_experts, &spec.type_shexp, &spec.type_attn, &spec.type_embd,
@@ -411,7 +430,12 @@ std::shared_ptr<model> load_echo_mtp() {
             for (int64_t r = 0; r < cols / 2; ++r) v[static_cast<size_t>(r * cols + r)] = 1.0f;
         });
         for (const char* n : {"attn_output.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight"}) replace(b + n, zero);
-        for (const char* n : {"nextn.enorm.weight", "nextn.shared_head_norm.weight"}) replace(b + n, ones);
+        if (a == arch::qwen4exp) {
+            replace(b + "nextn.hc_head_up.weight", zero);
+            for (const char* n : {"nextn.enorm.weight", "nextn.hc_head_norm.weight"}) replace(b + n, ones);
+        } else {
+            for (const char* n : {"nextn.enorm.weight", "nextn.shared_head_norm.weight"}) replace(b + n, ones);
+        }
         w.write_file(path.string());
     }
     model_options o;
@@ -424,11 +448,11 @@ std::shared_ptr<model> load_echo_mtp() {
 
 // Drafts accepted in full and in part: with the echo block, a logit bias that makes the model repeat one
 // token accepts every draft; two tokens biased alike and sampled hot accept some. Output bitwise as plain.
-TEST(Speculation, MtpDraftsAcceptedInFullAndInPart) {
-    const auto m = load_echo_mtp();
+// hot: the temperature at which the two biased tokens are both drawn.
+void expect_echo_accepted(const std::shared_ptr<model>& m, float hot = 8.0f) {
     const auto prompt = m->tokenize("red green blue red green");
     for (const bool two : {false, true}) {
-        generation_options o = options("off", two ? 8.0f : 0.0f, 9);  // hot: the two biased tokens alike
+        generation_options o = options("off", two ? hot : 0.0f, 9);
         o.max_tokens = 40;
         o.sampling.logit_bias = {{7, 100.0f}};
         if (two) {
@@ -455,6 +479,13 @@ TEST(Speculation, MtpDraftsAcceptedInFullAndInPart) {
         EXPECT_EQ(fast.cached_tokens(), prompt.size() + got.tokens.size() - 1);
     }
 }
+
+TEST(Speculation, MtpDraftsAcceptedInFullAndInPart) { expect_echo_accepted(load_echo_mtp()); }
+
+// qwen4exp's echo block: its drafts are fed the wide residual (each stream projected, then collapsed by
+// the block's own output mixer), accepted in full and in part. Its tiny trunk's logits of the two biased
+// tokens lie far apart: only as hot as 64 does the sampler leave the first (for other tokens too).
+TEST(Speculation, Qwen4MtpDraftsAcceptedInFullAndInPart) { expect_echo_accepted(load_echo_mtp(arch::qwen4exp), 64.0f); }
 
 // Two MTP-speculating generations and a plain one in the same steps: each equals its solo run.
 TEST(Speculation, ConcurrentMtpGenerationsEqualTheirSoloRuns) {
