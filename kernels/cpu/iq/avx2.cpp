@@ -20,8 +20,19 @@ using namespace formats;
 
 // Grid entries gathered by 4 (64-bit entries) or 8 (32-bit) indices; index k gets bits from `high`
 // (broadcast, shifted right by shift[k], masked) above bit 8 when the format has them.
+// Scalar: loads put together instead of a vpgather (faster for some formats where gathers are
+// microcoded, as on Zen 4).
+template <bool Scalar = false>
 static inline __m256i gather64(const uint64_t* grid, __m128i ix) {
-    return _mm256_i32gather_epi64(reinterpret_cast<const long long*>(grid), ix, 8);
+    if constexpr (!Scalar) {
+        return _mm256_i32gather_epi64(reinterpret_cast<const long long*>(grid), ix, 8);
+    } else {
+        alignas(16) uint32_t k[4];
+        _mm_store_si128(reinterpret_cast<__m128i*>(k), ix);
+        asm("" : "+m"(k));  // reload the indices as scalars rather than extract them lane by lane
+        return _mm256_setr_epi64x(static_cast<int64_t>(grid[k[0]]), static_cast<int64_t>(grid[k[1]]),
+                                  static_cast<int64_t>(grid[k[2]]), static_cast<int64_t>(grid[k[3]]));
+    }
 }
 static inline __m128i low_bytes4(const uint8_t* q) {
     uint32_t v;
@@ -60,7 +71,7 @@ struct iq2_xs_dec {
     static float d(const block& b) { return half_to_float(b.d); }
     static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
         const uint16_t* q = b.qs + 4 * ib;
-        mag = gather64(iq2xs_grid, _mm_and_si128(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))), _mm_set1_epi32(511)));
+        mag = gather64<true>(iq2xs_grid, _mm_and_si128(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))), _mm_set1_epi32(511)));
         sgn = signs64(sign_even[q[0] >> 9], sign_even[q[1] >> 9], sign_even[q[2] >> 9], sign_even[q[3] >> 9]);
         sc = scale_pair(2 * (b.scales[ib] & 15) + 1, 2 * (b.scales[ib] >> 4) + 1);
     }
@@ -125,7 +136,7 @@ struct iq1_s_dec {
     static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
         const uint8_t* q = b.qs + 4 * ib;
         const int h = b.qh[ib];
-        const __m256i grid = gather64(iq1s_grid, _mm_or_si128(low_bytes4(q), high_bits4(h, _mm_setr_epi32(0, 3, 6, 9), 7)));
+        const __m256i grid = gather64<true>(iq1s_grid, _mm_or_si128(low_bytes4(q), high_bits4(h, _mm_setr_epi32(0, 3, 6, 9), 7)));
         sgn = iq1_weights(grid, _mm256_set1_epi8(h & 0x8000 ? -1 : 1));
         mag = _mm256_sign_epi8(sgn, sgn);
         sc = _mm256_set1_epi16(static_cast<short>(2 * ((h >> 12) & 7) + 1));
@@ -144,9 +155,12 @@ struct iq1_m_dec {
     static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
         const uint8_t* q = b.qs + 4 * ib;
         const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
-        const __m256i grid = gather64(iq1s_grid, _mm_or_si128(low_bytes4(q), high_bits4(h0 | h1 << 8, _mm_setr_epi32(0, 4, 8, 12), 7)));
-        const auto delta = [](int nibble) { return nibble & 8 ? ~uint64_t{0} : uint64_t{0x0101010101010101}; };
-        sgn = iq1_weights(grid, signs64(delta(h0), delta(h0 >> 4), delta(h1), delta(h1 >> 4)));
+        const __m256i grid = gather64<true>(iq1s_grid, _mm_or_si128(low_bytes4(q), high_bits4(h0 | h1 << 8, _mm_setr_epi32(0, 4, 8, 12), 7)));
+        // delta +1 (0x01 bytes) where bit 3 of the group's nibble is clear, else -1 (0xFF)
+        const __m256i clear = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi16(static_cast<short>(h0 | h1 << 8)),
+                                                                  _mm256_setr_epi64x(8, 0x80, 0x800, 0x8000)),
+                                                 _mm256_setzero_si256());
+        sgn = iq1_weights(grid, _mm256_or_si256(_mm256_andnot_si256(clear, _mm256_set1_epi8(-1)), _mm256_set1_epi8(1)));
         mag = _mm256_sign_epi8(sgn, sgn);
         uint16_t s;
         std::memcpy(&s, b.scales + 2 * (ib / 2), 2);
