@@ -425,7 +425,7 @@ void step_batcher::mtp_fill(generation& g, int last, float* logits) {
     session::impl& s = g.s;
     if (!s.mtp_kv) {
         s.mtp_kv = std::make_unique<engine::kv_cache>(1, m_.options.n_ctx, m_.hp.kv_heads(), m_.hp.kv_head_dim(),
-                                                      m_.kv);
+                                                      m_.kv, m_.hp.mla());
         s.mtp_filled = 0;
     }
     const size_t width = static_cast<size_t>(m_.hp.residual_width());  // a residual row (qwen4exp: hc streams)
@@ -480,7 +480,8 @@ void step_batcher::mtp_draft(generation& g, int k) {
             // A chained draft: the previous draft at the next position, over the block's own output residual.
             const int32_t tok = g.drafts.back();
             g.mtp_h_out.resize(width);
-            m_.forward->mtp(&tok, h.data(), 1, pos + i, *g.s.mtp_kv, g.mtp_h_out.data(), g.mtp_logits.data());
+            m_.forward->mtp(&tok, h.data(), 1, pos + i, *g.s.mtp_kv, g.mtp_h_out.data(), g.mtp_logits.data(), false,
+                            true);
             h.assign(g.mtp_h_out.begin(), g.mtp_h_out.end());
             ++passes;
         }
