@@ -24,7 +24,9 @@ session::impl::~impl() {
 }
 
 void session::impl::account() {
-    const uint64_t host_kv = m.hybrid ? 0 : kv.bytes(), states = kv.recurrent().checkpoint_bytes();
+    // The MTP block's own cache (speculation) counts as this session's KV.
+    const uint64_t host_kv = (m.hybrid ? 0 : kv.bytes()) + (mtp_kv ? mtp_kv->bytes() : 0);
+    const uint64_t states = kv.recurrent().checkpoint_bytes();
     m.budget->change(engine::memory_budget::use::kv, charged_kv_, host_kv);
     m.budget->change(engine::memory_budget::use::checkpoints, charged_checkpoints_, states);
     charged_kv_ = host_kv;
@@ -38,9 +40,10 @@ void session::impl::account() {
 void session::impl::grow(int n_pos, uint64_t keep) {
     const int chunk = engine::kv_cache::chunk_tokens;
     const int want = (std::min(n_pos, kv.n_ctx()) + chunk - 1) / chunk;
-    const uint64_t more = m.hybrid || want <= kv.n_chunks()
-                              ? 0
-                              : uint64_t(want - kv.n_chunks()) * uint64_t(kv.n_layer()) * kv.chunk_bytes();
+    const auto more_of = [&](const engine::kv_cache& c) {
+        return want <= c.n_chunks() ? 0 : uint64_t(want - c.n_chunks()) * uint64_t(c.n_layer()) * c.chunk_bytes();
+    };
+    const uint64_t more = m.hybrid ? 0 : more_of(kv) + (mtp_kv ? more_of(*mtp_kv) : 0);
     if (more > 0 && !m.conversations->make_room(more, keep)) {
         m.budget->count_refusal();
         throw engine::kv_cache_full(fmt::format("growing the KV cache to {} positions needs {:.1f} MiB more, and {}; "
@@ -48,6 +51,7 @@ void session::impl::grow(int n_pos, uint64_t keep) {
                                                 n_pos, double(more) / (1 << 20), m.budget->describe()));
     }
     kv.reserve(n_pos);
+    if (mtp_kv && !m.hybrid) mtp_kv->reserve(std::min(n_pos, mtp_kv->n_ctx()));
     account();
 }
 

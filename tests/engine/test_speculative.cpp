@@ -398,6 +398,25 @@ TEST(Speculation, Glm4moeAndDeepseek2MtpDraftsGiveBitwiseTheSameOutput) {
     }
 }
 
+// The MTP block's own cache is counted in the memory budget as the session's KV: one layer beside the
+// trunk's (tiny glm4moe: 3), the same chunks, given back with the session.
+TEST(Speculation, MtpCacheIsCountedInTheMemoryBudget) {
+    const auto m = load_mtp(16, arch::glm4moe);
+    const auto prompt = m->tokenize("one two three four five six one two three");
+    const auto kv_after = [&](const std::string& type) {
+        session s(m);
+        generation_options o = options(type, 0.0f, 7);
+        o.max_tokens = 16;
+        o.speculation.min_p = 0.0f;
+        s.generate(prompt, o);
+        return m->memory_statistics().kv_bytes;
+    };
+    const uint64_t plain = kv_after("off"), mtp = kv_after("mtp");
+    EXPECT_GT(plain, 0u);
+    EXPECT_EQ(mtp - plain, plain / 3);
+    EXPECT_EQ(m->memory_statistics().kv_bytes, 0u);
+}
+
 // qwen4exp: the MTP block over the wide residual (hc streams in, hc streams chained), drafts bitwise
 // harmless to the output; the slowest tiny model, so fewer tokens.
 TEST(Speculation, Qwen4MtpDraftsGiveBitwiseTheSameOutput) {
