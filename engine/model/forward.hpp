@@ -104,9 +104,9 @@ public:
     // The file's MTP block (blk.n_layer; mtp.cpp). Rows t at positions pos0 + t: input
     // eh_proj([enorm(embed(tokens[t])) | hnorm(h[t])]) (h null: zeros), then the block's attention (gated;
     // glm4moe plain; deepseek2 latent) over `kv` (one layer, its own cache: row t's key and value, or
-    // latent, stored at pos0 + t) and its MoE with the shared expert. glm4moe and deepseek2 norm h[t]
-    // before hnorm as llama.cpp feeds it: with the output norm (h from the trunk), or with the head norm
-    // when `chained` (h from an earlier mtp() call's h_out). h_out (unless null): each row's output
+    // latent, stored at pos0 + t) and its MoE with the shared expert. h[t] is normed before hnorm as
+    // llama.cpp feeds it: with the output norm (h from the trunk), or with the head norm when `chained`
+    // (h from an earlier mtp() call's h_out; qwen4exp: see mtp_qwen4). h_out (unless null): each row's output
     // residual, what chains the next draft;
     // logits (unless null): shared_head_norm (else the output norm) and the output head, of the last row
     // only, or of every row when all_logits. h and h_out are [n_tok][hp.residual_width()]: for qwen4exp

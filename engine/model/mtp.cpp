@@ -1,8 +1,8 @@
 // The MTP (next-token-prediction) block, as llama.cpp's MTP graphs compute it: eh_proj over
 // [enorm(embedding) | hnorm(hidden)], the family's attention layer (qwen35moe: gated attention; glm4moe:
 // plain attention; deepseek2: latent attention) with its MoE and shared expert, then shared_head_norm
-// (or the output norm) and the output head. glm4moe and deepseek2 feed hnorm the normed hidden state,
-// as llama.cpp does: the trunk's residual through the output norm, a chained draft's through the head norm.
+// (or the output norm) and the output head. hnorm is fed the normed hidden state, as llama.cpp's graphs
+// take it: the trunk's residual through the output norm, a chained draft's through the head norm.
 // qwen4exp's block over the hc residual streams is forward_pass::mtp_qwen4 (qwen4exp_forward.cpp).
 #include <algorithm>
 #include <cstring>
@@ -19,7 +19,6 @@ void forward_pass::mtp(const int32_t* tokens, const float* h, int n_tok, int pos
                        float* logits, bool all_logits, bool chained) {
     if (!mtp_moe_) throw std::logic_error("forward_pass::mtp: the model has no MTP block this pass can run");
     if (hp_.qwen4()) return mtp_qwen4(tokens, h, n_tok, pos0, kv, h_out, logits, all_logits);
-    const bool glm_ds = hp_.arch.id == arch::glm4moe || hp_.arch.id == arch::deepseek2;
     const nextn_weights& nw = w_.nextn[0];
     const layer_weights& l = nw.layer;
     const size_t n_embd = static_cast<size_t>(hp_.n_embd), nt = static_cast<size_t>(n_tok);
@@ -39,7 +38,7 @@ void forward_pass::mtp(const int32_t* tokens, const float* h, int n_tok, int pos
     mtp_in_.resize(nt * 2 * n_embd);
 
     const float* head_norm = nw.shared_head_norm ? nw.shared_head_norm : w_.output_norm;
-    const float* h_norm = chained ? head_norm : w_.output_norm;  // glm4moe, deepseek2: what normed the fed rows
+    const float* h_norm = chained ? head_norm : w_.output_norm;  // what normed the fed rows
     const cpu::matrix& embd = nw.embed_tokens.present() ? nw.embed_tokens.m : w_.tok_embd.m;
     for (size_t t = 0; t < nt; ++t) {
         cpu::rope_angles(hp_.n_rot, pos0 + static_cast<int>(t), hp_.rope, rope_cs_.data() + t * hp_.n_rot);
@@ -47,11 +46,9 @@ void forward_pass::mtp(const int32_t* tokens, const float* h, int n_tok, int pos
         const auto* row = static_cast<const uint8_t*>(embd.data) + static_cast<size_t>(tokens[t]) * embd.row_stride;
         formats::dequantize_row(embd.type, row, tmp_.data(), hp_.n_embd);
         cpu::rms_norm(tmp_.data(), nw.enorm, hp_.rms_eps, hp_.n_embd, in);
-        if (h && glm_ds) {
+        if (h) {
             cpu::rms_norm(h + t * n_embd, h_norm, hp_.rms_eps, hp_.n_embd, in + n_embd);
             cpu::rms_norm(in + n_embd, nw.hnorm, hp_.rms_eps, hp_.n_embd, in + n_embd);
-        } else if (h) {
-            cpu::rms_norm(h + t * n_embd, nw.hnorm, hp_.rms_eps, hp_.n_embd, in + n_embd);
         } else {
             std::fill_n(in + n_embd, n_embd, 0.0f);
         }
