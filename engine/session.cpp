@@ -92,19 +92,22 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, std::string_
     // A recurrent state goes back only to one of its checkpoints.
     engine::recurrent_state& rs = kv.recurrent();
     if (!rs.empty()) common = static_cast<size_t>(rs.usable(static_cast<int>(common)));
-    // The MTP entries of the kept prefix stay (a restored snapshot brings none: positions past the live
-    // prefix are refilled when drafting needs them).
+    // The MTP entries of the kept prefix stay (a restored snapshot brings those it parked).
+    const int mtp_parked = std::min(mtp_filled, static_cast<int>(cached.size()));
     mtp_filled = std::min(mtp_filled, static_cast<int>(common));
     t.cache_source = common > 0 ? prefix_source::live : prefix_source::none;
     engine::conversation_cache& cc = *m.conversations;
     bool restored = false;
     if (cc.enabled()) {
         // Park before a prompt discards a tail worth keeping (a regular next turn discards a few tokens).
-        if (cached.size() >= common + engine::conversation_cache::min_tail_tokens) cc.park(cached, kv, scope);
+        if (cached.size() >= common + engine::conversation_cache::min_tail_tokens)
+            cc.park(cached, kv, scope, mtp_kv.get(), static_cast<size_t>(mtp_parked));
         if (const auto best = cc.find(prompt, limit, common, new_scope)) {
             try {
+                if (mtp_capable()) mtp_cache();  // grown with kv below, to take the snapshot's MTP rows
                 grow(static_cast<int>(best->n_tokens), best->id);
-                cc.restore(best->id, common, best->n_tokens, kv);
+                mtp_filled = static_cast<int>(cc.restore(best->id, common, best->n_tokens, kv, mtp_kv.get(),
+                                                         static_cast<size_t>(mtp_filled)));
                 common = best->n_tokens;
                 restored = true;
                 t.cache_source = prefix_source::snapshot;
@@ -196,7 +199,10 @@ std::vector<float> session::evaluate(std::span<const int32_t> prompt, bool all) 
 uint64_t session::park() {
     uint64_t id = 0;
     impl_->m.thread.run([&] {
-        if (!impl_->cached.empty()) id = impl_->m.conversations->park(impl_->cached, impl_->kv, impl_->scope);
+        if (!impl_->cached.empty())
+            id = impl_->m.conversations->park(impl_->cached, impl_->kv, impl_->scope, impl_->mtp_kv.get(),
+                                              static_cast<size_t>(std::min<int64_t>(impl_->mtp_filled,
+                                                                                    int64_t(impl_->cached.size()))));
     });
     return id;
 }

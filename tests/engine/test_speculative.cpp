@@ -417,6 +417,30 @@ TEST(Speculation, MtpCacheIsCountedInTheMemoryBudget) {
     EXPECT_EQ(m->memory_statistics().kv_bytes, 0u);
 }
 
+// A conversation parked with its MTP entries and restored by another session drafts on: the output is
+// bitwise that of plain decoding, and the restored prefix is the snapshot's.
+TEST(Speculation, MtpGenerationFromARestoredSnapshotIsBitwisePlain) {
+    const auto m = load_mtp(16, arch::deepseek2);
+    const auto prompt = m->tokenize("one two three four five six seven eight nine ten one two three four five six "
+                                    "seven eight nine ten one two three four five six seven eight nine ten");
+    generation_options o = options("mtp", 0.0f, 7);
+    o.max_tokens = 12;
+    o.speculation.min_p = 0.0f;
+    session a(m);
+    const auto first = a.generate(prompt, o);
+    ASSERT_NE(a.park(), 0u);
+    std::vector<int32_t> next = prompt;
+    for (const auto& t : first.tokens) next.push_back(t.id);
+    const auto more = m->tokenize(" eleven twelve");
+    next.insert(next.end(), more.begin(), more.end());
+    session b(m), plain(m);
+    const auto got = b.generate(next, o);
+    EXPECT_EQ(got.time.cache_source, prefix_source::snapshot);
+    EXPECT_GT(got.time.spec_drafted, 0);
+    o.speculation.type = "off";
+    expect_same(plain.generate(next, o), got, "restored mtp");
+}
+
 // qwen4exp: the MTP block over the wide residual (hc streams in, hc streams chained), drafts bitwise
 // harmless to the output; the slowest tiny model, so fewer tokens.
 TEST(Speculation, Qwen4MtpDraftsGiveBitwiseTheSameOutput) {
