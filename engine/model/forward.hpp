@@ -101,17 +101,20 @@ public:
     // Recurrent state checkpoints every this many positions (0: none but those the caller takes).
     void set_checkpoint_interval(int n) { checkpoint_interval_ = n; }
 
-    // The file's MTP block (the hybrids' blk.n_layer; mtp.cpp). Rows t at positions pos0 + t: input
-    // eh_proj([enorm(embed(tokens[t])) | hnorm(h[t])]) (h null: zeros), then the block's gated attention
-    // over `kv` (one layer, its own cache: row t's key and value stored at pos0 + t) and its MoE with the
-    // shared expert. h_out (unless null): each row's output residual, what chains the next draft;
+    // The file's MTP block (blk.n_layer; mtp.cpp). Rows t at positions pos0 + t: input
+    // eh_proj([enorm(embed(tokens[t])) | hnorm(h[t])]) (h null: zeros), then the block's attention (gated;
+    // glm4moe plain; deepseek2 latent) over `kv` (one layer, its own cache: row t's key and value, or
+    // latent, stored at pos0 + t) and its MoE with the shared expert. h[t] is normed before hnorm as
+    // llama.cpp feeds it: with the output norm (h from the trunk), or with the head norm when `chained`
+    // (h from an earlier mtp() call's h_out; qwen4exp: see mtp_qwen4). h_out (unless null): each row's output
+    // residual, what chains the next draft;
     // logits (unless null): shared_head_norm (else the output norm) and the output head, of the last row
     // only, or of every row when all_logits. h and h_out are [n_tok][hp.residual_width()]: for qwen4exp
     // the hc streams, eh_proj applied to each, the block's mixers over them and its own output mixer
     // (nextn.hc_head_*) before the head (qwen4exp_forward.cpp).
     bool has_mtp() const { return mtp_moe_ != nullptr; }
     void mtp(const int32_t* tokens, const float* h, int n_tok, int pos0, kv_cache& kv, float* h_out, float* logits,
-             bool all_logits = false);
+             bool all_logits = false, bool chained = false);
 
 private:
     void eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits,
@@ -125,6 +128,8 @@ private:
     void delta_net(int layer, int n_tok, recurrent_state& state);
     // deepseek2's multi-head latent attention (mla.cpp): xn_ -> att_ [n_tok][n_v].
     void mla_attention(int layer, int n_tok, int pos0, kv_cache& kv);
+    // The same with weights l over layer kv_layer of kv (the MTP block: its own one-layer latent cache).
+    void mla_attention(const layer_weights& l, int kv_layer, int n_tok, int pos0, kv_cache& kv);
     // Its attention over the latent cache: q [n_tok][n_head][n_lora_kv + n_rot] -> out [n_tok][n_head][n_lora_kv].
     void latent_attention(const kv_cache& kv, int layer, int n_tok, int pos0, const float* q, float* out);
     // y[t][h * n_rows + r] = head h's rows of w (n_rows from row h * step + row0) . in[t][h * in_cols ..]

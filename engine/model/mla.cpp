@@ -70,7 +70,10 @@ void forward_pass::matmul_heads(const weight_matrix& w, int64_t step, int64_t ro
 }
 
 void forward_pass::mla_attention(int il, int n_tok, int pos0, kv_cache& kv) {
-    const layer_weights& l = w_.layers[static_cast<size_t>(il)];
+    mla_attention(w_.layers[static_cast<size_t>(il)], il, n_tok, pos0, kv);
+}
+
+void forward_pass::mla_attention(const layer_weights& l, int il, int n_tok, int pos0, kv_cache& kv) {
     const int n_head = hp_.n_head, hd = hp_.head_dim, n_rot = hp_.n_rot, nope = hd - n_rot;
     const int lora = hp_.n_lora_kv, row = lora + n_rot, n_q = hp_.n_q();
     const size_t nt = static_cast<size_t>(n_tok), items = nt * n_head;
