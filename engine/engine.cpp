@@ -288,8 +288,8 @@ void log_nextn_layers(const gguf::reader& f, const engine::hparams& hp, const en
             if (t.name.starts_with(fmt::format("blk.{}.", il))) ++n_tensors;
     const int last = hp.n_layer + hp.n_layer_nextn - 1;
     const std::string blocks = hp.n_layer_nextn == 1 ? fmt::format("blk.{}", last) : fmt::format("blk.{}..{}", hp.n_layer, last);
-    logger("engine")->info("The file's next-token-prediction layers ({}, {} tensors) are not loaded{}: strata evaluates "
-                           "the {} layers before them, as llama.cpp does.",
+    logger("engine")->info("The file's next-token-prediction layers ({}, {} tensors) are not loaded{}: strata "
+                           "evaluates the {} layers before them, as llama.cpp does.",
                            blocks, n_tensors, w.nextn_error.empty() ? "" : " (MTP drafting off: " + w.nextn_error + ")",
                            hp.n_layer);
 }

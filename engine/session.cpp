@@ -131,13 +131,14 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, std::string_
 namespace {
 
 void check_speculation(const speculation_options& so, const model::impl& m) {
+    const std::string why = m.hp.qwen4()                     ? "it has no nextn.hc_head_* output mixer"
+                            : !m.weights.nextn_error.empty() ? "it could not be bound: " + m.weights.nextn_error
+                                                             : fmt::format("not implemented for {}", m.hp.arch.name);
     if (so.type == "mtp" && !(m.forward && m.forward->has_mtp()))
         throw request_error(m.hp.n_layer_nextn > 0
                                 ? fmt::format("the file's MTP block cannot draft ({}); use the spec type ngram, "
                                               "auto or off",
-                                              m.hp.qwen4()                   ? "it has no nextn.hc_head_* output mixer"
-                                              : !m.weights.nextn_error.empty() ? "it could not be bound: " + m.weights.nextn_error
-                                                                               : fmt::format("not implemented for {}", m.hp.arch.name))
+                                              why)
                                 : std::string("the model file has no MTP block (nextn_predict_layers): use the spec "
                                               "type ngram, auto or off"));
     if (so.type != "off" && so.type != "ngram" && so.type != "auto" && so.type != "mtp" && so.type != "forced")
