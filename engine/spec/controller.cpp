@@ -54,7 +54,9 @@ int controller::draft_length() {
     }
     if (on_) {
         on_ = false;
-        off_steps_ = 0;
+        // Turned off on the prior alone (nothing verified yet): probe at once rather than after
+        // probe_every steps, so a text that repeats from its start is not decoded plainly for that long.
+        off_steps_ = verified_ ? 0 : probe_every - 1;
         turned_off_ = fmt::format("acceptance {:.0f} % does not pay for a verification of 2 tokens costing {:.2f} "
                                   "decode steps{}",
                                   100 * alpha, costs_.relative(2),
@@ -66,6 +68,7 @@ int controller::draft_length() {
 
 void controller::record(int drafted, int accepted) {
     if (drafted <= 0) return;
+    verified_ = true;
     accepted_ = decay * accepted_ + accepted;
     rejected_ = decay * rejected_ + (accepted < drafted ? 1 : 0);
     // Keep both counts off zero so one side never locks the estimate.

@@ -57,6 +57,7 @@ private:
     const cost_table& costs_;
     double accepted_ = 1, rejected_ = 1;  // decayed counts, prior alpha 0.5
     bool on_ = true;
+    bool verified_ = false;  // a verification has been recorded
     int off_steps_ = 0;
     double draft_cost_ = 0;
     std::string turned_off_;

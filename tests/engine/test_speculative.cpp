@@ -77,8 +77,11 @@ TEST(SpecController, AutoDraftsWhenItPaysAndTurnsOffWhenItDoesNot) {
     dear.record(1, 10.0);
     for (int n = 2; n <= 5; ++n) dear.record(n, 10.0 * n);  // every token costs a whole step
     engine::spec::controller off(true, 4, dear);
-    EXPECT_EQ(off.draft_length(), 0);
+    // Turned off on the prior alone, it still tries one draft at once.
+    EXPECT_EQ(off.draft_length(), 1);
     EXPECT_FALSE(off.turned_off().empty());
+    off.record(1, 0);
+    EXPECT_EQ(off.draft_length(), 0);
     // Off, it probes with one draft now and then.
     int probes = 0;
     for (int i = 0; i < 4 * engine::spec::controller::probe_every; ++i) probes += off.draft_length();
@@ -588,6 +591,43 @@ TEST(Speculation, ConcurrentMtpGenerationsEqualTheirSoloRuns) {
         drafted += r.time.spec_drafted;
     }
     EXPECT_GT(drafted, 0);
+}
+
+// The echo model (strata-make-model --echo-cycle, the benchmark's stand-in for a model repeating a code
+// block) continues a run of ids greedily, so after a prompt holding the run twice every n-gram draft is
+// the right one: all are accepted, and the output is bitwise that of plain decoding.
+TEST(Speculation, EchoModelRepeatsItsRunAndNgramDraftsAreAllAccepted) {
+    constexpr int kRun = 24;
+    const auto path = std::filesystem::temp_directory_path() / "strata_spec_echo.gguf";
+    if (!std::filesystem::exists(path)) {
+        make_model::model_spec spec = make_model::preset("tiny", arch::qwen3moe);
+        spec.echo_cycle = kRun;
+        make_model::build_model(spec).write_file(path.string());
+    }
+    const gguf::reader file = gguf::reader::open(path.string());
+    ASSERT_NE(file.find("strata.echo_cycle"), nullptr);
+    EXPECT_EQ(file.find("strata.echo_cycle")->as_u64(), static_cast<uint64_t>(kRun));
+    model_options mo;
+    mo.path = path.string();
+    mo.numa_pool = "off";
+    mo.pool_workers = 2;
+    mo.n_ctx = 256;
+    const auto m = model::load(mo);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 2 * kRun + 5; ++i) prompt.push_back(kRun + i % kRun);
+    session plain(m), fast(m);
+    generation_options o = options("off", 0, 1);
+    o.top_logprobs = 0;
+    o.max_tokens = 40;
+    const auto want = plain.generate(prompt, o);
+    for (size_t i = 0; i < want.tokens.size(); ++i)
+        ASSERT_EQ(want.tokens[i].id, kRun + static_cast<int32_t>((prompt.size() + i) % kRun)) << "token " << i;
+    o.speculation.type = "ngram";
+    o.speculation.ngram_min = 2;
+    const auto got = fast.generate(prompt, o);
+    expect_same(want, got, "ngram on the echo model");
+    EXPECT_GT(got.time.spec_drafted, 20);
+    EXPECT_EQ(got.time.spec_accepted, got.time.spec_drafted);
 }
 
 TEST(Speculation, BadOptionsAreRequestErrors) {

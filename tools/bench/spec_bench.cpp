@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include <spdlog/fmt/fmt.h>
 
+#include "gguf/gguf_reader.hpp"
 #include "strata/engine.hpp"
 
 namespace strata::bench {
@@ -59,12 +61,27 @@ int run_spec_bench(const spec_bench_options& o) {
     mo.cache_ram_mib = 0;
     const auto m = model::load(mo);
     const int n_vocab = m->info().n_vocab;
-    // The prompt: a block of random tokens said twice, so the n-gram drafter has text to quote.
-    std::mt19937 rng(11);
-    std::uniform_int_distribution<int32_t> tok(0, n_vocab - 1);
-    std::vector<int32_t> prompt(static_cast<size_t>(o.n_prompt / 2));
-    for (auto& t : prompt) t = tok(rng);
-    prompt.insert(prompt.end(), prompt.begin(), prompt.end());
+    // The prompt: a block of random tokens said twice, so the n-gram drafter has text to quote. An echo
+    // file (strata-make-model --echo-cycle L) continues each run of L ids, so there the block is one
+    // run (ids L .. 2L-1, clear of the special tokens at the end) and the model goes on repeating it,
+    // as a model asked to repeat a code block does.
+    const gguf::reader file = gguf::reader::open(o.path);
+    const gguf::value* echo_key = file.find("strata.echo_cycle");
+    const int echo = echo_key ? static_cast<int>(echo_key->as_u64()) : 0;
+    std::vector<int32_t> prompt;
+    if (echo > 0) {
+        if (2 * echo > n_vocab)
+            throw std::invalid_argument(fmt::format("strata.echo_cycle {} needs at least {} tokens, the file has {}",
+                                                    echo, 2 * echo, n_vocab));
+        while (static_cast<int>(prompt.size()) < std::max(o.n_prompt, 2 * echo))
+            prompt.push_back(echo + static_cast<int32_t>(prompt.size()) % echo);
+    } else {
+        std::mt19937 rng(11);
+        std::uniform_int_distribution<int32_t> tok(0, n_vocab - 1);
+        prompt.resize(static_cast<size_t>(o.n_prompt / 2));
+        for (auto& t : prompt) t = tok(rng);
+        prompt.insert(prompt.end(), prompt.begin(), prompt.end());
+    }
 
     generation_options base;
     base.max_tokens = o.n_gen;
@@ -134,8 +151,17 @@ int run_spec_bench(const spec_bench_options& o) {
     };
     const double plain = tok_s(arms[0]);
     const double step_ms = 1000.0 / plain;
-    std::printf("model %s: plain decode %.2f tok/s (%.2f ms a step), %d tokens, %d repeats (medians)\n\n", o.path.c_str(),
+    std::printf("model %s: plain decode %.2f tok/s (%.2f ms a step), %d tokens, %d repeats (medians)\n", o.path.c_str(),
                 plain, step_ms, o.n_gen, o.reps);
+    if (echo > 0) {
+        // How much of the greedy continuation repeats the prompt's run (what the n-gram drafter can quote).
+        int follows = 0;
+        for (size_t i = 0; i < known.size(); ++i)
+            follows += known[i] == echo + static_cast<int32_t>((prompt.size() + i) % static_cast<size_t>(echo));
+        std::printf("echo file (runs of %d ids): %d of %zu generated tokens repeat the prompt's block\n", echo, follows,
+                    known.size());
+    }
+    std::printf("\n");
     std::printf("| arm | decode tok/s | vs plain | drafted | accepted | acceptance |\n|---|---|---|---|---|---|\n");
     for (const arm& a : arms) {
         const run_result& r = a.runs.back();

@@ -201,6 +201,35 @@ void fill_gate_up(const tensor_spec& t, uint64_t seed, std::span<uint8_t> out) {
     }
 }
 
+// The echo model's head: row j is token_embd's row of the id before j in its run of echo_cycle ids, so
+// the logit of the next id in the run is the embedding's square norm and every other one a dot product
+// of unrelated rows (about sqrt(n_embd) times smaller).
+void fill_echo_head(const tensor_spec& head, const model_spec& s, std::span<uint8_t> out) {
+    const tensor_spec embd{"token_embd.weight", s.type_embd, {s.n_embd, s.n_vocab}, init::embedding, 1.0f};
+    std::vector<uint8_t> rows(out.size());
+    fill_tensor(embd, s.seed, rows);
+    const size_t row_bytes = formats::row_size(head.type, head.ne[0]);
+    const int64_t n = s.n_vocab, L = s.echo_cycle;
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t base = j / L * L, len = std::min(L, n - base);
+        const int64_t prev = base + (j - base + len - 1) % len;
+        std::memcpy(out.data() + static_cast<size_t>(j) * row_bytes, rows.data() + static_cast<size_t>(prev) * row_bytes,
+                    row_bytes);
+    }
+}
+
+// The echo model keeps every tensor's shape and type (so it costs what the preset costs) but scales the
+// matrices that write into the residual down, so the embedding decides the next token; the head has the
+// embedding's type so its rows are the embedding's bytes.
+void scale_for_echo(std::vector<tensor_spec>& tensors, const model_spec& s) {
+    for (tensor_spec& t : tensors) {
+        if (t.name.find("attn_output") != std::string::npos || t.name.find("ffn_down") != std::string::npos ||
+            t.name.find("ssm_out") != std::string::npos)
+            t.scale /= 64;
+        if (t.name == "output.weight") t.type = s.type_embd;
+    }
+}
+
 // <arch>.rope.scaling.*: the keys llama.cpp's converter writes for the type.
 void set_rope_scaling(gguf::writer& w, const model_spec& s, const std::string& a) {
     using gguf::value;
@@ -558,7 +587,10 @@ gguf::writer build_model(const model_spec& in) {
     if (spec.architecture == arch::qwen4exp) check_qwen4exp(spec);
     if (spec.split_experts && spec.architecture != arch::mixtral)
         throw std::invalid_argument("per-expert tensors (--split-experts) exist only for mixtral");
-    const std::vector<tensor_spec> tensors = tensor_specs(spec);
+    if (spec.echo_cycle > 0 && spec.tie_embeddings)
+        throw std::invalid_argument("an echo model (--echo-cycle) needs its own output head, not tied embeddings");
+    std::vector<tensor_spec> tensors = tensor_specs(spec);
+    if (spec.echo_cycle > 0) scale_for_echo(tensors, spec);
 
     gguf::writer w;
     w.set("general.architecture", value::str(gguf_architecture(spec.architecture)));
@@ -573,6 +605,7 @@ gguf::writer build_model(const model_spec& in) {
         set_llama_tokenizer(w, spec);
     else
         set_gpt2_tokenizer(w, spec);
+    if (spec.echo_cycle > 0) w.set("strata.echo_cycle", value::u32(static_cast<uint32_t>(spec.echo_cycle)));
     if (spec.architecture == arch::qwen4exp) {
         const gguf::value* eos = vocab_file ? vocab_file->find("tokenizer.ggml.eos_token_id") : nullptr;
         const int64_t eos_id = eos                                                         ? static_cast<int64_t>(eos->as_u64())
@@ -587,7 +620,9 @@ gguf::writer build_model(const model_spec& in) {
     for (const tensor_spec& t : tensors) {
         tensor_spec drawn = t;
         if (t.name == "per_layer_token_embd.weight") drawn.ne[1] = make_ple_hash(reached).rows;
-        if (t.name.ends_with("ffn_gate_up_exps.weight"))
+        if (spec.echo_cycle > 0 && t.name == "output.weight")
+            w.add_tensor(t.name, t.type, t.ne, [t, spec](std::span<uint8_t> out) { fill_echo_head(t, spec, out); });
+        else if (t.name.ends_with("ffn_gate_up_exps.weight"))
             w.add_tensor(t.name, t.type, t.ne, [t, seed = spec.seed](std::span<uint8_t> out) { fill_gate_up(t, seed, out); });
         else
             w.add_tensor(t.name, t.type, t.ne,

@@ -91,6 +91,9 @@ int run(int argc, char** argv) {
         ("type-out", "type of the output head", cxxopts::value<std::string>())
         ("type-router", "type of the router weights", cxxopts::value<std::string>())
         ("tie-embeddings", "no output.weight; the head reuses token_embd")
+        ("echo-cycle", "a model whose greedy output repeats runs of this many token ids (id base + i is followed "
+         "by base + (i + 1) % N; layer outputs scaled down); writes strata.echo_cycle for strata-bench model --spec",
+         cxxopts::value<int>())
         ("split-experts", "mixtral: one tensor per expert (blk.N.ffn_gate.E.weight), as older files have")
         ("fused-gate-up", "one ffn_gate_up_exps per layer (each expert's gate rows, then its up rows) instead of "
          "ffn_gate_exps + ffn_up_exps; the same values as without it")
@@ -166,6 +169,9 @@ int run(int argc, char** argv) {
     for (auto [flag, field] : types)
         if (a.count(flag)) *field = parse_type(flag, a[flag].as<std::string>());
     s.tie_embeddings = a.count("tie-embeddings") > 0;
+    set_int("echo-cycle", s.echo_cycle);
+    if (s.echo_cycle > 0 && s.tie_embeddings)
+        throw std::invalid_argument("--echo-cycle needs an output head of its own: leave out --tie-embeddings");
     s.split_experts = a.count("split-experts") > 0;
     s.fused_gate_up = a.count("fused-gate-up") > 0;
     if (s.fused_gate_up && s.split_experts)

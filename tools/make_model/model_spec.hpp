@@ -87,6 +87,11 @@ struct model_spec {
     int rope_orig_ctx = 0;            // yarn: rope.scaling.original_context_length; 0: n_ctx / rope_factor
     float rms_eps = 1e-6f;
     bool tie_embeddings = false;       // no output.weight; the head reuses token_embd
+    // --echo-cycle L: a model that continues a text the way it has seen it: the output head maps each
+    // token id to the next one in its run of L ids (the last back to the first) and every layer's output
+    // is scaled down so greedy decoding follows the runs. Speculative-decoding benchmarks use it as a
+    // stand-in for a model asked to repeat a block of text. 0: off.
+    int echo_cycle = 0;
     bool split_experts = false;        // mixtral only: older per-expert tensors blk.N.ffn_gate.E.weight
     // One blk.N.ffn_gate_up_exps [n_embd, 2 n_ff_exp, n_expert] (each expert's gate rows, then its up
     // rows) instead of ffn_gate_exps + ffn_up_exps, holding the same values as those two would.
