@@ -55,7 +55,7 @@ private:
     bool adaptive_;
     int n_max_;
     const cost_table& costs_;
-    double accepted_ = 1, rejected_ = 1;  // decayed counts, prior alpha 0.5
+    double accepted_ = 0.5, rejected_ = 0.5;  // decayed counts: prior alpha 0.5, worth one verification
     bool on_ = true;
     bool verified_ = false;  // a verification has been recorded
     int off_steps_ = 0;
