@@ -427,11 +427,19 @@ model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
 
 repack_summary repack_dense(model_weights& w) {
     std::vector<weight_matrix*> todo;
-    for (auto& l : w.layers)
+    const auto add_layer = [&](layer_weights& l) {
         for (weight_matrix* wm : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router, &l.shexp_gate, &l.shexp_up, &l.shexp_down,
                                   &l.wq_a, &l.wq_b, &l.wkv_a, &l.wqkv, &l.wz, &l.ssm_in, &l.ssm_beta, &l.ssm_alpha,
                                   &l.ssm_ba})
             if (wm->present()) todo.push_back(wm);
+    };
+    for (auto& l : w.layers) add_layer(l);
+    // The MTP blocks' dense matrices too: every drafting step reads them.
+    for (auto& nw : w.nextn) {
+        add_layer(nw.layer);
+        for (weight_matrix* wm : {&nw.eh_proj, &nw.shared_head_head})
+            if (wm->present()) todo.push_back(wm);
+    }
     if (w.output.present()) todo.push_back(&w.output);
     constexpr size_t kAlign = 64;
     const auto repacks = [](const weight_matrix& wm) { return kernels::cpu::can_repack(wm.m.type, wm.n_rows); };

@@ -150,10 +150,10 @@ struct repack_summary {
     std::vector<std::string> copied;  // the other dense tensors, copied as they are
     size_t copied_bytes = 0;
 };
-// Gives every dense matrix (attention, router, shared expert, output head; not the embedding table)
-// that kernels::cpu::can_repack accepts a rows16 copy in w.packed_dense, and every other one a copy of
-// its GGUF rows there (so decode reads all of them from huge pages, none from the mapped file). The
-// GGUF rows stay bound (the GPU reads them).
+// Gives every dense matrix (attention, router, shared expert, output head, also the MTP blocks'; not
+// the embedding table) that kernels::cpu::can_repack accepts a rows16 copy in w.packed_dense, and every
+// other one a copy of its GGUF rows there (so decode reads all of them from huge pages, none from the
+// mapped file). The GGUF rows stay bound (the GPU reads them).
 repack_summary repack_dense(model_weights& w);
 
 }  // namespace strata::engine
