@@ -330,7 +330,8 @@ void gemm16_iq4_nl_scalar(int64_t n, const void* w, size_t group_bytes, int64_t 
 
 void gemm16_mxfp4_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                          float* y, int64_t y_stride) {
-    gemm16_legacy<formats::block_mxfp4, block_mxfp4x16>(ggml_type::MXFP4, n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
+    gemm16_legacy<formats::block_mxfp4, block_mxfp4x16>(ggml_type::MXFP4, n, w, group_bytes, n_groups, a, n_tok, y,
+                                                        y_stride);
 }
 
 void gemm16_q4_k_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,

@@ -157,7 +157,8 @@ struct legacy_gemm16 {
         for (int t = 0; t < NT; ++t) fill_terms<F>(act[t], nb, terms + t * nb);
         // the code book as bytes, in each 128-bit lane
         __m256i values = _mm256_setzero_si256();
-        if constexpr (F::lookup) values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(F::values)));
+        if constexpr (F::lookup)
+            values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(F::values)));
         for (int64_t g = 0; g < n_groups; ++g) {
             const auto* x = reinterpret_cast<const typename F::packed*>(static_cast<const uint8_t*>(w) + g * group_bytes);
             for (int h = 0; h < 2; ++h) {

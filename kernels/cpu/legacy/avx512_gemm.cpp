@@ -131,8 +131,8 @@ struct legacy_gemm16 {
         // the code book + 128 as bytes, in each 128-bit lane
         __m512i values = _mm512_setzero_si512();
         if constexpr (F::lookup)
-            values = _mm512_broadcast_i32x4(
-                _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(F::values)), _mm_set1_epi8(static_cast<char>(0x80))));
+            values = _mm512_broadcast_i32x4(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(F::values)),
+                                                           _mm_set1_epi8(static_cast<char>(0x80))));
         for (int64_t g = 0; g < n_groups; ++g) {
             const auto* x = reinterpret_cast<const typename F::packed*>(static_cast<const uint8_t*>(w) + g * group_bytes);
             __m512 acc[NT];
