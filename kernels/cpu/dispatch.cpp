@@ -53,6 +53,7 @@ static void fill_avx2_gemm(isa_table& t) {
     set_gemm16(t, ggml_type::Q5_0, gemm16_q5_0_avx2, 4, true);
     set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_avx2, 4, true);
     set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_avx2, 4, true);
+    set_gemm16(t, ggml_type::MXFP4, gemm16_mxfp4_avx2, 4, true);
     set_gemm16(t, ggml_type::IQ4_XS, gemm16_iq4_xs_avx2, 4, true);
     set_gemm16(t, ggml_type::Q2_K, gemm16_q2_k_avx2, 4, true);
     set_gemm16(t, ggml_type::Q3_K, gemm16_q3_k_avx2, 4, true);
@@ -160,6 +161,7 @@ static void fill_avx512(isa_table& t) {
     set_gemm16(t, ggml_type::Q5_0, gemm16_q5_0_avx512, 8, true);
     set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_avx512, 8, true);
     set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_avx512, 8, true);
+    set_gemm16(t, ggml_type::MXFP4, gemm16_mxfp4_avx512, 8, true);
     set_gemm16(t, ggml_type::Q2_K, gemm16_q2_k_avx512, 8, true);
     set_gemm16(t, ggml_type::Q3_K, gemm16_q3_k_avx512, 8, true);
     t.attn_tile = attn_tile_avx512;
@@ -180,6 +182,7 @@ static isa_table build_table(isa which) {
     set_gemm16(t, ggml_type::Q5_0, gemm16_q5_0_scalar, max_dot_tokens, false);
     set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_scalar, max_dot_tokens, false);
     set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_scalar, max_dot_tokens, false);
+    set_gemm16(t, ggml_type::MXFP4, gemm16_mxfp4_scalar, max_dot_tokens, false);
     set_gemm16(t, ggml_type::IQ4_XS, gemm16_iq4_xs_scalar, max_dot_tokens, false);
     set_gemm16(t, ggml_type::Q2_K, gemm16_q2_k_scalar, max_dot_tokens, false);
     set_gemm16(t, ggml_type::Q3_K, gemm16_q3_k_scalar, max_dot_tokens, false);

@@ -197,14 +197,17 @@ void unpack_q8_0(const block_q8_0x16& in, block_q8_0* const rows[G]) {
     }
 }
 
-// The 32-element nibble formats (block_q4_0x16 and its kin): d, m where the format has one, the qs
-// dwords, and the fifth bits regrouped into the 64-bit masks of the kernels.
+// The 32-element nibble formats (block_q4_0x16 and its kin): d (MXFP4: its exponent e), m where the format
+// has one, the qs dwords, and the fifth bits regrouped into the 64-bit masks of the kernels.
 template <class Block, class Packed>
 void pack_legacy(const Block* const rows[G], Packed& out) {
     uint64_t masks[8] = {};
     for (int r = 0; r < G; ++r) {
         const Block& b = *rows[r];
-        out.d[r] = b.d;
+        if constexpr (requires { b.e; })
+            out.e[r] = b.e;
+        else
+            out.d[r] = b.d;
         if constexpr (requires { b.m; }) out.m[r] = b.m;
         for (int v = 0; v < 4; ++v) std::memcpy(out.qs[v][r], b.qs + 4 * v, 4);
         if constexpr (requires { b.qh; }) {
@@ -225,7 +228,10 @@ void unpack_legacy(const Packed& in, Block* const rows[G]) {
     if constexpr (requires { in.qh; }) std::memcpy(masks, in.qh, sizeof(masks));
     for (int r = 0; r < G; ++r) {
         Block& b = *rows[r];
-        b.d = in.d[r];
+        if constexpr (requires { b.e; })
+            b.e = in.e[r];
+        else
+            b.d = in.d[r];
         if constexpr (requires { b.m; }) b.m = in.m[r];
         for (int v = 0; v < 4; ++v) std::memcpy(b.qs + 4 * v, in.qs[v][r], 4);
         if constexpr (requires { b.qh; }) {
@@ -322,6 +328,12 @@ void gemm16_iq4_nl_scalar(int64_t n, const void* w, size_t group_bytes, int64_t 
     gemm16_legacy<formats::block_iq4_nl, block_q4_0x16>(ggml_type::IQ4_NL, n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
 }
 
+void gemm16_mxfp4_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                         float* y, int64_t y_stride) {
+    gemm16_legacy<formats::block_mxfp4, block_mxfp4x16>(ggml_type::MXFP4, n, w, group_bytes, n_groups, a, n_tok, y,
+                                                        y_stride);
+}
+
 void gemm16_q4_k_scalar(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
     gemm16_reference<block_q4_K, block_q4_Kx16, unpack_q4_k>(ggml_type::Q4_K, n, w, group_bytes, n_groups, a, n_tok, y,
@@ -361,7 +373,8 @@ size_t repacked_row_stride(ggml_type type, int64_t n_cols) {
         case ggml_type::Q4_1:
         case ggml_type::Q5_0:
         case ggml_type::Q5_1:
-        case ggml_type::IQ4_NL: return formats::row_size(type, n_cols);  // the same bytes, regrouped
+        case ggml_type::IQ4_NL:
+        case ggml_type::MXFP4: return formats::row_size(type, n_cols);  // the same bytes, regrouped
         default:
             throw std::invalid_argument("CPU kernels: no repacked layout for weight type " +
                                         std::string(formats::info(type).name) + ".");
@@ -412,6 +425,10 @@ void with_block_layout(ggml_type type, Fn fn) {
         case ggml_type::IQ4_NL:
             fn.template operator()<block_iq4_nl, block_q4_0x16>(pack_legacy<block_iq4_nl, block_q4_0x16>,
                                                                 unpack_legacy<block_iq4_nl, block_q4_0x16>);
+            return;
+        case ggml_type::MXFP4:
+            fn.template operator()<block_mxfp4, block_mxfp4x16>(pack_legacy<block_mxfp4, block_mxfp4x16>,
+                                                                unpack_legacy<block_mxfp4, block_mxfp4x16>);
             return;
         default:
             throw std::invalid_argument("CPU kernels: no repacked layout for weight type " + std::string(info(type).name) + ".");

@@ -247,7 +247,7 @@ TEST(ExpertStore, GatherReadsTheStoresCopiesNotTheModel) {
     for (const bool repack : {false, true}) {
         SCOPED_TRACE(repack ? "repacked store" : "GGUF-layout store");
         synthetic_moe m = make_synthetic_moe(
-            shape, {{ggml_type::Q4_K, ggml_type::Q8_0, ggml_type::Q6_K}, {ggml_type::Q8_0, ggml_type::IQ4_XS, ggml_type::Q8_0}}, 7);
+            shape, {{ggml_type::Q4_K, ggml_type::Q8_0, ggml_type::Q6_K}, {ggml_type::Q8_0, ggml_type::IQ4_XS, ggml_type::MXFP4}}, 7);
         const auto original = m.storage;
         expert_pool pool(test_plan(3));
         if (repack && strata::kernels::cpu::can_repack(ggml_type::Q4_K, m.shape.n_ff)) {  // Q4_K: 148 bytes per 256, not 144

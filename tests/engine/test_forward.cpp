@@ -491,7 +491,8 @@ INSTANTIATE_TEST_SUITE_P(Types, ForwardRepack,
                                            repack_types{ggml_type::IQ4_NL, ggml_type::Q5_0},
                                            repack_types{ggml_type::Q5_1, ggml_type::Q4_1},
                                            repack_types{ggml_type::Q5_K, ggml_type::IQ4_NL},
-                                           repack_types{ggml_type::Q2_K, ggml_type::Q3_K}),
+                                           repack_types{ggml_type::Q2_K, ggml_type::Q3_K},
+                                           repack_types{ggml_type::MXFP4, ggml_type::MXFP4}),
                          [](const auto& info) {
                              return std::string(formats::info(info.param.experts).name) + "_" +
                                     std::string(formats::info(info.param.dense).name);

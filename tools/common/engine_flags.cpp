@@ -23,8 +23,8 @@ void add_model_flags(cxxopts::Options& o) {
         ("numa-hot-node", "split-off pool: claim the resident experts on NUMA node N (N | auto: the GPU's | off)",
          cxxopts::value<std::string>()->default_value("off"))
         ("mmap-experts", "split-off pool: read routed experts from the mapped file instead of a RAM copy")
-        ("no-repack", "keep the weights in the GGUF layout (default: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-                      "IQ4_NL experts, and dense matrices without a GPU, repacked for the prompt GEMM kernels)")
+        ("no-repack", "keep the weights in the GGUF layout (default: Q2_K-Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, "
+                      "IQ4_XS, MXFP4 experts, and dense matrices without a GPU, repacked for the prompt GEMM kernels)")
         ("cache-ram", "MiB for parked conversation snapshots (default: the smaller of 25 % of MemAvailable and "
                       "8 GiB; 0: off)", cxxopts::value<int>())
         ("mem-budget", "MiB that all sessions' KV caches, recurrent-state checkpoints and conversation snapshots "

@@ -41,9 +41,9 @@ struct model_options {
     // empty: not one NUMA system call.
     std::string numa_hot_node;
     bool mmap_experts = false;        // split off: read experts from the mapped file instead of a RAM copy
-    // --no-repack clears it: keep the experts (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL), and on CPU-only
-    // runs the dense matrices of those types, in the layout of the CPU's prompt GEMM kernels (AVX-512: 16
-    // rows interleaved; decode reads it too).
+    // --no-repack clears it: keep the experts (Q2_K-Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS,
+    // MXFP4), and on CPU-only runs the dense matrices of those types, in the layout of the CPU's prompt GEMM
+    // kernels (AVX-512: 16 rows interleaved; decode reads it too).
     bool repack = true;
     // GPU hybrid (docs/GPU.md). gpu < 0: CPU only. Without a usable device (or a build without CUDA)
     // the engine logs why in one line and runs CPU-only.

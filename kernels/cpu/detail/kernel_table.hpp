@@ -200,6 +200,9 @@ STRATA_GEMM16(gemm16_q4_1_avx2);
 STRATA_GEMM16(gemm16_q5_0_avx2);
 STRATA_GEMM16(gemm16_q5_1_avx2);
 STRATA_GEMM16(gemm16_iq4_nl_avx2);
+STRATA_GEMM16(gemm16_mxfp4_scalar);
+STRATA_GEMM16(gemm16_mxfp4_avx2);
+STRATA_GEMM16(gemm16_mxfp4_avx512);
 STRATA_GEMM16(gemm16_q4_k_avxvnni);
 STRATA_GEMM16(gemm16_q5_k_avxvnni);
 STRATA_GEMM16(gemm16_q8_0_avxvnni);
@@ -329,6 +332,13 @@ struct block_q5_1x16 {
     uint8_t qs[4][16][4];
 };
 static_assert(sizeof(block_q5_1x16) == 16 * 24);
+// MXFP4: e[16] (row r's E8M0 exponent), qs[4][16][4] as block_q4_0x16's (the codes index kvalues_mxfp4).
+// Same bytes as the GGUF blocks.
+struct block_mxfp4x16 {
+    uint8_t e[16];
+    uint8_t qs[4][16][4];
+};
+static_assert(sizeof(block_mxfp4x16) == 16 * 17);
 
 void fill_scalar(isa_table& t);
 void quantize_q8_0_avx2(const float* x, void* dst, int64_t n);

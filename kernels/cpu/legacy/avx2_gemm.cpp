@@ -1,9 +1,10 @@
-// The 32-element nibble formats on the rows16 layout, AVX2: 8 rows (one half of a group) x NT tokens
+// The 32-element nibble formats (and MXFP4) on the rows16 layout, AVX2: 8 rows (one half of a group) x NT tokens
 // per pass. Each 32-byte half of a 64-byte qs line holds 4 columns of 8 rows in both nibble halves;
 // vpmaddubsw multiplies the unsigned codes (the fifth bit added from the 64-bit masks) by the token's
 // 4 activation bytes broadcast to every row, and a block's pair sums add up in int16 before vpmaddwd
 // widens them (codes up to 15: 8 * 2 * 15 * 128 = 30720; up to 31: two halves of 4). IQ4_NL's signed
-// values go in as |v| against the activation carrying v's sign. The integer sums and the float steps are
+// values go in as |v| against the activation carrying v's sign; MXFP4's (|v| <= 12) are looked up as
+// v + 12, unsigned, and taken back out as Q4_0's offset is. The integer sums and the float steps are
 // the AVX-512 kernel's (offset * sum(a) out of the codes' sum, then d_w * d_a, the _1 formats' m_w * s_a),
 // so both give the same bits.
 #include <memory>
@@ -34,6 +35,16 @@ struct fmt_iq4_nl {
     using act = block_q8_0;
     static constexpr int offset = 0;  // signed values, no offset to take out
     static constexpr bool has_m = false, has_qh = false, lookup = true;
+    static constexpr const int8_t* values = kvalues_iq4nl;
+};
+// kvalues_mxfp4 + 12: unsigned bytes for vpmaddubsw.
+constexpr int8_t mxfp4_plus12[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+struct fmt_mxfp4 {
+    using packed = block_mxfp4x16;
+    using act = block_q8_0;
+    static constexpr int offset = 12;
+    static constexpr bool has_m = false, has_qh = false, lookup = true;
+    static constexpr const int8_t* values = mxfp4_plus12;
 };
 struct fmt_q5_0 {
     using packed = block_q5_0x16;
@@ -79,10 +90,26 @@ static void fill_terms(const typename F::act* a, int64_t n_blocks, block_terms* 
     }
 }
 
+// Rows 8h..8h+7's weight scales: the f16 d, or MXFP4's 2^(e - 128) (e < 2: a subnormal) from the exponent byte.
+template <class P>
+static inline __m256 row_scales(const P& x, int h) {
+    if constexpr (requires { x.e; }) {
+        const __m256i one = _mm256_set1_epi32(1);
+        const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.e + 8 * h)));
+        const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, one), 23);
+        const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+        return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, one)));
+    } else {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + 8 * h)));
+    }
+}
+
 template <class F, int NT>
 struct legacy_gemm16 {
+    // IQ4_NL: signed values (|v| against the activation with v's sign); MXFP4 looks up unsigned v + offset.
+    static constexpr bool signed_lookup = F::lookup && F::offset == 0;
     // Column sets summed in int16 before widening (see the file comment); IQ4_NL's |v| <= 127 widens each.
-    static constexpr int int16_sets = F::lookup ? 1 : F::has_qh ? 4 : 8;
+    static constexpr int int16_sets = signed_lookup ? 1 : F::has_qh || F::lookup ? 4 : 8;
 
     // The 8 sets of 4 columns of rows 8h..8h+7: sets 0..3 the low nibbles (elements 4v + i), 4..7 the high.
     static inline void codes(const typename F::packed& x, int h, __m256i w[8]) {
@@ -107,7 +134,7 @@ struct legacy_gemm16 {
             __m256i s16 = _mm256_setzero_si256();
             for (int v = v0; v < v0 + int16_sets; ++v) {
                 const __m256i a = broadcast_dword(qs + 4 * v);  // sets 0..3: elements 4v + i, 4..7: 16 + 4(v - 4) + i
-                if constexpr (F::lookup)
+                if constexpr (signed_lookup)
                     s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(mag[v], _mm256_sign_epi8(a, w[v])));
                 else
                     s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[v], a));
@@ -128,8 +155,10 @@ struct legacy_gemm16 {
         block_terms* terms = stack_terms;
         if (NT * nb > stack_blocks) terms = (heap_terms = std::make_unique<block_terms[]>(static_cast<size_t>(NT * nb))).get();
         for (int t = 0; t < NT; ++t) fill_terms<F>(act[t], nb, terms + t * nb);
-        // kvalues_iq4nl as bytes, in each 128-bit lane
-        const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_iq4nl)));
+        // the code book as bytes, in each 128-bit lane
+        __m256i values = _mm256_setzero_si256();
+        if constexpr (F::lookup)
+            values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(F::values)));
         for (int64_t g = 0; g < n_groups; ++g) {
             const auto* x = reinterpret_cast<const typename F::packed*>(static_cast<const uint8_t*>(w) + g * group_bytes);
             for (int h = 0; h < 2; ++h) {
@@ -142,9 +171,9 @@ struct legacy_gemm16 {
                     if constexpr (F::lookup)
                         for (int v = 0; v < 8; ++v) {
                             wv[v] = _mm256_shuffle_epi8(values, wv[v]);
-                            mag[v] = _mm256_sign_epi8(wv[v], wv[v]);
+                            if constexpr (signed_lookup) mag[v] = _mm256_sign_epi8(wv[v], wv[v]);
                         }
-                    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].d + 8 * h)));
+                    const __m256 dw = row_scales(x[b], h);
                     for (int t = 0; t < NT; ++t) {
                         const block_terms& tb = terms[t * nb + b];
                         __m256i sumi = block_sum(wv, mag, reinterpret_cast<const uint8_t*>(act[t][b].qs));
@@ -194,6 +223,10 @@ void gemm16_q5_1_avx2(int64_t n, const void* w, size_t group_bytes, int64_t n_gr
 void gemm16_iq4_nl_avx2(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
     gemm16<fmt_iq4_nl>(n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
+}
+void gemm16_mxfp4_avx2(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                       float* y, int64_t y_stride) {
+    gemm16<fmt_mxfp4>(n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
 }
 
 }  // namespace strata::kernels::cpu::detail

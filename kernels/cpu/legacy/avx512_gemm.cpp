@@ -3,8 +3,8 @@
 // fifth bit added from a 64-bit mask or the IQ4_NL code looked up) the bytes are unsigned, so vpdpbusd
 // multiplies them by the token's 4 activation bytes broadcast to every row: one instruction does 64
 // products and the unpacking is shared by all NT tokens.
-// NOTE: the signed formats are computed on unsigned codes u = q + offset (Q4_0: 8, Q5_0: 16, IQ4_NL:
-// 128 over kvalues_iq4nl); offset * sum(a) per block, computed once per call and token, takes it back
+// NOTE: the signed formats are computed on unsigned codes u = q + offset (Q4_0: 8, Q5_0: 16, IQ4_NL and
+// MXFP4: 128 over their code books); offset * sum(a) per block, computed once per call and token, takes it back
 // out of the int sum exactly before the scale d_w * d_a. The _1 formats add m_w * s_a per block.
 #include <memory>
 
@@ -41,6 +41,14 @@ struct fmt_iq4_nl {
     using act = block_q8_0;
     static constexpr int offset = 128;
     static constexpr bool has_m = false, has_qh = false, lookup = true;
+    static constexpr const int8_t* values = kvalues_iq4nl;
+};
+struct fmt_mxfp4 {
+    using packed = block_mxfp4x16;
+    using act = block_q8_0;
+    static constexpr int offset = 128;
+    static constexpr bool has_m = false, has_qh = false, lookup = true;
+    static constexpr const int8_t* values = kvalues_mxfp4;
 };
 struct fmt_q5_0 {
     using packed = block_q5_0x16;
@@ -86,6 +94,20 @@ static void fill_terms(const typename F::act* a, int64_t n_blocks, block_terms* 
     }
 }
 
+// The 16 rows' weight scales: the f16 d, or MXFP4's 2^(e - 128) (e < 2: a subnormal) from the exponent byte.
+template <class P>
+static inline __m512 row_scales(const P& x) {
+    if constexpr (requires { x.e; }) {
+        const __m512i one = _mm512_set1_epi32(1);
+        const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.e)));
+        const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, one), 23);
+        const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+        return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, one), subnormal, normal));
+    } else {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
+    }
+}
+
 template <class F, int NT>
 struct legacy_gemm16 {
     // Up to 4 tokens the low and high nibble halves sum into two chains (latency); above, one.
@@ -106,9 +128,11 @@ struct legacy_gemm16 {
 
         const __m512i low4 = _mm512_set1_epi8(0x0F);
         const __m512i fifth = _mm512_set1_epi8(0x10);
-        // kvalues_iq4nl + 128 as bytes, in each 128-bit lane
-        const __m512i values = _mm512_broadcast_i32x4(
-            _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_iq4nl)), _mm_set1_epi8(static_cast<char>(0x80))));
+        // the code book + 128 as bytes, in each 128-bit lane
+        __m512i values = _mm512_setzero_si512();
+        if constexpr (F::lookup)
+            values = _mm512_broadcast_i32x4(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(F::values)),
+                                                           _mm_set1_epi8(static_cast<char>(0x80))));
         for (int64_t g = 0; g < n_groups; ++g) {
             const auto* x = reinterpret_cast<const typename F::packed*>(static_cast<const uint8_t*>(w) + g * group_bytes);
             __m512 acc[NT];
@@ -135,7 +159,7 @@ struct legacy_gemm16 {
                         isum[chains - 1][t] = _mm512_dpbusd_epi32(isum[chains - 1][t], hi, broadcast_dword(act[t][b].qs + 16 + 4 * v));
                     }
                 }
-                const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].d)));
+                const __m512 dw = row_scales(x[b]);
                 for (int t = 0; t < NT; ++t) {
                     const block_terms& tb = terms[t * nb + b];
                     __m512i sumi = chains == 2 ? _mm512_add_epi32(isum[0][t], isum[chains - 1][t]) : isum[0][t];
@@ -188,6 +212,10 @@ void gemm16_q5_1_avx512(int64_t n, const void* w, size_t group_bytes, int64_t n_
 void gemm16_iq4_nl_avx512(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                           float* y, int64_t y_stride) {
     gemm16<fmt_iq4_nl>(n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
+}
+void gemm16_mxfp4_avx512(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
+                         float* y, int64_t y_stride) {
+    gemm16<fmt_mxfp4>(n, w, group_bytes, n_groups, a, n_tok, y, y_stride);
 }
 
 }  // namespace strata::kernels::cpu::detail

@@ -538,11 +538,41 @@ TEST_P(RepackTest, RowRangesOffGroupsAreRefused) {
     EXPECT_THROW(repack_rows(type, r.rows.data(), r.row_stride, 20, 256, y.data()), std::invalid_argument);
 }
 
+// MXFP4's scale 2^(e - 128) for every exponent byte (e < 2: subnormal floats) through the rows16 GEMM of each
+// ISA: row 16g + r holds one block with e = 16g + r and the single value 1 against an activation of 1.0 * 1.
+TEST(Repack, Mxfp4ScalesCoverEveryExponent) {
+    constexpr int64_t n_rows = 256, n_cols = formats::QK_MXFP4;
+    std::vector<formats::block_mxfp4> rows(n_rows);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        rows[r] = {};
+        rows[r].e = static_cast<uint8_t>(r);
+        rows[r].qs[0] = 1;  // element 0: code 1, kvalues_mxfp4[1] = 1
+    }
+    formats::block_q8_0 act{};
+    act.d = formats::fp32_to_fp16(1.0f);
+    act.qs[0] = 1;
+    const size_t stride = repacked_row_stride(ggml_type::MXFP4, n_cols);
+    ASSERT_EQ(sizeof(formats::block_mxfp4), stride);
+    std::vector<uint8_t> packed(stride * n_rows);
+    repack_rows(ggml_type::MXFP4, rows.data(), sizeof(formats::block_mxfp4), n_rows, n_cols, packed.data());
+    const matrix m{ggml_type::MXFP4, packed.data(), n_cols, stride, weight_layout::rows16};
+    for (isa path : {isa::scalar, isa::avx2, isa::avx512}) {
+        if (!cpu_supports(path)) continue;
+        SCOPED_TRACE(isa_label(path));
+        std::vector<float> y(n_rows, -1.0f);
+        detail::run_rows(detail::table_for(path), m, 0, n_rows, &act, 0, 1, y.data(), 0);
+        for (int64_t r = 0; r < n_rows; ++r) {
+            const float want = std::ldexp(1.0f, static_cast<int>(r) - 128);
+            ASSERT_EQ(std::bit_cast<uint32_t>(want), std::bit_cast<uint32_t>(y[r])) << "e " << r;
+        }
+    }
+}
+
 std::vector<matvec_case> repack_cases() {
     std::vector<matvec_case> cases;
     for (ggml_type t : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
                         ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL, ggml_type::IQ4_XS,
-                        ggml_type::Q2_K, ggml_type::Q3_K})
+                        ggml_type::Q2_K, ggml_type::Q3_K, ggml_type::MXFP4})
         for (isa i : {isa::scalar, isa::avx2, isa::avx512}) cases.push_back({t, i});
     return cases;
 }
@@ -557,7 +587,8 @@ TEST(Repack, OnlyWhereTheActiveIsaHasAGemmKernel) {
     const bool avx512 = active_isa() == isa::avx512;
     EXPECT_EQ(fast, can_repack(ggml_type::Q4_K, 768));
     EXPECT_EQ(fast, can_repack(ggml_type::Q8_0, 2048));
-    for (ggml_type t : {ggml_type::Q4_0, ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL}) {
+    for (ggml_type t : {ggml_type::Q4_0, ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL,
+                        ggml_type::MXFP4}) {
         EXPECT_EQ(fast, can_repack(t, 2048)) << formats::info(t).name;
         EXPECT_EQ(formats::row_size(t, 2048), repacked_row_stride(t, 2048)) << formats::info(t).name;  // same bytes
     }
@@ -584,7 +615,7 @@ TEST(Repack, Avx2PromptPathIsTheGemmOne) {
     const auto& t = detail::table_for(isa::avx2);
     for (ggml_type type : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
                            ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL, ggml_type::IQ4_XS,
-                           ggml_type::Q2_K, ggml_type::Q3_K}) {
+                           ggml_type::Q2_K, ggml_type::Q3_K, ggml_type::MXFP4}) {
         const auto id = static_cast<size_t>(type);
         EXPECT_EQ(type != ggml_type::Q6_K, t.gemm16_fast[id]) << formats::info(type).name;
         EXPECT_NE(t.gemm16[id], detail::table_for(isa::scalar).gemm16[id]) << formats::info(type).name;
@@ -607,7 +638,7 @@ TEST(Repack, Avx2GemmIsBitwiseTheAvx512One) {
     constexpr int64_t n_cols = 2048, n_rows = 32, n_tok = 13;
     for (ggml_type type : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
                            ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::IQ4_NL, ggml_type::IQ4_XS,
-                           ggml_type::Q2_K, ggml_type::Q3_K}) {
+                           ggml_type::Q2_K, ggml_type::Q3_K, ggml_type::MXFP4}) {
         SCOPED_TRACE(formats::info(type).name);
         const repacked r = make_repacked(type, n_rows, n_cols, 91);
         const size_t act_stride = activation_row_size(type, n_cols);
