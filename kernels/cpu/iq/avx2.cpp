@@ -1,16 +1,16 @@
 // The code book formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) x Q8_K and MXFP4 x Q8_0,
-// AVX2. Each IQ format decodes a sub-block of 32 into magnitudes |w| (grid entries gathered by index; the
-// IQ2/IQ3 grids hold no zero), a sign operand s with sign(s) = sign(w) (IQ1: w = 8 * value + delta sign,
-// never zero, is its own) and int16 scales (one per 16 elements, a 128-bit lane each); every format then
-// shares one loop: maddubs(|w|, sign(a, s)) times the scales,
-// int32 sums per super-block, scaled by d_w * d_a in f32, and the format's unit (1/8, 1/4, 1) at the end.
+// AVX2. Each IQ format decodes a sub-block of 32 into magnitudes |w| (grid entries put together from scalar
+// loads: vpgather is slower on Zen 4/5), a sign operand s with sign(s) = sign(w) (from sign bytes computed
+// once per super-block) and int16 scales (one per 16 elements, a 128-bit lane each); every format then
+// shares one loop: maddubs(|w|, sign(a, s)) times the scales, int32 sums per super-block, scaled by
+// d_w * d_a in f32, and the format's unit (1/8, 1/4, 1) at the end. IQ1 weights enter unsigned (u = w + c)
+// with no sign operand, and the c * sum(a) excess leaves through the activation's bsums.
 // The prompt GEMM (iq_avx2_gemm, mxfp4_avx2_gemm) decodes each block once for up to 64 tokens and applies
 // the same operations per token, so its results are bitwise the dot kernel's.
 #include <bit>
 
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
-#include "cpu/iq/sign_tables.hpp"
 #include "formats/blocks.hpp"
 #include "formats/iq_grids.hpp"
 #include "cpu/iq/gemm_rows.hpp"
@@ -19,38 +19,6 @@ namespace strata::kernels::cpu::detail {
 namespace {
 
 using namespace formats;
-
-// Grid entries gathered by 4 (64-bit entries) or 8 (32-bit) indices; index k gets bits from `high`
-// (broadcast, shifted right by shift[k], masked) above bit 8 when the format has them.
-// Scalar: loads put together instead of a vpgather (faster for some formats where gathers are
-// microcoded, as on Zen 4).
-template <bool Scalar = false>
-static inline __m256i gather64(const uint64_t* grid, __m128i ix) {
-    if constexpr (!Scalar) {
-        return _mm256_i32gather_epi64(reinterpret_cast<const long long*>(grid), ix, 8);
-    } else {
-        alignas(16) uint32_t k[4];
-        _mm_store_si128(reinterpret_cast<__m128i*>(k), ix);
-        asm("" : "+m"(k));  // reload the indices as scalars rather than extract them lane by lane
-        return _mm256_setr_epi64x(static_cast<int64_t>(grid[k[0]]), static_cast<int64_t>(grid[k[1]]),
-                                  static_cast<int64_t>(grid[k[2]]), static_cast<int64_t>(grid[k[3]]));
-    }
-}
-static inline __m128i low_bytes4(const uint8_t* q) {
-    uint32_t v;
-    std::memcpy(&v, q, 4);
-    return _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(v)));
-}
-static inline __m128i high_bits4(int high, __m128i shift, int mask) {
-    return _mm_slli_epi32(_mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(high), shift), _mm_set1_epi32(mask)), 8);
-}
-static inline __m256i signs64(uint64_t s0, uint64_t s1, uint64_t s2, uint64_t s3) {
-    return _mm256_set_epi64x(static_cast<int64_t>(s3), static_cast<int64_t>(s2), static_cast<int64_t>(s1),
-                             static_cast<int64_t>(s0));
-}
-static inline __m256i scale_pair(int lo, int hi) {
-    return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(hi)), _mm_set1_epi16(static_cast<short>(lo)));
-}
 
 // Per super-block state of the decoders below that precompute their signs and scales for all 8 sub-blocks
 // at once (sign bytes, scale words, grid indices), read back per sub-block by broadcasts from memory.
@@ -257,11 +225,6 @@ struct iq3_s_dec {
     }
 };
 
-// IQ1: w = 8 * value + delta sign (value in -1, 0, 1), so |w| <= 9 and the unit is 1/8.
-static inline __m256i iq1_weights(const __m256i grid, const __m256i delta) {
-    return _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), grid), delta);
-}
-
 // IQ1_S enters as u = g + 1 (0, 1, 2) per weight, w = 8 g + delta = 8 u + (delta - 8): the maddubs takes u
 // unsigned (no sign operand), the scale words are 8 (2 s + 1), and sum (delta - 8) (2 s + 1) a per 32
 // comes in from the activation's 16-element sums (bsums).
@@ -301,32 +264,59 @@ struct iq1_s_dec {
     }
 };
 
+// IQ1_M enters as u = 8 (g + 1) + (delta + 1) (0 .. 18) per weight, w = u - 9: no sign operand, and
+// -9 (2 s + 1) times the activation's 16-element sums (bsums) per scale.
 struct iq1_m_dec {
     using block = block_iq1_m;
     static constexpr float unit = 0.125f;
-    static constexpr bool bsum_term = false;
-    using pre = none;
-    static void prep(const block&, pre&) {}
+    static constexpr bool bsum_term = true;
+    struct pre {
+        alignas(32) uint16_t ix[32];
+        alignas(32) uint8_t dp[32];  // delta + 1 (0 or 2) of each group of 8
+        alignas(32) int16_t sc[16];  // 2 s + 1 per 16
+        __m256i coef;                // -9 (2 s + 1) per 16
+    };
     static float d(const block& b) {
         uint16_t sc[4];
         std::memcpy(sc, b.scales, sizeof sc);
         return half_to_float(static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) |
                                                    (sc[3] & 0xf000)));
     }
-    static void sub(const block& b, const pre&, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
-        const uint8_t* q = b.qs + 4 * ib;
-        const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
-        const __m256i grid = gather64<true>(iq1s_grid, _mm_or_si128(low_bytes4(q), high_bits4(h0 | h1 << 8, _mm_setr_epi32(0, 4, 8, 12), 7)));
-        // delta +1 (0x01 bytes) where bit 3 of the group's nibble is clear, else -1 (0xFF)
-        const __m256i clear = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi16(static_cast<short>(h0 | h1 << 8)),
-                                                                  _mm256_setr_epi64x(8, 0x80, 0x800, 0x8000)),
-                                                 _mm256_setzero_si256());
-        sgn = iq1_weights(grid, _mm256_or_si256(_mm256_andnot_si256(clear, _mm256_set1_epi8(-1)), _mm256_set1_epi8(1)));
-        mag = _mm256_sign_epi8(sgn, sgn);
-        uint16_t s;
-        std::memcpy(&s, b.scales + 2 * (ib / 2), 2);
-        const int bits = s >> (6 * (ib % 2));
-        sc = scale_pair(2 * (bits & 7) + 1, 2 * ((bits >> 3) & 7) + 1);
+    static void prep(const block& b, pre& p) {
+        // word ib of qh: a nibble per group k of sub-block ib (3 high index bits, delta sign at bit 3);
+        // a multiply moves the nibble's top to bit 15
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh));
+        const __m128i h2 = _mm_unpacklo_epi16(h, h), h6 = _mm_unpackhi_epi16(h, h);
+        const __m256i hA = _mm256_setr_m128i(_mm_unpacklo_epi32(h2, h2), _mm_unpackhi_epi32(h2, h2));
+        const __m256i hB = _mm256_setr_m128i(_mm_unpacklo_epi32(h6, h6), _mm_unpackhi_epi32(h6, h6));
+        const __m256i mul = _mm256_setr_epi16(4096, 256, 16, 1, 4096, 256, 16, 1, 4096, 256, 16, 1, 4096, 256, 16, 1);
+        const __m256i tA = _mm256_mullo_epi16(hA, mul), tB = _mm256_mullo_epi16(hB, mul);  // nibble k at bits 12-15
+        const __m256i m7 = _mm256_set1_epi16(0x0700);
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+        const __m256i lo0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(q)), lo1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(q, 1));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.ix), _mm256_or_si256(lo0, _mm256_and_si256(_mm256_srli_epi16(tA, 4), m7)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.ix + 16), _mm256_or_si256(lo1, _mm256_and_si256(_mm256_srli_epi16(tB, 4), m7)));
+        // delta + 1 = 2 where the sign bit (now bit 15) is clear
+        const __m256i neg = dword_order(_mm256_packs_epi16(_mm256_srai_epi16(tA, 15), _mm256_srai_epi16(tB, 15)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.dp), _mm256_andnot_si256(neg, _mm256_set1_epi8(2)));
+        // scale j: bits 3 (j % 4) .. + 2 of word j / 4 of scales, moved to bits 13-15
+        uint64_t sv;
+        std::memcpy(&sv, b.scales, 8);
+        const __m256i w = _mm256_shuffle_epi8(_mm256_set1_epi64x(static_cast<int64_t>(sv)),
+                                              _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7));
+        const __m256i s = _mm256_srli_epi16(_mm256_mullo_epi16(w, _mm256_setr_epi16(8192, 1024, 128, 16, 8192, 1024, 128, 16, 8192, 1024, 128, 16, 8192, 1024, 128, 16)), 13);
+        const __m256i sc = _mm256_or_si256(_mm256_add_epi16(s, s), _mm256_set1_epi16(1));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.sc), sc);
+        p.coef = _mm256_mullo_epi16(sc, _mm256_set1_epi16(-9));
+    }
+    static void sub(const block&, const pre& p, int ib, __m256i& mag, __m256i&, __m256i& sc) {
+        const __m256i g1 = _mm256_add_epi8(grid4(iq1s_grid, p.ix + 4 * ib), _mm256_set1_epi8(1));  // 0 .. 2
+        uint32_t dv;
+        std::memcpy(&dv, p.dp + 4 * ib, 4);
+        const __m256i dp = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(dv)),
+                                               _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll));
+        mag = _mm256_add_epi8(_mm256_slli_epi16(g1, 3), dp);
+        sc = scale_halves(p.sc + 2 * ib);
     }
 };
 
