@@ -225,16 +225,31 @@ struct iq3_s_dec {
     }
 };
 
-// IQ1_S enters as u = g + 1 (0, 1, 2) per weight, w = 8 g + delta = 8 u + (delta - 8): the maddubs takes u
-// unsigned (no sign operand), the scale words are 8 (2 s + 1), and sum (delta - 8) (2 s + 1) a per 32
-// comes in from the activation's 16-element sums (bsums).
+// IQ1 grid entries as 8 (g + 1) per byte (0, 8, 16), filled by iq1_u_init() at the entry of each IQ1 kernel.
+static uint64_t iq1_u_grid[2048];
+static void iq1_u_init() {
+    static const bool done = [] {
+        for (size_t e = 0; e < 2048; ++e) {
+            uint64_t v = 0;
+            for (int j = 0; j < 8; ++j)
+                v |= uint64_t{static_cast<uint8_t>(8 * (static_cast<int8_t>(iq1s_grid[e] >> (8 * j)) + 1))} << (8 * j);
+            iq1_u_grid[e] = v;
+        }
+        return true;
+    }();
+    (void)done;
+}
+
+// IQ1_S enters as u = 8 (g + 1) (0, 8, 16) per weight, w = 8 g + delta = u + (delta - 8): the maddubs takes u
+// unsigned (no sign operand), and sum (delta - 8) (2 s + 1) a per 32 comes in from the activation's
+// 16-element sums (bsums).
 struct iq1_s_dec {
     using block = block_iq1_s;
     static constexpr float unit = 0.125f;
     static constexpr bool bsum_term = true;
     struct pre {
         alignas(32) uint16_t ix[32];
-        alignas(32) int16_t sc[16];  // word 2 ib: 8 (2 s + 1)
+        alignas(32) int16_t sc[16];  // word 2 ib: 2 s + 1
         __m256i coef;                // word j: (delta - 8) (2 s + 1) of sub-block j / 2
     };
     static float d(const block& b) { return half_to_float(b.d); }
@@ -255,11 +270,10 @@ struct iq1_s_dec {
         const __m128i dm8 = _mm_sub_epi16(_mm_set1_epi16(-7), _mm_and_si128(_mm_srai_epi16(h, 15), _mm_set1_epi16(2)));
         const __m128i c = _mm_mullo_epi16(s, dm8);
         p.coef = _mm256_setr_m128i(_mm_unpacklo_epi16(c, c), _mm_unpackhi_epi16(c, c));
-        const __m128i s8 = _mm_slli_epi16(s, 3);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(p.sc), _mm256_setr_m128i(_mm_unpacklo_epi16(s8, s8), _mm_unpackhi_epi16(s8, s8)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.sc), _mm256_setr_m128i(_mm_unpacklo_epi16(s, s), _mm_unpackhi_epi16(s, s)));
     }
     static void sub(const block&, const pre& p, int ib, __m256i& mag, __m256i&, __m256i& sc) {
-        mag = _mm256_add_epi8(grid4(iq1s_grid, p.ix + 4 * ib), _mm256_set1_epi8(1));
+        mag = grid4(iq1_u_grid, p.ix + 4 * ib);
         sc = bcast16(p.sc + 2 * ib);
     }
 };
@@ -310,12 +324,11 @@ struct iq1_m_dec {
         p.coef = _mm256_mullo_epi16(sc, _mm256_set1_epi16(-9));
     }
     static void sub(const block&, const pre& p, int ib, __m256i& mag, __m256i&, __m256i& sc) {
-        const __m256i g1 = _mm256_add_epi8(grid4(iq1s_grid, p.ix + 4 * ib), _mm256_set1_epi8(1));  // 0 .. 2
         uint32_t dv;
         std::memcpy(&dv, p.dp + 4 * ib, 4);
         const __m256i dp = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(dv)),
                                                _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll));
-        mag = _mm256_add_epi8(_mm256_slli_epi16(g1, 3), dp);
+        mag = _mm256_add_epi8(grid4(iq1_u_grid, p.ix + 4 * ib), dp);
         sc = scale_halves(p.sc + 2 * ib);
     }
 };
@@ -532,17 +545,21 @@ void gemm_rows_iq3_s_avx2(int64_t n, const void* w, size_t row_stride, int64_t n
     gemm_rows<iq_avx2_gemm<iq3_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq1_s_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    iq1_u_init();
     call_with_tokens<iq_avx2<iq1_s_dec>::kernel>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq1_s_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
+    iq1_u_init();
     gemm_rows<iq_avx2_gemm<iq1_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq1_m_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    iq1_u_init();
     call_with_tokens<iq_avx2<iq1_m_dec>::kernel>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq1_m_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
+    iq1_u_init();
     gemm_rows<iq_avx2_gemm<iq1_m_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_mxfp4_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {

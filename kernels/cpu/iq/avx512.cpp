@@ -2,7 +2,7 @@
 // BMI2). Two sub-blocks (64 weights) per step: each format gives unsigned int8 magnitudes u, a 64-bit mask
 // of the weights whose sign moves onto the activation (masked subtract: no vpsignb here) and the int16
 // scale of each 16 weights (one vpermw from a per-super-block scale vector). The shared loop is then
-// maddubs(u, +-a) times the scales, int32 sums per super-block, scaled by d_w * d_a in f32.
+// maddubs(u, +-a) times the scales (vpdpwssd), int32 sums per super-block, scaled by d_w * d_a in f32.
 // IQ1 weights w = 8 g + delta are signed; they enter as u = w + 9 (0..18) and the 9 * sum(a) excess leaves
 // through the activation's 16-element sums (bsums) times the scales.
 // The prompt GEMM (iq_avx512_gemm) decodes each block once for up to 64 tokens and computes the same
@@ -93,13 +93,9 @@ struct iq2_xxs_dec {
     }
     static __m512i index(int p) { return index32(8 * p + 2, 8 * p + 6); }
     static void pair(const block& b, int p, __m512i& u, __mmask64& neg) {
-        uint32_t idx0, meta0, idx1, meta1;
-        std::memcpy(&idx0, b.qs + 8 * p, 4);
+        uint32_t meta0, meta1;
         std::memcpy(&meta0, b.qs + 8 * p + 2, 4);
-        std::memcpy(&idx1, b.qs + 8 * p + 4, 4);
         std::memcpy(&meta1, b.qs + 8 * p + 6, 4);
-        (void)idx0;
-        (void)idx1;
         u = grid8x64(iq2xxs_grid, reinterpret_cast<const uint8_t*>(b.qs + 8 * p), reinterpret_cast<const uint8_t*>(b.qs + 8 * p + 4));
         neg = even_sign_mask(meta0, meta1);
     }
@@ -304,7 +300,7 @@ struct iq_avx512 {
                     for (int t = 0; t < NT; ++t) {
                         __m512i q8 = _mm512_loadu_si512(y[t][i].qs + 64 * p);
                         if constexpr (!F::bsum_term) q8 = _mm512_mask_sub_epi8(q8, neg, _mm512_setzero_si512(), q8);
-                        sumi[t] = _mm512_add_epi32(sumi[t], _mm512_madd_epi16(_mm512_maddubs_epi16(u, q8), sc));
+                        sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(u, q8), sc);
                     }
                 }
                 const float d = F::d(x[i]);
