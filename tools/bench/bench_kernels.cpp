@@ -62,6 +62,11 @@ struct buffer {
 // figures of a machine shared with other work leave out the time its threads sat descheduled.
 bool use_cpu_time = false;
 
+// The matvec rows' compute ceiling: rows of this many KiB per thread (within any x86 core's L2 with the
+// activations), timed over this many passes after a warm-up pass.
+constexpr int cached_kib_per_thread = 128;
+constexpr int cached_passes = 16;
+
 double thread_cpu_seconds() {
     timespec ts{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -432,7 +437,11 @@ int run(int argc, char** argv) {
                     use_cpu_time ? ", timed by thread CPU time" : "");
         std::printf("read GB/s: the better of a plain and a software-prefetching read of %lld MiB, same threads\n",
                     static_cast<long long>(mib));
-        std::printf("%-8s %4s %12s %12s %7s\n", "format", "thr", "weight GB/s", "read GB/s", "ratio");
+        std::printf("cached GB/s: the same kernel on %d KiB of rows per thread, read from cache (%d passes): the compute\n"
+                    "ceiling; ceiling: cached GB/s / read GB/s, the ratio the kernel can reach (capped by 100 %%)\n",
+                    cached_kib_per_thread, cached_passes);
+        std::printf("%-8s %4s %12s %12s %7s %12s %7s\n", "format", "thr", "weight GB/s", "read GB/s", "ratio", "cached GB/s",
+                    "ceiling");
     }
 
     for (const ggml_type type : types) {
@@ -466,7 +475,11 @@ int run(int argc, char** argv) {
         };
 
         for (const int n_threads : thread_counts) {
-            std::vector<double> t_read[2], t_mv, t_mv_packed;  // t_read[0]: plain, [1]: with software prefetch
+            std::vector<double> t_read[2], t_mv, t_mv_packed, t_cached;  // t_read[0]: plain, [1]: with software prefetch
+            // The compute ceiling: the same kernel on cached_kib_per_thread of rows per thread, read from cache
+            // (warmed up, then cached_passes passes timed).
+            const int64_t cached_rows = std::clamp<int64_t>(static_cast<int64_t>(cached_kib_per_thread << 10) * n_threads / static_cast<int64_t>(row_bytes),
+                                                            n_threads, n_rows);
             for (int r = 0; r < repeats; ++r) {  // alternate so all figures see the same load
                 for (int pf = 0; pf < 2; ++pf)
                     t_read[pf].push_back(time_parallel(n_threads, 1, [&](int i, int n) {
@@ -483,17 +496,23 @@ int run(int argc, char** argv) {
                         const auto [b, e] = packed_split(i, n);
                         cpu::matvec(wp, b, e, act.data(), y.data() + b);
                     })[0]);
+                t_cached.push_back(time_parallel(n_threads, 1, [&](int i, int n) {
+                    const auto [b, e] = split(cached_rows, i, n);
+                    for (int pass = 0; pass < cached_passes; ++pass) cpu::matvec(w, b, e, act.data(), y.data() + b);
+                }, true)[0]);
             }
             const double read_plain = static_cast<double>(bytes) / median(t_read[0]) / 1e9;
             const double read_prefetch = static_cast<double>(bytes) / median(t_read[1]) / 1e9;
             const double read_gbps = std::max(read_plain, read_prefetch);  // the better of the two is the baseline
             const double weight_gbps = matrix_bytes / median(t_mv) / 1e9;
+            const double cached_gbps = static_cast<double>(row_bytes) * cached_rows * cached_passes / median(t_cached) / 1e9;
             out["matvec"].push_back({{"format", name}, {"threads", n_threads}, {"weight_gbps", weight_gbps},
                                      {"read_gbps", read_gbps}, {"read_plain_gbps", read_plain},
-                                     {"read_prefetch_gbps", read_prefetch}, {"ratio", weight_gbps / read_gbps}});
+                                     {"read_prefetch_gbps", read_prefetch}, {"ratio", weight_gbps / read_gbps},
+                                     {"cached_gbps", cached_gbps}, {"compute_ceiling", cached_gbps / read_gbps}});
             if (!json)
-                std::printf("%-8s %4d %12.2f %12.2f %6.0f%%\n", name.c_str(), n_threads, weight_gbps, read_gbps,
-                            100.0 * weight_gbps / read_gbps);
+                std::printf("%-8s %4d %12.2f %12.2f %6.0f%% %12.2f %6.0f%%\n", name.c_str(), n_threads, weight_gbps, read_gbps,
+                            100.0 * weight_gbps / read_gbps, cached_gbps, 100.0 * cached_gbps / read_gbps);
             if (packed) {
                 // GB/s of the GGUF bytes the same rows hold, so both layouts count the same work
                 const double gbps = static_cast<double>(row_bytes) * n_packed_rows / median(t_mv_packed) / 1e9;

@@ -1,16 +1,16 @@
 // The code book formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) x Q8_K and MXFP4 x Q8_0,
-// AVX2. Each IQ format decodes a sub-block of 32 into magnitudes |w| (grid entries gathered by index; the
-// IQ2/IQ3 grids hold no zero), a sign operand s with sign(s) = sign(w) (IQ1: w = 8 * value + delta sign,
-// never zero, is its own) and int16 scales (one per 16 elements, a 128-bit lane each); every format then
-// shares one loop: maddubs(|w|, sign(a, s)) times the scales,
-// int32 sums per super-block, scaled by d_w * d_a in f32, and the format's unit (1/8, 1/4, 1) at the end.
+// AVX2. Each IQ format decodes a sub-block of 32 into magnitudes |w| (grid entries put together from scalar
+// loads: vpgather is slower on Zen 4/5), a sign operand s with sign(s) = sign(w) (from sign bytes computed
+// once per super-block) and int16 scales (one per 16 elements, a 128-bit lane each); every format then
+// shares one loop: maddubs(|w|, sign(a, s)) times the scales, int32 sums per super-block, scaled by
+// d_w * d_a in f32, and the format's unit (1/8, 1/4, 1) at the end. IQ1 weights enter unsigned (u = w + c)
+// with no sign operand, and the c * sum(a) excess leaves through the activation's bsums.
 // The prompt GEMM (iq_avx2_gemm, mxfp4_avx2_gemm) decodes each block once for up to 64 tokens and applies
 // the same operations per token, so its results are bitwise the dot kernel's.
 #include <bit>
 
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
-#include "cpu/iq/sign_tables.hpp"
 #include "formats/blocks.hpp"
 #include "formats/iq_grids.hpp"
 #include "cpu/iq/gemm_rows.hpp"
@@ -20,156 +20,335 @@ namespace {
 
 using namespace formats;
 
-// Grid entries gathered by 4 (64-bit entries) or 8 (32-bit) indices; index k gets bits from `high`
-// (broadcast, shifted right by shift[k], masked) above bit 8 when the format has them.
-// Scalar: loads put together instead of a vpgather (faster for some formats where gathers are
-// microcoded, as on Zen 4).
-template <bool Scalar = false>
-static inline __m256i gather64(const uint64_t* grid, __m128i ix) {
-    if constexpr (!Scalar) {
-        return _mm256_i32gather_epi64(reinterpret_cast<const long long*>(grid), ix, 8);
-    } else {
-        alignas(16) uint32_t k[4];
-        _mm_store_si128(reinterpret_cast<__m128i*>(k), ix);
-        asm("" : "+m"(k));  // reload the indices as scalars rather than extract them lane by lane
-        return _mm256_setr_epi64x(static_cast<int64_t>(grid[k[0]]), static_cast<int64_t>(grid[k[1]]),
-                                  static_cast<int64_t>(grid[k[2]]), static_cast<int64_t>(grid[k[3]]));
-    }
+// Per super-block state of the decoders below that precompute their signs and scales for all 8 sub-blocks
+// at once (sign bytes, scale words, grid indices), read back per sub-block by broadcasts from memory.
+// Formats without it use `none`.
+struct none {};
+
+// 32 sign codes of 7 bits (one byte each, bit 7 ignored) with the bit 7 that makes each byte's count of
+// set bits even (the IQ2_XXS / IQ2_XS / IQ3_XXS sign rule): the parity of the low and high nibble's xor.
+static inline __m256i even_parity_codes(__m256i c) {
+    const __m256i parity = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0,
+                                            0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
+    c = _mm256_and_si256(c, _mm256_set1_epi8(0x7f));
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), _mm256_set1_epi8(0x0f));
+    return _mm256_or_si256(c, _mm256_shuffle_epi8(parity, _mm256_xor_si256(c, hi)));
 }
-static inline __m128i low_bytes4(const uint8_t* q) {
+// Four 7-bit codes per dword (bits 0-27) to one byte each.
+static inline __m256i split_codes(__m256i m) {
+    const __m256i mask = _mm256_set1_epi32(0x7f);
+    __m256i c = _mm256_and_si256(m, mask);
+    c = _mm256_or_si256(c, _mm256_and_si256(_mm256_slli_epi32(m, 1), _mm256_slli_epi32(mask, 8)));
+    c = _mm256_or_si256(c, _mm256_and_si256(_mm256_slli_epi32(m, 2), _mm256_slli_epi32(mask, 16)));
+    return _mm256_or_si256(c, _mm256_and_si256(_mm256_slli_epi32(m, 3), _mm256_slli_epi32(mask, 24)));
+}
+// The sign operand of 4 groups of 8 from 4 sign bytes (group k: byte k; bit j set: weight j negative).
+static inline __m256i signs_from_bytes(const uint8_t* s4) {
     uint32_t v;
-    std::memcpy(&v, q, 4);
-    return _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(v)));
+    std::memcpy(&v, s4, 4);
+    const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(v)),
+                                               _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll));
+    return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits), _mm256_set1_epi8(1));
 }
-static inline __m128i high_bits4(int high, __m128i shift, int mask) {
-    return _mm_slli_epi32(_mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(high), shift), _mm_set1_epi32(mask)), 8);
+static inline __m256i bcast16(const int16_t* p) { return _mm256_set1_epi16(*p); }
+// Sub-block order of a dword vector put together by shuffle_ps(lo, hi, 0xDD) or packus from two halves
+// (0, 1, 4, 5 | 2, 3, 6, 7) back to 0..7.
+static inline __m256i dword_order(__m256i v) { return _mm256_permute4x64_epi64(v, 0xD8); }
+// Scalar grid entries of four indices.
+template <class T>
+static inline __m256i grid4(const uint64_t* grid, const T* ix) {
+    return _mm256_setr_epi64x(static_cast<int64_t>(grid[ix[0]]), static_cast<int64_t>(grid[ix[1]]),
+                              static_cast<int64_t>(grid[ix[2]]), static_cast<int64_t>(grid[ix[3]]));
 }
-static inline __m256i signs64(uint64_t s0, uint64_t s1, uint64_t s2, uint64_t s3) {
-    return _mm256_set_epi64x(static_cast<int64_t>(s3), static_cast<int64_t>(s2), static_cast<int64_t>(s1),
-                             static_cast<int64_t>(s0));
+
+// The same for eight 32-bit entries.
+template <class T>
+static inline __m256i grid8(const uint32_t* grid, const T* ix) {
+    return _mm256_setr_epi32(static_cast<int>(grid[ix[0]]), static_cast<int>(grid[ix[1]]), static_cast<int>(grid[ix[2]]),
+                             static_cast<int>(grid[ix[3]]), static_cast<int>(grid[ix[4]]), static_cast<int>(grid[ix[5]]),
+                             static_cast<int>(grid[ix[6]]), static_cast<int>(grid[ix[7]]));
 }
-static inline __m256i scale_pair(int lo, int hi) {
-    return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(hi)), _mm_set1_epi16(static_cast<short>(lo)));
+
+// 8 bytes of 4-bit scales (low nibble: the first 16 of a sub-block) as words 2 s + 1, two per sub-block.
+static inline void nibble_scales(const uint8_t* scales, int16_t* out) {
+    const __m128i s = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales));
+    const __m128i lohi = _mm_unpacklo_epi8(_mm_and_si128(s, _mm_set1_epi8(15)), _mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(15)));
+    const __m256i w = _mm256_cvtepu8_epi16(lohi);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_or_si256(_mm256_add_epi16(w, w), _mm256_set1_epi16(1)));
+}
+// Words p[0] (low 128-bit lane) and p[1] (high lane), each 8 times.
+static inline __m256i scale_halves(const int16_t* p) {
+    uint32_t pair;
+    std::memcpy(&pair, p, 4);
+    return _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(pair)),
+                               _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
 }
 
 struct iq2_xxs_dec {
     using block = block_iq2_xxs;
     static constexpr float unit = 0.125f;
+    static constexpr bool bsum_term = false;
+    struct pre {
+        alignas(32) uint8_t sign[32];
+        alignas(32) int16_t sc[16];  // word 2 ib
+    };
     static float d(const block& b) { return half_to_float(b.d); }
-    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
-        uint32_t idx, meta;
-        std::memcpy(&idx, b.qs + 4 * ib, 4);
-        std::memcpy(&meta, b.qs + 4 * ib + 2, 4);
-        mag = gather64(iq2xxs_grid, _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(idx))));
-        sgn = signs64(sign_even[meta & 127], sign_even[(meta >> 7) & 127], sign_even[(meta >> 14) & 127],
-                      sign_even[(meta >> 21) & 127]);
-        sc = _mm256_set1_epi16(static_cast<short>(2 * (meta >> 28) + 1));
+    static void prep(const block& b, pre& p) {
+        // dwords of qs: index bytes of sub-block k, then its sign codes and scale
+        const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+        const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 16));
+        const __m256i m = dword_order(_mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(q0), _mm256_castsi256_ps(q1), 0xDD)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.sign), even_parity_codes(split_codes(m)));
+        const __m256i s = _mm256_srli_epi32(m, 28);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.sc), _mm256_or_si256(_mm256_add_epi32(s, s), _mm256_set1_epi32(1)));
+    }
+    static void sub(const block& b, const pre& p, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
+        mag = grid4(iq2xxs_grid, reinterpret_cast<const uint8_t*>(b.qs + 4 * ib));
+        sgn = signs_from_bytes(p.sign + 4 * ib);
+        sc = bcast16(p.sc + 2 * ib);
     }
 };
 
 struct iq2_xs_dec {
     using block = block_iq2_xs;
     static constexpr float unit = 0.125f;
+    static constexpr bool bsum_term = false;
+    struct pre {
+        alignas(32) uint8_t sign[32];
+        alignas(32) uint16_t ix[32];
+        alignas(32) int16_t sc[16];  // words 2 ib, 2 ib + 1: the scales of the sub-block's halves
+    };
     static float d(const block& b) { return half_to_float(b.d); }
-    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
-        const uint16_t* q = b.qs + 4 * ib;
-        mag = gather64<true>(iq2xs_grid, _mm_and_si128(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))), _mm_set1_epi32(511)));
-        sgn = signs64(sign_even[q[0] >> 9], sign_even[q[1] >> 9], sign_even[q[2] >> 9], sign_even[q[3] >> 9]);
-        sc = scale_pair(2 * (b.scales[ib] & 15) + 1, 2 * (b.scales[ib] >> 4) + 1);
+    static void prep(const block& b, pre& p) {
+        const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+        const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 16));
+        const __m256i m511 = _mm256_set1_epi16(511);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.ix), _mm256_and_si256(q0, m511));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.ix + 16), _mm256_and_si256(q1, m511));
+        const __m256i codes = dword_order(_mm256_packus_epi16(_mm256_srli_epi16(q0, 9), _mm256_srli_epi16(q1, 9)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.sign), even_parity_codes(codes));
+        nibble_scales(b.scales, p.sc);
+    }
+    static void sub(const block&, const pre& p, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
+        mag = grid4(iq2xs_grid, p.ix + 4 * ib);
+        sgn = signs_from_bytes(p.sign + 4 * ib);
+        sc = scale_halves(p.sc + 2 * ib);
     }
 };
 
 struct iq2_s_dec {
     using block = block_iq2_s;
     static constexpr float unit = 0.125f;
+    static constexpr bool bsum_term = false;
+    struct pre {
+        alignas(32) uint16_t ix[32];
+        alignas(32) int16_t sc[16];
+    };
     static float d(const block& b) { return half_to_float(b.d); }
-    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
-        const uint8_t* q = b.qs + 4 * ib;
-        const int h = b.qh[ib];
-        mag = gather64(iq2s_grid, _mm_or_si128(low_bytes4(q), high_bits4(h, _mm_setr_epi32(0, 2, 4, 6), 3)));
-        const uint8_t* s = b.qs + QK_K / 8 + 4 * ib;
-        sgn = signs64(sign_pm1[s[0]], sign_pm1[s[1]], sign_pm1[s[2]], sign_pm1[s[3]]);
-        sc = scale_pair(2 * (b.scales[ib] & 15) + 1, 2 * (b.scales[ib] >> 4) + 1);
+    static void prep(const block& b, pre& p) {
+        // index 4 ib + k: qs byte | bits 2k, 2k + 1 of qh[ib] << 8 (a multiply moves them to bits 14-15)
+        const __m128i h = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qh)));
+        const __m256i mul = _mm256_setr_epi16(16384, 4096, 1024, 256, 16384, 4096, 1024, 256, 16384, 4096, 1024, 256, 16384, 4096, 1024, 256);
+        const __m128i h2 = _mm_unpacklo_epi16(h, h), h6 = _mm_unpackhi_epi16(h, h);
+        const __m256i hA = _mm256_setr_m128i(_mm_unpacklo_epi32(h2, h2), _mm_unpackhi_epi32(h2, h2));
+        const __m256i hB = _mm256_setr_m128i(_mm_unpacklo_epi32(h6, h6), _mm_unpackhi_epi32(h6, h6));
+        const __m256i m3 = _mm256_set1_epi16(0x0300);
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+        const __m256i lo0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(q)), lo1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(q, 1));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.ix), _mm256_or_si256(lo0, _mm256_and_si256(_mm256_srli_epi16(_mm256_mullo_epi16(hA, mul), 6), m3)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.ix + 16), _mm256_or_si256(lo1, _mm256_and_si256(_mm256_srli_epi16(_mm256_mullo_epi16(hB, mul), 6), m3)));
+        nibble_scales(b.scales, p.sc);
+    }
+    static void sub(const block& b, const pre& p, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
+        mag = grid4(iq2s_grid, p.ix + 4 * ib);
+        sgn = signs_from_bytes(b.qs + QK_K / 8 + 4 * ib);
+        sc = scale_halves(p.sc + 2 * ib);
     }
 };
 
 struct iq3_xxs_dec {
     using block = block_iq3_xxs;
     static constexpr float unit = 0.25f;
+    static constexpr bool bsum_term = false;
+    struct pre {
+        alignas(32) uint8_t sign[32];
+        alignas(32) int16_t sc[16];  // word 2 ib
+    };
     static float d(const block& b) { return half_to_float(b.d); }
-    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
-        const uint8_t* q = b.qs + 8 * ib;
-        uint32_t meta;
-        std::memcpy(&meta, b.qs + QK_K / 4 + 4 * ib, 4);
-        mag = _mm256_i32gather_epi32(reinterpret_cast<const int*>(iq3xxs_grid), _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))), 4);
-        sgn = signs64(sign_even[meta & 127], sign_even[(meta >> 7) & 127], sign_even[(meta >> 14) & 127],
-                      sign_even[(meta >> 21) & 127]);
-        sc = _mm256_set1_epi16(static_cast<short>(2 * (meta >> 28) + 1));
+    static void prep(const block& b, pre& p) {
+        const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + QK_K / 4));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.sign), even_parity_codes(split_codes(m)));
+        const __m256i s = _mm256_srli_epi32(m, 28);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.sc), _mm256_or_si256(_mm256_add_epi32(s, s), _mm256_set1_epi32(1)));
+    }
+    static void sub(const block& b, const pre& p, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
+        mag = grid8(iq3xxs_grid, b.qs + 8 * ib);
+        sgn = signs_from_bytes(p.sign + 4 * ib);
+        sc = bcast16(p.sc + 2 * ib);
     }
 };
 
 struct iq3_s_dec {
     using block = block_iq3_s;
     static constexpr float unit = 1.0f;
+    static constexpr bool bsum_term = false;
+    struct pre {
+        alignas(32) uint16_t ix[64];
+        alignas(16) int16_t sc[8];
+    };
     static float d(const block& b) { return half_to_float(b.d); }
-    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
-        const uint8_t* q = b.qs + 8 * ib;
-        const int h = b.qh[ib];
-        const __m256i high = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
-                                              _mm256_set1_epi32(1));
-        const __m256i ix = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))),
-                                           _mm256_slli_epi32(high, 8));
-        mag = _mm256_i32gather_epi32(reinterpret_cast<const int*>(iq3s_grid), ix, 4);
-        const uint8_t* s = b.signs + 4 * ib;
-        sgn = signs64(sign_pm1[s[0]], sign_pm1[s[1]], sign_pm1[s[2]], sign_pm1[s[3]]);
-        sc = _mm256_set1_epi16(static_cast<short>(2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 15) + 1));
+    static void prep(const block& b, pre& p) {
+        // index 8 ib + k: qs byte | bit k of qh[ib] << 8 (a multiply moves it to bit 15)
+        uint64_t hv;
+        std::memcpy(&hv, b.qh, 8);
+        const __m256i h = _mm256_set1_epi64x(static_cast<int64_t>(hv));
+        const __m256i mul = _mm256_setr_epi16(-32768, 16384, 8192, 4096, 2048, 1024, 512, 256, -32768, 16384, 8192, 4096, 2048, 1024, 512, 256);
+        for (int j = 0; j < 4; ++j) {
+            // words: qh[2j] for the low lane, qh[2j + 1] for the high lane
+            const __m256i spread = _mm256_shuffle_epi8(h, _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>(2 * j | 0x8000)),
+                                                                            _mm_set1_epi16(static_cast<short>((2 * j + 1) | 0x8000))));
+            const __m256i lo = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * j)));
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(_mm256_mullo_epi16(spread, mul), 7), _mm256_set1_epi16(0x0100));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(p.ix + 16 * j), _mm256_or_si256(lo, hi));
+        }
+        uint32_t sv;
+        std::memcpy(&sv, b.scales, 4);
+        const __m128i s = _mm_cvtsi32_si128(static_cast<int>(sv));
+        const __m128i w = _mm_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_and_si128(s, _mm_set1_epi8(15)), _mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(15))));
+        _mm_store_si128(reinterpret_cast<__m128i*>(p.sc), _mm_or_si128(_mm_add_epi16(w, w), _mm_set1_epi16(1)));
+    }
+    static void sub(const block& b, const pre& p, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
+        mag = grid8(iq3s_grid, p.ix + 8 * ib);
+        sgn = signs_from_bytes(b.signs + 4 * ib);
+        sc = bcast16(p.sc + ib);
     }
 };
 
-// IQ1: w = 8 * value + delta sign (value in -1, 0, 1), so |w| <= 9 and the unit is 1/8.
-static inline __m256i iq1_weights(const __m256i grid, const __m256i delta) {
-    return _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), grid), delta);
+// IQ1 grid entries as 8 (g + 1) per byte (0, 8, 16), filled by iq1_u_init() at the entry of each IQ1 kernel.
+static uint64_t iq1_u_grid[2048];
+static void iq1_u_init() {
+    static const bool done = [] {
+        for (size_t e = 0; e < 2048; ++e) {
+            uint64_t v = 0;
+            for (int j = 0; j < 8; ++j)
+                v |= uint64_t{static_cast<uint8_t>(8 * (static_cast<int8_t>(iq1s_grid[e] >> (8 * j)) + 1))} << (8 * j);
+            iq1_u_grid[e] = v;
+        }
+        return true;
+    }();
+    (void)done;
 }
 
+// IQ1_S enters as u = 8 (g + 1) (0, 8, 16) per weight, w = 8 g + delta = u + (delta - 8): the maddubs takes u
+// unsigned (no sign operand), and sum (delta - 8) (2 s + 1) a per 32 comes in from the activation's
+// 16-element sums (bsums).
 struct iq1_s_dec {
     using block = block_iq1_s;
     static constexpr float unit = 0.125f;
+    static constexpr bool bsum_term = true;
+    struct pre {
+        alignas(32) uint16_t ix[32];
+        alignas(32) int16_t sc[16];  // word 2 ib: 2 s + 1
+        __m256i coef;                // word j: (delta - 8) (2 s + 1) of sub-block j / 2
+    };
     static float d(const block& b) { return half_to_float(b.d); }
-    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
-        const uint8_t* q = b.qs + 4 * ib;
-        const int h = b.qh[ib];
-        const __m256i grid = gather64<true>(iq1s_grid, _mm_or_si128(low_bytes4(q), high_bits4(h, _mm_setr_epi32(0, 3, 6, 9), 7)));
-        sgn = iq1_weights(grid, _mm256_set1_epi8(h & 0x8000 ? -1 : 1));
-        mag = _mm256_sign_epi8(sgn, sgn);
-        sc = _mm256_set1_epi16(static_cast<short>(2 * ((h >> 12) & 7) + 1));
+    static void prep(const block& b, pre& p) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh));
+        // index 4 ib + k: qs byte | bits 3k .. 3k + 2 of qh[ib] << 8 (a multiply moves them to bits 13-15)
+        const __m256i mul = _mm256_setr_epi16(8192, 1024, 128, 16, 8192, 1024, 128, 16, 8192, 1024, 128, 16, 8192, 1024, 128, 16);
+        const __m128i h2 = _mm_unpacklo_epi16(h, h), h6 = _mm_unpackhi_epi16(h, h);
+        const __m256i hA = _mm256_setr_m128i(_mm_unpacklo_epi32(h2, h2), _mm_unpackhi_epi32(h2, h2));
+        const __m256i hB = _mm256_setr_m128i(_mm_unpacklo_epi32(h6, h6), _mm_unpackhi_epi32(h6, h6));
+        const __m256i m7 = _mm256_set1_epi16(0x0700);
+        const __m256i q16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+        const __m256i lo0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(q16)), lo1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(q16, 1));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.ix), _mm256_or_si256(lo0, _mm256_and_si256(_mm256_srli_epi16(_mm256_mullo_epi16(hA, mul), 5), m7)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.ix + 16), _mm256_or_si256(lo1, _mm256_and_si256(_mm256_srli_epi16(_mm256_mullo_epi16(hB, mul), 5), m7)));
+        const __m128i s = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 12), _mm_set1_epi16(7)), 1), _mm_set1_epi16(1));
+        // delta - 8: -9 where bit 15 is set, else -7
+        const __m128i dm8 = _mm_sub_epi16(_mm_set1_epi16(-7), _mm_and_si128(_mm_srai_epi16(h, 15), _mm_set1_epi16(2)));
+        const __m128i c = _mm_mullo_epi16(s, dm8);
+        p.coef = _mm256_setr_m128i(_mm_unpacklo_epi16(c, c), _mm_unpackhi_epi16(c, c));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.sc), _mm256_setr_m128i(_mm_unpacklo_epi16(s, s), _mm_unpackhi_epi16(s, s)));
+    }
+    static void sub(const block&, const pre& p, int ib, __m256i& mag, __m256i&, __m256i& sc) {
+        mag = grid4(iq1_u_grid, p.ix + 4 * ib);
+        sc = bcast16(p.sc + 2 * ib);
     }
 };
 
+// IQ1_M enters as u = 8 (g + 1) + (delta + 1) (0 .. 18) per weight, w = u - 9: no sign operand, and
+// -9 (2 s + 1) times the activation's 16-element sums (bsums) per scale.
 struct iq1_m_dec {
     using block = block_iq1_m;
     static constexpr float unit = 0.125f;
+    static constexpr bool bsum_term = true;
+    struct pre {
+        alignas(32) uint16_t ix[32];
+        alignas(32) uint8_t dp[32];  // delta + 1 (0 or 2) of each group of 8
+        alignas(32) int16_t sc[16];  // 2 s + 1 per 16
+        __m256i coef;                // -9 (2 s + 1) per 16
+    };
     static float d(const block& b) {
         uint16_t sc[4];
         std::memcpy(sc, b.scales, sizeof sc);
         return half_to_float(static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) |
                                                    (sc[3] & 0xf000)));
     }
-    static void sub(const block& b, int ib, __m256i& mag, __m256i& sgn, __m256i& sc) {
-        const uint8_t* q = b.qs + 4 * ib;
-        const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
-        const __m256i grid = gather64<true>(iq1s_grid, _mm_or_si128(low_bytes4(q), high_bits4(h0 | h1 << 8, _mm_setr_epi32(0, 4, 8, 12), 7)));
-        // delta +1 (0x01 bytes) where bit 3 of the group's nibble is clear, else -1 (0xFF)
-        const __m256i clear = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi16(static_cast<short>(h0 | h1 << 8)),
-                                                                  _mm256_setr_epi64x(8, 0x80, 0x800, 0x8000)),
-                                                 _mm256_setzero_si256());
-        sgn = iq1_weights(grid, _mm256_or_si256(_mm256_andnot_si256(clear, _mm256_set1_epi8(-1)), _mm256_set1_epi8(1)));
-        mag = _mm256_sign_epi8(sgn, sgn);
-        uint16_t s;
-        std::memcpy(&s, b.scales + 2 * (ib / 2), 2);
-        const int bits = s >> (6 * (ib % 2));
-        sc = scale_pair(2 * (bits & 7) + 1, 2 * ((bits >> 3) & 7) + 1);
+    static void prep(const block& b, pre& p) {
+        // word ib of qh: a nibble per group k of sub-block ib (3 high index bits, delta sign at bit 3);
+        // a multiply moves the nibble's top to bit 15
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh));
+        const __m128i h2 = _mm_unpacklo_epi16(h, h), h6 = _mm_unpackhi_epi16(h, h);
+        const __m256i hA = _mm256_setr_m128i(_mm_unpacklo_epi32(h2, h2), _mm_unpackhi_epi32(h2, h2));
+        const __m256i hB = _mm256_setr_m128i(_mm_unpacklo_epi32(h6, h6), _mm_unpackhi_epi32(h6, h6));
+        const __m256i mul = _mm256_setr_epi16(4096, 256, 16, 1, 4096, 256, 16, 1, 4096, 256, 16, 1, 4096, 256, 16, 1);
+        const __m256i tA = _mm256_mullo_epi16(hA, mul), tB = _mm256_mullo_epi16(hB, mul);  // nibble k at bits 12-15
+        const __m256i m7 = _mm256_set1_epi16(0x0700);
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+        const __m256i lo0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(q)), lo1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(q, 1));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.ix), _mm256_or_si256(lo0, _mm256_and_si256(_mm256_srli_epi16(tA, 4), m7)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.ix + 16), _mm256_or_si256(lo1, _mm256_and_si256(_mm256_srli_epi16(tB, 4), m7)));
+        // delta + 1 = 2 where the sign bit (now bit 15) is clear
+        const __m256i neg = dword_order(_mm256_packs_epi16(_mm256_srai_epi16(tA, 15), _mm256_srai_epi16(tB, 15)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.dp), _mm256_andnot_si256(neg, _mm256_set1_epi8(2)));
+        // scale j: bits 3 (j % 4) .. + 2 of word j / 4 of scales, moved to bits 13-15
+        uint64_t sv;
+        std::memcpy(&sv, b.scales, 8);
+        const __m256i w = _mm256_shuffle_epi8(_mm256_set1_epi64x(static_cast<int64_t>(sv)),
+                                              _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7));
+        const __m256i s = _mm256_srli_epi16(_mm256_mullo_epi16(w, _mm256_setr_epi16(8192, 1024, 128, 16, 8192, 1024, 128, 16, 8192, 1024, 128, 16, 8192, 1024, 128, 16)), 13);
+        const __m256i sc = _mm256_or_si256(_mm256_add_epi16(s, s), _mm256_set1_epi16(1));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.sc), sc);
+        p.coef = _mm256_mullo_epi16(sc, _mm256_set1_epi16(-9));
+    }
+    static void sub(const block&, const pre& p, int ib, __m256i& mag, __m256i&, __m256i& sc) {
+        uint32_t dv;
+        std::memcpy(&dv, p.dp + 4 * ib, 4);
+        const __m256i dp = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(dv)),
+                                               _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll));
+        mag = _mm256_add_epi8(grid4(iq1_u_grid, p.ix + 4 * ib), dp);
+        sc = scale_halves(p.sc + 2 * ib);
     }
 };
+
+// A super-block's int32 sums start at 0, or for a format with a bsums term at the activation's 16-element
+// sums times the format's coefficients.
+template <class F>
+static inline __m256i iq_sumi_start(const typename F::pre& p, const block_q8_K& y) {
+    if constexpr (F::bsum_term)
+        return _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums)), p.coef);
+    else
+        return _mm256_setzero_si256();
+}
+// One sub-block of 32 for one token: maddubs(|w|, sign(a, s)) (a alone for the bsums formats) times the scales.
+template <class F>
+static inline __m256i iq_step(__m256i mag, __m256i sgn, __m256i sc, const int8_t* q, __m256i sumi) {
+    __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+    if constexpr (!F::bsum_term) q8 = _mm256_sign_epi8(q8, sgn);
+    return _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(mag, q8), sc));
+}
 
 template <class F>
 struct iq_avx2 {
@@ -183,15 +362,14 @@ struct iq_avx2 {
             for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
             for (int64_t i = 0; i < n / QK_K; ++i) {
                 prefetch_weights<sizeof(typename F::block)>(x + i);
+                typename F::pre p;
+                F::prep(x[i], p);
                 __m256i sumi[NT];
-                for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+                for (int t = 0; t < NT; ++t) sumi[t] = iq_sumi_start<F>(p, y[t][i]);
                 for (int ib = 0; ib < QK_K / 32; ++ib) {
                     __m256i mag, sgn, sc;
-                    F::sub(x[i], ib, mag, sgn, sc);
-                    for (int t = 0; t < NT; ++t) {
-                        const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs + 32 * ib));
-                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(q8, sgn)), sc));
-                    }
+                    F::sub(x[i], p, ib, mag, sgn, sc);
+                    for (int t = 0; t < NT; ++t) sumi[t] = iq_step<F>(mag, sgn, sc, y[t][i].qs + 32 * ib, sumi[t]);
                 }
                 const float d = F::d(x[i]);
                 for (int t = 0; t < NT; ++t)
@@ -276,24 +454,22 @@ struct iq_avx2_gemm {
     static constexpr int block_elems = QK_K, group = 4, rows = 4, chunk = 8;
     struct dec {
         __m256i mag[8], sgn[8], sc[8];
+        typename F::pre p;
         float d;
     };
     using acc_t = __m256;
     static __m256 zero() { return _mm256_setzero_ps(); }
     static void decode(const block* x, int64_t i, dec& b) {
-        for (int ib = 0; ib < QK_K / 32; ++ib) F::sub(x[i], ib, b.mag[ib], b.sgn[ib], b.sc[ib]);
+        F::prep(x[i], b.p);
+        for (int ib = 0; ib < QK_K / 32; ++ib) F::sub(x[i], b.p, ib, b.mag[ib], b.sgn[ib], b.sc[ib]);
         b.d = F::d(x[i]);
     }
     template <int NT>
     static void apply(const dec& b, const block_q8_K* const* y, int64_t i, __m256 acc[4]) {
         __m256i sumi[NT];
-        for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
-        for (int ib = 0; ib < QK_K / 32; ++ib) {
-            for (int t = 0; t < NT; ++t) {
-                const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs + 32 * ib));
-                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(b.mag[ib], _mm256_sign_epi8(q8, b.sgn[ib])), b.sc[ib]));
-            }
-        }
+        for (int t = 0; t < NT; ++t) sumi[t] = iq_sumi_start<F>(b.p, y[t][i]);
+        for (int ib = 0; ib < QK_K / 32; ++ib)
+            for (int t = 0; t < NT; ++t) sumi[t] = iq_step<F>(b.mag[ib], b.sgn[ib], b.sc[ib], y[t][i].qs + 32 * ib, sumi[t]);
         for (int t = 0; t < NT; ++t)
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * y[t][i].d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
     }
@@ -369,17 +545,21 @@ void gemm_rows_iq3_s_avx2(int64_t n, const void* w, size_t row_stride, int64_t n
     gemm_rows<iq_avx2_gemm<iq3_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq1_s_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    iq1_u_init();
     call_with_tokens<iq_avx2<iq1_s_dec>::kernel>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq1_s_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
+    iq1_u_init();
     gemm_rows<iq_avx2_gemm<iq1_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq1_m_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    iq1_u_init();
     call_with_tokens<iq_avx2<iq1_m_dec>::kernel>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq1_m_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
+    iq1_u_init();
     gemm_rows<iq_avx2_gemm<iq1_m_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_mxfp4_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {

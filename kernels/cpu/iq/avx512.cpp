@@ -2,7 +2,7 @@
 // BMI2). Two sub-blocks (64 weights) per step: each format gives unsigned int8 magnitudes u, a 64-bit mask
 // of the weights whose sign moves onto the activation (masked subtract: no vpsignb here) and the int16
 // scale of each 16 weights (one vpermw from a per-super-block scale vector). The shared loop is then
-// maddubs(u, +-a) times the scales, int32 sums per super-block, scaled by d_w * d_a in f32.
+// maddubs(u, +-a) times the scales (vpdpwssd), int32 sums per super-block, scaled by d_w * d_a in f32.
 // IQ1 weights w = 8 g + delta are signed; they enter as u = w + 9 (0..18) and the 9 * sum(a) excess leaves
 // through the activation's 16-element sums (bsums) times the scales.
 // The prompt GEMM (iq_avx512_gemm) decodes each block once for up to 64 tokens and computes the same
@@ -53,6 +53,34 @@ static inline __m512i nibble_scales16(const uint8_t* scales) {
     return _mm512_zextsi256_si512(odd(_mm256_setr_m128i(_mm_unpacklo_epi16(lo, hi), _mm_unpackhi_epi16(lo, hi))));
 }
 
+// Grid entries of 8 (64-bit) or 16 (32-bit) indices by scalar loads (vpgather is slower on some CPUs,
+// Zen 4 and 5 among them).
+template <class T>
+static inline __m256i grid4(const uint64_t* grid, const T* ix) {
+    return _mm256_setr_epi64x(static_cast<int64_t>(grid[ix[0]]), static_cast<int64_t>(grid[ix[1]]),
+                              static_cast<int64_t>(grid[ix[2]]), static_cast<int64_t>(grid[ix[3]]));
+}
+template <class T>
+static inline __m512i grid8x64(const uint64_t* grid, const T* ix0, const T* ix1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(grid4(grid, ix0)), grid4(grid, ix1), 1);
+}
+// The same from 8 indices in a vector.
+static inline __m512i grid8x64(const uint64_t* grid, __m256i ix) {
+    alignas(32) uint32_t k[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(k), ix);
+    return grid8x64(grid, k, k + 4);
+}
+template <class T>
+static inline __m256i grid8(const uint32_t* grid, const T* ix) {
+    return _mm256_setr_epi32(static_cast<int>(grid[ix[0]]), static_cast<int>(grid[ix[1]]), static_cast<int>(grid[ix[2]]),
+                             static_cast<int>(grid[ix[3]]), static_cast<int>(grid[ix[4]]), static_cast<int>(grid[ix[5]]),
+                             static_cast<int>(grid[ix[6]]), static_cast<int>(grid[ix[7]]));
+}
+template <class T>
+static inline __m512i grid16x32(const uint32_t* grid, const T* ix) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(grid8(grid, ix)), grid8(grid, ix + 8), 1);
+}
+
 struct iq2_xxs_dec {
     using block = block_iq2_xxs;
     static constexpr float unit = 0.125f;
@@ -65,13 +93,10 @@ struct iq2_xxs_dec {
     }
     static __m512i index(int p) { return index32(8 * p + 2, 8 * p + 6); }
     static void pair(const block& b, int p, __m512i& u, __mmask64& neg) {
-        uint32_t idx0, meta0, idx1, meta1;
-        std::memcpy(&idx0, b.qs + 8 * p, 4);
+        uint32_t meta0, meta1;
         std::memcpy(&meta0, b.qs + 8 * p + 2, 4);
-        std::memcpy(&idx1, b.qs + 8 * p + 4, 4);
         std::memcpy(&meta1, b.qs + 8 * p + 6, 4);
-        const __m128i idx = _mm_setr_epi32(static_cast<int>(idx0), static_cast<int>(idx1), 0, 0);
-        u = _mm512_i32gather_epi64(_mm256_cvtepu8_epi32(idx), iq2xxs_grid, 8);
+        u = grid8x64(iq2xxs_grid, reinterpret_cast<const uint8_t*>(b.qs + 8 * p), reinterpret_cast<const uint8_t*>(b.qs + 8 * p + 4));
         neg = even_sign_mask(meta0, meta1);
     }
 };
@@ -86,7 +111,9 @@ struct iq2_xs_dec {
     static void pair(const block& b, int p, __m512i& u, __mmask64& neg) {
         const uint16_t* q = b.qs + 8 * p;
         const __m128i qv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-        u = _mm512_i32gather_epi64(_mm256_and_si256(_mm256_cvtepu16_epi32(qv), _mm256_set1_epi32(511)), iq2xs_grid, 8);
+        alignas(16) uint16_t ix[8];
+        _mm_store_si128(reinterpret_cast<__m128i*>(ix), _mm_and_si128(qv, _mm_set1_epi16(511)));
+        u = grid8x64(iq2xs_grid, ix, ix + 4);
         const __m128i codes = _mm_srli_epi16(qv, 9);
         const uint64_t bytes = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_packus_epi16(codes, codes)));
         neg = with_parity(bytes);
@@ -107,7 +134,7 @@ struct iq2_s_dec {
         const __m256i high = _mm256_srlv_epi32(_mm256_set1_epi32(h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
         const __m256i ix = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))),
                                            _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(3)), 8));
-        u = _mm512_i32gather_epi64(ix, iq2s_grid, 8);
+        u = grid8x64(iq2s_grid, ix);
         uint64_t s;
         std::memcpy(&s, b.qs + QK_K / 8 + 8 * p, 8);
         neg = s;
@@ -126,8 +153,7 @@ struct iq3_xxs_dec {
     }
     static __m512i index(int p) { return index32(4 * p, 4 * p + 2); }
     static void pair(const block& b, int p, __m512i& u, __mmask64& neg) {
-        const __m512i ix = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * p)));
-        u = _mm512_i32gather_epi32(ix, iq3xxs_grid, 4);
+        u = grid16x32(iq3xxs_grid, b.qs + 16 * p);
         uint32_t meta[2];
         std::memcpy(meta, b.qs + QK_K / 4 + 8 * p, 8);
         neg = even_sign_mask(meta[0], meta[1]);
@@ -152,7 +178,9 @@ struct iq3_s_dec {
         const __m512i ix = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * p)));
         uint16_t high;
         std::memcpy(&high, b.qh + 2 * p, 2);
-        u = _mm512_i32gather_epi32(_mm512_mask_or_epi32(ix, high, ix, _mm512_set1_epi32(256)), iq3s_grid, 4);
+        alignas(64) uint32_t ixs[16];
+        _mm512_store_si512(ixs, _mm512_mask_or_epi32(ix, high, ix, _mm512_set1_epi32(256)));
+        u = grid16x32(iq3s_grid, ixs);
         uint64_t s;
         std::memcpy(&s, b.signs + 8 * p, 8);
         neg = s;
@@ -201,7 +229,7 @@ struct iq1_s_dec {
         const __m256i high = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(h)), _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25));
         const __m256i ix = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * p))),
                                            _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(7)), 8));
-        const __m512i g = _mm512_i32gather_epi64(ix, iq1_u_grid, 8);
+        const __m512i g = grid8x64(iq1_u_grid, ix);
         const uint64_t plus = (h & 0x8000 ? 0 : 0xFFFFFFFFull) | (h & 0x80000000u ? 0 : 0xFFFFFFFF00000000ull);
         u = iq1_u(g, plus);
     }
@@ -235,7 +263,7 @@ struct iq1_m_dec {
         const __m256i high = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(h)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
         const __m256i ix = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))),
                                            _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(7)), 8));
-        u = _mm512_i32gather_epi64(ix, iq1_u_grid, 8);
+        u = grid8x64(iq1_u_grid, ix);
         // delta = +1 where bit 3 of the group's nibble is clear
         const uint64_t plus = _pdep_u64(_pext_u32(~h, 0x88888888u), 0x0101010101010101ull) * 0xFF;
         u = iq1_u(u, plus);
@@ -272,7 +300,7 @@ struct iq_avx512 {
                     for (int t = 0; t < NT; ++t) {
                         __m512i q8 = _mm512_loadu_si512(y[t][i].qs + 64 * p);
                         if constexpr (!F::bsum_term) q8 = _mm512_mask_sub_epi8(q8, neg, _mm512_setzero_si512(), q8);
-                        sumi[t] = _mm512_add_epi32(sumi[t], _mm512_madd_epi16(_mm512_maddubs_epi16(u, q8), sc));
+                        sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(u, q8), sc);
                     }
                 }
                 const float d = F::d(x[i]);
