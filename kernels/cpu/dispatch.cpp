@@ -45,7 +45,7 @@ static bool use_avx_vnni() {
 static void fill_avx2_gemm(isa_table& t) {
     const bool vnni = use_avx_vnni();
     set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx2, 8, true);
-    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avx2, 4, true);
+    set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avx2, 8, true);
     set_gemm16(t, ggml_type::Q6_K, gemm16_q6_k_avx2, 4, false);
     set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avx2, 8, true);
     set_gemm16(t, ggml_type::Q4_0, gemm16_q4_0_avx2, 4, true);
