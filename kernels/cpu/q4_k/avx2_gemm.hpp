@@ -79,16 +79,18 @@ struct k4_gemm16 {
                 for (int t = 0; t < NT; ++t) total[t] = _mm256_add_epi32(total[t], _mm256_mullo_epi32(isum[t], sc));
                 continue;
             }
+            // The sub-block's codes are decoded once and held while every token passes over them.
+            __m256i w[8];
+            for (int v = 0; v < 8; ++v) w[v] = codes(x, h, k, half, v);
             const __m256i sc = row_words_twice(x.sc[j] + 8 * h);
-            for (int v0 = 0; v0 < 8; v0 += int16_sets) {
-                __m256i s16[NT];
-                for (auto& t : s16) t = _mm256_setzero_si256();
-                for (int v = v0; v < v0 + int16_sets; ++v) {
-                    const __m256i w = codes(x, h, k, half, v);
-                    for (int t = 0; t < NT; ++t)
-                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(w, broadcast_dword(y[t][i].qs + 32 * j + 4 * v)));
+            for (int t = 0; t < NT; ++t) {
+                const int8_t* q8 = y[t][i].qs + 32 * j;
+                for (int v0 = 0; v0 < 8; v0 += int16_sets) {
+                    __m256i s16 = _mm256_maddubs_epi16(w[v0], broadcast_dword(q8 + 4 * v0));
+                    for (int v = v0 + 1; v < v0 + int16_sets; ++v)
+                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[v], broadcast_dword(q8 + 4 * v)));
+                    total[t] = _mm256_add_epi32(total[t], _mm256_madd_epi16(s16, sc));
                 }
-                for (int t = 0; t < NT; ++t) total[t] = _mm256_add_epi32(total[t], _mm256_madd_epi16(s16[t], sc));
             }
         }
         finish(x, h, y, i, total, acc);
@@ -178,6 +180,14 @@ static void gemm16(int64_t n, const void* w, size_t group_bytes, int64_t n_group
         case 2: k4_gemm16<Packed, 2, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
         case 3: k4_gemm16<Packed, 3, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
         case 4: k4_gemm16<Packed, 4, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+    }
+    if constexpr (!Vnni) {
+        switch (n_tok) {
+            case 5: k4_gemm16<Packed, 5, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+            case 6: k4_gemm16<Packed, 6, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+            case 7: k4_gemm16<Packed, 7, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+            case 8: k4_gemm16<Packed, 8, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        }
     }
 }
 

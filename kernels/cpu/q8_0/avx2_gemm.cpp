@@ -35,17 +35,24 @@ struct q8_0_gemm16 {
                 for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
                 for (int64_t b = 0; b < nb; ++b) {
                     if (h == 0) prefetch_weights<sizeof(block_q8_0x16)>(x + b);
+                    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].d + 8 * h)));
+                    // Half a block's columns decoded at a time and held while every token passes over them.
                     __m256i isum[NT];
-                    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
-                    for (int v = 0; v < 8; ++v) {
-                        const __m256i q = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs[v][8 * h])), top);
-                        const __m256i mag = _mm256_sign_epi8(q, q);
+                    for (int part = 0; part < 2; ++part) {
+                        __m256i q[4], mag[4];
+                        for (int v = 0; v < 4; ++v) {
+                            q[v] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs[4 * part + v][8 * h])), top);
+                            mag[v] = _mm256_sign_epi8(q[v], q[v]);
+                        }
                         for (int t = 0; t < NT; ++t) {
-                            const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(broadcast_dword(act[t][b].qs + 4 * v), q));
-                            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
+                            const int8_t* a8 = act[t][b].qs + 16 * part;
+                            __m256i p[4];
+                            for (int v = 0; v < 4; ++v)
+                                p[v] = _mm256_madd_epi16(_mm256_maddubs_epi16(mag[v], _mm256_sign_epi8(broadcast_dword(a8 + 4 * v), q[v])), ones);
+                            const __m256i s = _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
+                            isum[t] = part == 0 ? s : _mm256_add_epi32(isum[t], s);
                         }
                     }
-                    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].d + 8 * h)));
                     for (int t = 0; t < NT; ++t) {
                         const __m256 da = _mm256_set1_ps(half_to_float(act[t][b].d));
                         acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum[t]), acc[t]);
@@ -66,6 +73,10 @@ void gemm16_q8_0_avx2(int64_t n, const void* w, size_t group_bytes, int64_t n_gr
         case 2: q8_0_gemm16<2>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
         case 3: q8_0_gemm16<3>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
         case 4: q8_0_gemm16<4>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 5: q8_0_gemm16<5>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 6: q8_0_gemm16<6>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 7: q8_0_gemm16<7>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        case 8: q8_0_gemm16<8>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
     }
 }
 
