@@ -423,11 +423,7 @@ float* step_batcher::hidden_rows(generation& g, int n_tok) {
 
 void step_batcher::mtp_fill(generation& g, int last, float* logits) {
     session::impl& s = g.s;
-    if (!s.mtp_kv) {
-        s.mtp_kv = std::make_unique<engine::kv_cache>(1, m_.options.n_ctx, m_.hp.kv_heads(), m_.hp.kv_head_dim(),
-                                                      m_.kv);
-        s.mtp_filled = 0;
-    }
+    s.mtp_cache();
     const size_t width = static_cast<size_t>(m_.hp.residual_width());  // a residual row (qwen4exp: hc streams)
     const int n_rows = static_cast<int>(g.hidden.size() / width);
     // Position p's entry: token p with the residual at p - 1 (zeros at position 0 and at h_pos0 when
@@ -480,7 +476,8 @@ void step_batcher::mtp_draft(generation& g, int k) {
             // A chained draft: the previous draft at the next position, over the block's own output residual.
             const int32_t tok = g.drafts.back();
             g.mtp_h_out.resize(width);
-            m_.forward->mtp(&tok, h.data(), 1, pos + i, *g.s.mtp_kv, g.mtp_h_out.data(), g.mtp_logits.data());
+            m_.forward->mtp(&tok, h.data(), 1, pos + i, *g.s.mtp_kv, g.mtp_h_out.data(), g.mtp_logits.data(), false,
+                            true);
             h.assign(g.mtp_h_out.begin(), g.mtp_h_out.end());
             ++passes;
         }

@@ -65,6 +65,8 @@ struct conversation_cache::snapshot {
     stream_layout layout{};
     std::vector<state_checkpoint> states;         // recurrent states by position, the last at tokens.size()
     std::vector<std::vector<float>> indexer_keys; // qwen4exp: the QSA indexer's stores as parked
+    stream_layout mtp_layout{};                   // the MTP cache's rows of positions [0, mtp_layout.n_tokens)
+    std::vector<uint8_t> mtp_rows;
 
     // The newest position at or before n this snapshot can be restored at.
     size_t usable(size_t n) const {
@@ -125,7 +127,7 @@ std::optional<conversation_cache::match> conversation_cache::find(std::span<cons
     return best;
 }
 
-void conversation_cache::restore(uint64_t id, size_t from, size_t to, kv_cache& kv) {
+size_t conversation_cache::restore(uint64_t id, size_t from, size_t to, kv_cache& kv, kv_cache* mtp, size_t mtp_from) {
     std::lock_guard lock(mutex_);
     const auto it = std::find_if(snapshots_.begin(), snapshots_.end(), [&](const snapshot& s) { return s.id == id; });
     if (it == snapshots_.end() || to > it->tokens.size() || static_cast<int>(to) > kv.capacity())
@@ -148,17 +150,28 @@ void conversation_cache::restore(uint64_t id, size_t from, size_t to, kv_cache& 
     }
     // The stores hold every parked position; those past `to` are rewritten before they are read.
     if (!s.indexer_keys.empty()) kv.indexer_keys() = s.indexer_keys;
+    size_t mtp_n = mtp_from;
+    const size_t mtp_to = std::min(to, s.mtp_layout.n_tokens);
+    if (mtp && mtp_to > mtp_from && static_cast<int>(mtp_to) <= mtp->capacity()) {
+        s.mtp_layout.for_each_piece(mtp_from, mtp_to, [&](int l, int c, int t, size_t r0, size_t r1, size_t offset) {
+            mtp->write_rows(l, c, t, static_cast<int>(r0), static_cast<int>(r1), s.mtp_rows.data() + offset);
+        });
+        mtp_n = mtp_to;
+    }
     touch(*it);
     counters_.tokens_restored += to - from;
+    return mtp_n;
 }
 
-uint64_t conversation_cache::park(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope) {
+uint64_t conversation_cache::park(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope,
+                                  const kv_cache* mtp, size_t mtp_n) {
     std::lock_guard lock(mutex_);
     if (!enabled() || tokens.empty()) return 0;
-    return park_locked(tokens, kv, scope);
+    return park_locked(tokens, kv, scope, mtp, mtp_n);
 }
 
-uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope) {
+uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope,
+                                         const kv_cache* mtp, size_t mtp_n) {
     const recurrent_state& rs = kv.recurrent();
     if (!rs.empty() && static_cast<size_t>(rs.pos()) != tokens.size())
         throw std::logic_error(fmt::format("conversation cache: parking {} tokens with a recurrent state at {}",
@@ -182,6 +195,9 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
     }
     const std::vector<std::vector<float>>& keys = kv.indexer_keys();
     for (const std::vector<float>& k : keys) need += k.size() * sizeof(float);
+    const stream_layout mtp_layout{mtp ? std::min(mtp_n, tokens.size()) : 0, mtp ? mtp->n_layer() : 0,
+                                   mtp ? mtp->n_tiles() : 0, mtp ? mtp->head_row_bytes() : 0};
+    need += mtp_layout.total();
     if (need > budget_) {
         logger("engine")->info("A conversation of {} tokens was not parked: its snapshot needs {:.1f} MiB, the "
                                "conversation cache's budget is {:.1f} MiB (--cache-ram).",
@@ -231,6 +247,11 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
     layout.for_each_piece(0, tokens.size(), [&](int l, int c, int t, size_t r0, size_t r1, size_t offset) {
         kv.read_rows(l, c, t, static_cast<int>(r0), static_cast<int>(r1), rows.data());
         s.copy<true>(offset, rows.data(), (r1 - r0) * layout.head_row);
+    });
+    s.mtp_layout = mtp_layout;
+    s.mtp_rows.resize(mtp_layout.total());
+    mtp_layout.for_each_piece(0, mtp_layout.n_tokens, [&](int l, int c, int t, size_t r0, size_t r1, size_t offset) {
+        mtp->read_rows(l, c, t, static_cast<int>(r0), static_cast<int>(r1), s.mtp_rows.data() + offset);
     });
     s.bytes = need;
     touch(s);

@@ -10,7 +10,9 @@
 // verbatim, so a restored prefix is the same as one evaluated again. A hybrid model's snapshot also
 // keeps its recurrent state at the parked position and the session's checkpoints before it (on the
 // heap; their bytes count against the budget): it can be restored only at one of those positions.
-// A qwen4exp snapshot keeps the QSA indexer's key stores too (heap, counted the same way).
+// A qwen4exp snapshot keeps the QSA indexer's key stores too (heap, counted the same way). With MTP
+// speculation a snapshot also keeps the rows of the session's MTP cache (one layer) for the positions it
+// had filled, in the same layout (heap, counted the same way), restored with the KV rows.
 //
 // Thread-safety: every member locks; park() and restore() run on the engine thread (they read and
 // write a session's cache), stats() from any thread.
@@ -62,14 +64,19 @@ public:
     // snapshot used. The caller's positions [0, from) must hold the same tokens as the snapshot's. With
     // a recurrent state, `to` must be a position find() gave: the state there and the checkpoints
     // before it replace kv's.
-    void restore(uint64_t id, size_t from, size_t to, kv_cache& kv);
+    // mtp (unless null): the session's MTP cache, whose positions [0, mtp_from) hold this prefix's entries;
+    // the snapshot's MTP rows of positions [mtp_from, to) that it has are copied in. Returns the positions
+    // of mtp now holding entries, [0, n) (mtp_from when the snapshot has none past it).
+    size_t restore(uint64_t id, size_t from, size_t to, kv_cache& kv, kv_cache* mtp = nullptr, size_t mtp_from = 0);
 
     // Parks `tokens` with their rows of `kv`. A snapshot that these extend (all but fewer than
     // min_tail_tokens of its tokens are a prefix of these) is replaced; when these are a prefix of a
     // snapshot's, that one is only marked used. Returns the id
     // of the snapshot holding them, or 0 when none (off, larger than the budget, out of memory). Only
     // snapshots of the same `scope` are replaced or reused.
-    uint64_t park(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope = {});
+    // mtp (unless null): the session's MTP cache, its rows of positions [0, mtp_n) parked too.
+    uint64_t park(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope = {},
+                  const kv_cache* mtp = nullptr, size_t mtp_n = 0);
 
     // Evicts snapshots, least recently used first and never snapshot `keep`, until the shared memory
     // budget has room for `more` bytes. Returns whether it has.
@@ -80,7 +87,8 @@ public:
 private:
     struct snapshot;
 
-    uint64_t park_locked(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope);
+    uint64_t park_locked(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope,
+                         const kv_cache* mtp, size_t mtp_n);
     void touch(snapshot& s);
     void evict_for(uint64_t bytes);
     void evict_lru(uint64_t keep, const char* why);

@@ -271,10 +271,11 @@ std::string hybrid_unsupported(const engine::hparams& hp) {
     return {};
 }
 
-// The file's next-token-prediction layers are not evaluated: one log line saying so.
-void log_nextn_layers(const gguf::reader& f, const engine::hparams& hp) {
+// The file's next-token-prediction layers are not evaluated by the trunk: one log line saying so, and
+// whether the first drafts for speculation.
+void log_nextn_layers(const gguf::reader& f, const engine::hparams& hp, const engine::model_weights& w) {
     if (hp.n_layer_nextn == 0) return;
-    if (hp.hybrid()) {
+    if (hp.hybrid() || !w.nextn.empty()) {
         logger("engine")->info("The file's {} next-token-prediction (MTP) block{} after layer {} {} bound for "
                                "speculation (--spec-type mtp, or auto) and not evaluated by the trunk.",
                                hp.n_layer_nextn, hp.n_layer_nextn == 1 ? "" : "s", hp.n_layer - 1,
@@ -287,9 +288,10 @@ void log_nextn_layers(const gguf::reader& f, const engine::hparams& hp) {
             if (t.name.starts_with(fmt::format("blk.{}.", il))) ++n_tensors;
     const int last = hp.n_layer + hp.n_layer_nextn - 1;
     const std::string blocks = hp.n_layer_nextn == 1 ? fmt::format("blk.{}", last) : fmt::format("blk.{}..{}", hp.n_layer, last);
-    logger("engine")->info("The file's next-token-prediction layers ({}, {} tensors) are not loaded: strata evaluates "
-                           "the {} layers before them, as llama.cpp does.",
-                           blocks, n_tensors, hp.n_layer);
+    logger("engine")->info("The file's next-token-prediction layers ({}, {} tensors) are not loaded{}: strata "
+                           "evaluates the {} layers before them, as llama.cpp does.",
+                           blocks, n_tensors, w.nextn_error.empty() ? "" : " (MTP drafting off: " + w.nextn_error + ")",
+                           hp.n_layer);
 }
 
 // The GPU hybrid pass for options.gpu, or nullptr (CPU only) with the reason in one log line, kept
@@ -354,7 +356,7 @@ model::impl::impl(const model_options& o)
       kv(engine::parse_kv_type(o.kv_type)) {
     ctx_from_file = o.n_ctx == 0;
     options = checked(o, hp.n_ctx_train);
-    log_nextn_layers(file, hp);
+    log_nextn_layers(file, hp, weights);
     if (hp.rope.freq_scale != 1.0f || hp.rope.ext_factor != 0.0f)
         logger("engine")->info("RoPE scaling: {} (base frequency {:g}).", engine::describe_rope(hp.rope),
                                hp.rope.freq_base);

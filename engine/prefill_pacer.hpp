@@ -3,13 +3,19 @@
 // modelled as decode_ms + n_prompt * token_ms, both learned from the steps that ran (moving averages),
 // and the prompt chunk is (factor - 1) * decode_ms / token_ms tokens, at least 1. A step without decode
 // rows takes the whole budget. Until a decode-only step has been timed, the first step with decode rows
-// carries no prompt tokens: it is that measurement.
+// carries no prompt tokens: it is that measurement. While a prompt is read beside decode rows, every
+// refresh_every-th step carries none either, so decode_ms follows the machine (other load, rows that
+// came or went) instead of keeping what it was before the prompt arrived. A sample moves an average by
+// at most a factor of 2 of it, so one step that the machine slowed or sped up does not double the next
+// chunk.
 #pragma once
 
 namespace strata {
 
 class prefill_pacer {
 public:
+    static constexpr int refresh_every = 8;  // steps with prompt tokens between two decode-only ones
+
     // factor <= 1: no pacing (every step takes the whole budget, as --batch says).
     explicit prefill_pacer(double factor) : factor_(factor) {}
 
@@ -25,6 +31,7 @@ public:
 private:
     double factor_;
     double decode_ms_ = 0, token_ms_ = 0;
+    int mixed_run_ = 0;  // steps with decode rows and prompt tokens since the last decode-only one
 };
 
 }  // namespace strata

@@ -24,7 +24,9 @@ session::impl::~impl() {
 }
 
 void session::impl::account() {
-    const uint64_t host_kv = m.hybrid ? 0 : kv.bytes(), states = kv.recurrent().checkpoint_bytes();
+    // The MTP block's own cache (speculation) counts as this session's KV.
+    const uint64_t host_kv = (m.hybrid ? 0 : kv.bytes()) + (mtp_kv ? mtp_kv->bytes() : 0);
+    const uint64_t states = kv.recurrent().checkpoint_bytes();
     m.budget->change(engine::memory_budget::use::kv, charged_kv_, host_kv);
     m.budget->change(engine::memory_budget::use::checkpoints, charged_checkpoints_, states);
     charged_kv_ = host_kv;
@@ -38,9 +40,10 @@ void session::impl::account() {
 void session::impl::grow(int n_pos, uint64_t keep) {
     const int chunk = engine::kv_cache::chunk_tokens;
     const int want = (std::min(n_pos, kv.n_ctx()) + chunk - 1) / chunk;
-    const uint64_t more = m.hybrid || want <= kv.n_chunks()
-                              ? 0
-                              : uint64_t(want - kv.n_chunks()) * uint64_t(kv.n_layer()) * kv.chunk_bytes();
+    const auto more_of = [&](const engine::kv_cache& c) {
+        return want <= c.n_chunks() ? 0 : uint64_t(want - c.n_chunks()) * uint64_t(c.n_layer()) * c.chunk_bytes();
+    };
+    const uint64_t more = m.hybrid ? 0 : more_of(kv) + (mtp_kv ? more_of(*mtp_kv) : 0);
     if (more > 0 && !m.conversations->make_room(more, keep)) {
         m.budget->count_refusal();
         throw engine::kv_cache_full(fmt::format("growing the KV cache to {} positions needs {:.1f} MiB more, and {}; "
@@ -48,6 +51,7 @@ void session::impl::grow(int n_pos, uint64_t keep) {
                                                 n_pos, double(more) / (1 << 20), m.budget->describe()));
     }
     kv.reserve(n_pos);
+    if (mtp_kv && !m.hybrid) mtp_kv->reserve(std::min(n_pos, mtp_kv->n_ctx()));
     account();
 }
 
@@ -88,19 +92,22 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, std::string_
     // A recurrent state goes back only to one of its checkpoints.
     engine::recurrent_state& rs = kv.recurrent();
     if (!rs.empty()) common = static_cast<size_t>(rs.usable(static_cast<int>(common)));
-    // The MTP entries of the kept prefix stay (a restored snapshot brings none: positions past the live
-    // prefix are refilled when drafting needs them).
+    // The MTP entries of the kept prefix stay (a restored snapshot brings those it parked).
+    const int mtp_parked = std::min(mtp_filled, static_cast<int>(cached.size()));
     mtp_filled = std::min(mtp_filled, static_cast<int>(common));
     t.cache_source = common > 0 ? prefix_source::live : prefix_source::none;
     engine::conversation_cache& cc = *m.conversations;
     bool restored = false;
     if (cc.enabled()) {
         // Park before a prompt discards a tail worth keeping (a regular next turn discards a few tokens).
-        if (cached.size() >= common + engine::conversation_cache::min_tail_tokens) cc.park(cached, kv, scope);
+        if (cached.size() >= common + engine::conversation_cache::min_tail_tokens)
+            cc.park(cached, kv, scope, mtp_kv.get(), static_cast<size_t>(mtp_parked));
         if (const auto best = cc.find(prompt, limit, common, new_scope)) {
             try {
+                if (mtp_capable()) mtp_cache();  // grown with kv below, to take the snapshot's MTP rows
                 grow(static_cast<int>(best->n_tokens), best->id);
-                cc.restore(best->id, common, best->n_tokens, kv);
+                mtp_filled = static_cast<int>(cc.restore(best->id, common, best->n_tokens, kv, mtp_kv.get(),
+                                                         static_cast<size_t>(mtp_filled)));
                 common = best->n_tokens;
                 restored = true;
                 t.cache_source = prefix_source::snapshot;
@@ -124,12 +131,14 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, std::string_
 namespace {
 
 void check_speculation(const speculation_options& so, const model::impl& m) {
+    const std::string why = m.hp.qwen4()                     ? "it has no nextn.hc_head_* output mixer"
+                            : !m.weights.nextn_error.empty() ? "it could not be bound: " + m.weights.nextn_error
+                                                             : fmt::format("not implemented for {}", m.hp.arch.name);
     if (so.type == "mtp" && !(m.forward && m.forward->has_mtp()))
         throw request_error(m.hp.n_layer_nextn > 0
                                 ? fmt::format("the file's MTP block cannot draft ({}); use the spec type ngram, "
                                               "auto or off",
-                                              m.hp.qwen4() ? "it has no nextn.hc_head_* output mixer"
-                                                           : fmt::format("not implemented for {}", m.hp.arch.name))
+                                              why)
                                 : std::string("the model file has no MTP block (nextn_predict_layers): use the spec "
                                               "type ngram, auto or off"));
     if (so.type != "off" && so.type != "ngram" && so.type != "auto" && so.type != "mtp" && so.type != "forced")
@@ -191,7 +200,10 @@ std::vector<float> session::evaluate(std::span<const int32_t> prompt, bool all) 
 uint64_t session::park() {
     uint64_t id = 0;
     impl_->m.thread.run([&] {
-        if (!impl_->cached.empty()) id = impl_->m.conversations->park(impl_->cached, impl_->kv, impl_->scope);
+        if (!impl_->cached.empty())
+            id = impl_->m.conversations->park(impl_->cached, impl_->kv, impl_->scope, impl_->mtp_kv.get(),
+                                              static_cast<size_t>(std::min<int64_t>(impl_->mtp_filled,
+                                                                                    int64_t(impl_->cached.size()))));
     });
     return id;
 }

@@ -27,6 +27,17 @@ struct session::impl {
     // position p is from token p and the trunk's residual at p - 1, valid for p < mtp_filled.
     std::unique_ptr<engine::kv_cache> mtp_kv;
     int mtp_filled = 0;
+    // mtp_kv, made empty on first use (one layer of kv's shape and type).
+    engine::kv_cache& mtp_cache() {
+        if (!mtp_kv) {
+            mtp_kv = std::make_unique<engine::kv_cache>(1, m.options.n_ctx, m.hp.kv_heads(), m.hp.kv_head_dim(), m.kv,
+                                                        m.hp.mla());
+            mtp_filled = 0;
+        }
+        return *mtp_kv;
+    }
+    // Whether this session's generations may draft with the model's MTP block (and keep mtp_kv).
+    bool mtp_capable() const { return !m.hybrid && m.forward && m.forward->has_mtp(); }
 
     explicit impl(std::shared_ptr<model> o);
     ~impl();

@@ -49,6 +49,17 @@ stage "ctest -L gpu"
 tests_rc=$?
 grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest-gpu.log" | head -30
 
+# 3b. Kernel parity per weight format: test_cuda_kernels' per-format suites (matvec at several token
+# counts, batched matvec, dequantise-to-f16, and for the code-book formats and MXFP4 the dequantised
+# values bit for bit) against the CPU reference, one line per format.
+stage "kernel parity per weight format"
+"$build"/tests/gpu/test_cuda_kernels --gtest_filter='Formats/*:CodeBookValues.*' >"$out/kernel-parity.log" 2>&1
+parity_rc=$?
+awk '$2 == "OK" && $4 ~ /^Formats\// { n = split($4, p, "/"); ok[p[n]]++; seen[p[n]] = 1 }
+     $2 == "FAILED" && $4 ~ /^Formats\// && !(($4) in done) { done[$4] = 1; n = split($4, p, "/"); bad[p[n]]++; seen[p[n]] = 1 }
+     END { for (f in seen) printf "  %-8s %d passed, %d failed\n", f, ok[f], bad[f] }' "$out/kernel-parity.log" | sort
+[ $parity_rc -eq 0 ] || { echo "kernel parity FAILED (see $out/kernel-parity.log)"; tests_rc=1; }
+
 # 4. Benchmark on the bench preset.
 model=/tmp/strata-$preset.gguf
 stage "strata-make-model --preset $preset"

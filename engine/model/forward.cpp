@@ -74,6 +74,8 @@ forward_pass::forward_pass(arenas::expert_pool& pool, const hparams& hp, const m
     batches_ = batches_ && residual_->batches_sequences();
     if (!w.nextn.empty() && w.nextn[0].layer.router.present() && (!hp.qwen4() || w.nextn[0].hc_head.present())) {
         const layer_weights& l = w.nextn[0].layer;
+        // The block's mixer: the kind of the trunk's attention layers (dense for qwen4exp, as llama.cpp runs it).
+        mtp_mixer_ = latent_attention_ ? static_cast<token_mixer*>(latent_attention_.get()) : attention_.get();
         mtp_moe_layers_.push_back({l.gate, l.up, l.down});
         mtp_rows_ = std::make_unique<arenas::mapped_expert_rows>(mtp_moe_layers_);
         mtp_moe_ = std::make_unique<arenas::moe_runner>(
@@ -281,15 +283,6 @@ void forward_pass::output_head(std::span<const step_segment> segs) {
         std::memcpy(g.logits, head_out_.data() + done * n_vocab, n * n_vocab * sizeof(float));
         done += n;
     }
-}
-
-void forward_pass::attention(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok) {
-    attention_->run(l, kvl, segs, n_tok);
-}
-
-void forward_pass::mla_attention(int il, int n_tok, int pos0, kv_cache& kv) {
-    if (!latent_attention_) latent_attention_ = std::make_unique<latent_attention_mixer>(*this);
-    latent_attention_->run(il, n_tok, pos0, kv);
 }
 
 void forward_pass::moe(const layer_weights& l, arenas::moe_runner& runner, const std::vector<arenas::moe_layer>& layers,

@@ -103,17 +103,20 @@ public:
     // Recurrent state checkpoints every this many positions (0: none but those the caller takes).
     void set_checkpoint_interval(int n) { checkpoint_interval_ = n; }
 
-    // The file's MTP block (the hybrids' blk.n_layer; mtp.cpp). Rows t at positions pos0 + t: input
-    // eh_proj([enorm(embed(tokens[t])) | hnorm(h[t])]) (h null: zeros), then the block's gated attention
-    // over `kv` (one layer, its own cache: row t's key and value stored at pos0 + t) and its MoE with the
-    // shared expert. h_out (unless null): each row's output residual, what chains the next draft;
+    // The file's MTP block (blk.n_layer; mtp.cpp). Rows t at positions pos0 + t: input
+    // eh_proj([enorm(embed(tokens[t])) | hnorm(h[t])]) (h null: zeros), then the block's attention (gated;
+    // glm4moe plain; deepseek2 latent) over `kv` (one layer, its own cache: row t's key and value, or
+    // latent, stored at pos0 + t) and its MoE with the shared expert. h[t] is normed before hnorm as
+    // llama.cpp feeds it: with the output norm (h from the trunk), or with the head norm when `chained`
+    // (h from an earlier mtp() call's h_out; qwen4exp: see mtp_qwen4). h_out (unless null): each row's output
+    // residual, what chains the next draft;
     // logits (unless null): shared_head_norm (else the output norm) and the output head, of the last row
     // only, or of every row when all_logits. h and h_out are [n_tok][hp.residual_width()]: for qwen4exp
     // the hc streams, eh_proj applied to each, the block's mixers over them and its own output mixer
     // (nextn.hc_head_*) before the head (qwen4exp_forward.cpp).
     bool has_mtp() const { return mtp_moe_ != nullptr; }
     void mtp(const int32_t* tokens, const float* h, int n_tok, int pos0, kv_cache& kv, float* h_out, float* logits,
-             bool all_logits = false);
+             bool all_logits = false, bool chained = false);
 
 private:
     // The layer kinds (mixer.hpp) reach the pass's buffers and helpers.
@@ -133,10 +136,7 @@ private:
     // residual, the output head.
     void eval_layers(std::span<const step_segment> segs);
     void output_head(std::span<const step_segment> segs);  // logits of the rows that want them
-    // The blocks the MTP block (mtp.cpp) runs on its own weights: attention_mixer::run, moe_ffn's.
-    void attention(const layer_weights& l, int kv_layer, std::span<const step_segment> segs, int n_tok);
-    // Latent attention of layer il (latent_attention_mixer::run): xn_ -> att_ [n_tok][n_v].
-    void mla_attention(int layer, int n_tok, int pos0, kv_cache& kv);
+    // The FFN parts the MTP block (mtp.cpp) runs on its own weights: moe_ffn's.
     // The MoE of weights l through `runner`'s pool layer, counting routes into counts (null: not counted).
     void moe(const layer_weights& l, arenas::moe_runner& runner, const std::vector<arenas::moe_layer>& layers,
              int pool_layer, uint64_t* counts, int n_tok);
@@ -198,6 +198,7 @@ private:
     std::vector<arenas::moe_layer> mtp_moe_layers_;
     std::unique_ptr<arenas::mapped_expert_rows> mtp_rows_;
     std::unique_ptr<arenas::moe_runner> mtp_moe_;
+    token_mixer* mtp_mixer_ = nullptr;  // the block's token mixer (one of the above)
     std::vector<float> mtp_in_;   // [n_tok][(hc)][2 n_embd] the normed embedding and hidden state (per stream)
     int checkpoint_interval_ = 0;
     routing_counts routing_;

@@ -15,6 +15,8 @@
 
 #include <cstdint>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "expert_pool.hpp"
@@ -43,6 +45,12 @@ public:
     virtual void eval(int il, std::span<const step_segment> segs, int n_tok) = 0;
     // Whether one pass may hold several sequences' rows; else the pass gets one segment at a time.
     virtual bool batches_sequences() const { return true; }
+    // Weights l (not a trunk layer's) with their state in layer kvl of the segments' caches: the MTP
+    // block, over its own one-layer cache, runs the mixer kind of the trunk's attention layers.
+    virtual void eval_weights(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok) {
+        (void)l, (void)kvl, (void)segs, (void)n_tok;
+        throw std::logic_error(std::string("the ") + kind() + " mixer has no MTP form");
+    }
 
 protected:
     forward_pass& f_;
@@ -55,6 +63,9 @@ public:
     using token_mixer::token_mixer;
     const char* kind() const override { return "attention"; }
     void eval(int il, std::span<const step_segment> segs, int n_tok) override;
+    void eval_weights(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok) override {
+        run(l, kvl, segs, n_tok);
+    }
     // Weights l with its keys and values in KV layer kvl (the MTP block's too). dense false: q, k, v
     // and the gate are computed and the keys and values stored, the attention itself is left to the
     // caller (a sparse decode).
@@ -89,10 +100,11 @@ public:
     const char* kind() const override { return "latent attention"; }
     void eval(int il, std::span<const step_segment> segs, int n_tok) override;
     bool batches_sequences() const override { return false; }
-    // Layer il over n_tok rows at positions pos0.. of kv: xn_ -> att_ [n_tok][n_v].
-    void run(int il, int n_tok, int pos0, kv_cache& kv);
+    void eval_weights(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok) override;
 
 private:
+    // Weights l over n_tok rows at positions pos0.. of latent layer il of kv: xn_ -> att_ [n_tok][n_v].
+    void run(const layer_weights& l, int il, int n_tok, int pos0, kv_cache& kv);
     // Attention over the latent cache: q [n_tok][n_head][n_lora_kv + n_rot] -> out [n_tok][n_head][n_lora_kv].
     void attend(const kv_cache& kv, int il, int n_tok, int pos0, const float* q, float* out);
     // y[t][h * n_rows + r] = head h's rows of w (n_rows from row h * step + row0) . in[t][h * in_cols ..]

@@ -72,13 +72,17 @@ void latent_attention_mixer::matmul_heads(const weight_matrix& w, int64_t step, 
 }
 
 void latent_attention_mixer::eval(int il, std::span<const step_segment> segs, int n_tok) {
-    run(il, n_tok, segs[0].pos0, *segs[0].kv);
+    run(f_.w_.layers[static_cast<size_t>(il)], il, n_tok, segs[0].pos0, *segs[0].kv);
 }
 
-void latent_attention_mixer::run(int il, int n_tok, int pos0, kv_cache& kv) {
+void latent_attention_mixer::eval_weights(const layer_weights& l, int kvl, std::span<const step_segment> segs,
+                                          int n_tok) {
+    run(l, kvl, n_tok, segs[0].pos0, *segs[0].kv);
+}
+
+void latent_attention_mixer::run(const layer_weights& l, int il, int n_tok, int pos0, kv_cache& kv) {
     forward_pass& f = f_;
     const hparams& hp = f.hp_;
-    const layer_weights& l = f.w_.layers[static_cast<size_t>(il)];
     const int n_head = hp.n_head, hd = hp.head_dim, n_rot = hp.n_rot, nope = hd - n_rot;
     const int lora = hp.n_lora_kv, row = lora + n_rot, n_q = hp.n_q();
     const size_t nt = static_cast<size_t>(n_tok), items = nt * n_head;

@@ -251,7 +251,7 @@ void forward_pass::mtp_qwen4(const int32_t* tokens, const float* h, int n_tok, i
 
     hc_mix(l.hc_attn, n_tok, hc_inj_.data());
     const step_segment seg{tokens, n_tok, pos0, &kv, nullptr, false, nullptr};
-    attention(l, 0, std::span(&seg, 1), n_tok);  // dense: the block's indexer is not run (llama.cpp)
+    mtp_mixer_->eval_weights(l, 0, std::span(&seg, 1), n_tok);  // dense: the block's indexer is not run (llama.cpp)
     matmul(l.wo, n_tok, att_.data(), tmp_.data());
     hc_add(n_tok, tmp_.data(), hc_inj_.data());
 

@@ -300,6 +300,30 @@ ple_table bind_ple_table(const gguf::reader& f, const binder& b, const hparams& 
     return {f.tensor_data(*t).data(), t->type, t->ne[0], t->ne[1], formats::row_size(t->type, t->ne[0])};
 }
 
+// A plain attention layer (q, k, v, output; the architecture's optional biases and QK norms).
+void bind_attention(const binder& b, const hparams& hp, int i, layer_weights& l) {
+    const std::string p = fmt::format("blk.{}.", i);
+    l.wq = b.mat(p + "attn_q.weight", hp.n_embd, hp.n_q(), "n_embd, n_head * head_dim");
+    l.wk = b.mat(p + "attn_k.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
+    l.wv = b.mat(p + "attn_v.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
+    l.wo = b.mat(p + "attn_output.weight", hp.n_q(), hp.n_embd, "n_head * head_dim, n_embd");
+    if (hp.arch.qkv_bias != presence::absent) {
+        const bool req = hp.arch.qkv_bias == presence::required;
+        l.bq = b.vec(p + "attn_q.bias", hp.n_q(), "n_head * head_dim", req);
+        l.bk = b.vec(p + "attn_k.bias", hp.n_kv(), "n_head_kv * head_dim", req);
+        l.bv = b.vec(p + "attn_v.bias", hp.n_kv(), "n_head_kv * head_dim", req);
+    }
+    if (hp.arch.qk_norm != presence::absent) {
+        const bool req = hp.arch.qk_norm == presence::required;
+        l.q_norm = b.vec(p + "attn_q_norm.weight", hp.head_dim, "head_dim", req);
+        l.k_norm = b.vec(p + "attn_k_norm.weight", hp.head_dim, "head_dim", req);
+        if ((l.q_norm == nullptr) != (l.k_norm == nullptr))
+            throw std::runtime_error(fmt::format("{}: layer {} has only one of attn_q_norm.weight and "
+                                                 "attn_k_norm.weight; strata needs both or neither",
+                                                 b.path(), i));
+    }
+}
+
 // The hybrids' MTP blocks: each a gated attention layer with its MoE and the nextn.* tensors (qwen4exp:
 // hyper-connection mixers instead of the norms, hnorm over the wide residual, its own output mixer).
 void bind_nextn(const binder& b, const hparams& hp, model_weights& w) {
@@ -318,6 +342,34 @@ void bind_nextn(const binder& b, const hparams& hp, model_weights& w) {
         n.shared_head_norm = b.vec(p + "nextn.shared_head_norm.weight", hp.n_embd, "n_embd", false);
         if (q4) n.hc_head = bind_hc(b, hp, p + "nextn.hc_head_", false, false);
         w.nextn.push_back(std::move(n));
+    }
+}
+
+// The MTP block of glm4moe and deepseek2 files (as llama.cpp's loaders read it): the family's attention
+// layer with its MoE and shared expert, eh_proj, enorm, hnorm, and optionally shared_head_norm, embed_tokens
+// and shared_head_head. A file whose block cannot be bound still loads (without drafting): nextn_error says why.
+void bind_nextn_deepseek(const binder& b, const hparams& hp, model_weights& w) {
+    const int i = hp.n_layer;
+    const std::string p = fmt::format("blk.{}.", i);
+    try {
+        nextn_weights n;
+        n.layer.attn_norm = b.vec(p + "attn_norm.weight", hp.n_embd, "n_embd");
+        if (hp.mla())
+            bind_mla(b, hp, i, n.layer, w);
+        else
+            bind_attention(b, hp, i, n.layer);
+        n.layer.ffn_norm = b.vec(p + hp.arch.ffn_norm + ".weight", hp.n_embd, "n_embd");
+        bind_moe(b, hp, i, n.layer);
+        n.eh_proj = b.mat(p + "nextn.eh_proj.weight", 2 * int64_t{hp.n_embd}, hp.n_embd, "2 n_embd, n_embd");
+        n.enorm = b.vec(p + "nextn.enorm.weight", hp.n_embd, "n_embd");
+        n.hnorm = b.vec(p + "nextn.hnorm.weight", hp.n_embd, "n_embd");
+        n.shared_head_norm = b.vec(p + "nextn.shared_head_norm.weight", hp.n_embd, "n_embd", false);
+        n.embed_tokens = b.mat(p + "nextn.embed_tokens.weight", hp.n_embd, w.tok_embd.n_rows, "n_embd, n_vocab", false);
+        n.shared_head_head =
+            b.mat(p + "nextn.shared_head_head.weight", hp.n_embd, w.tok_embd.n_rows, "n_embd, n_vocab", false);
+        w.nextn.push_back(std::move(n));
+    } catch (const std::runtime_error& e) {
+        w.nextn_error = e.what();
     }
 }
 
@@ -354,25 +406,7 @@ model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
         } else if (hp.attn_gate()) {
             bind_gated_attention(b, hp, i, l);
         } else {
-            l.wq = b.mat(p + "attn_q.weight", hp.n_embd, hp.n_q(), "n_embd, n_head * head_dim");
-            l.wk = b.mat(p + "attn_k.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
-            l.wv = b.mat(p + "attn_v.weight", hp.n_embd, hp.n_kv(), "n_embd, n_head_kv * head_dim");
-            l.wo = b.mat(p + "attn_output.weight", hp.n_q(), hp.n_embd, "n_head * head_dim, n_embd");
-            if (hp.arch.qkv_bias != presence::absent) {
-                const bool req = hp.arch.qkv_bias == presence::required;
-                l.bq = b.vec(p + "attn_q.bias", hp.n_q(), "n_head * head_dim", req);
-                l.bk = b.vec(p + "attn_k.bias", hp.n_kv(), "n_head_kv * head_dim", req);
-                l.bv = b.vec(p + "attn_v.bias", hp.n_kv(), "n_head_kv * head_dim", req);
-            }
-            if (hp.arch.qk_norm != presence::absent) {
-                const bool req = hp.arch.qk_norm == presence::required;
-                l.q_norm = b.vec(p + "attn_q_norm.weight", hp.head_dim, "head_dim", req);
-                l.k_norm = b.vec(p + "attn_k_norm.weight", hp.head_dim, "head_dim", req);
-                if ((l.q_norm == nullptr) != (l.k_norm == nullptr))
-                    throw std::runtime_error(fmt::format("{}: layer {} has only one of attn_q_norm.weight and "
-                                                         "attn_k_norm.weight; strata needs both or neither",
-                                                         f.path(), i));
-            }
+            bind_attention(b, hp, i, l);
         }
         if (!hp.qwen4()) l.ffn_norm = b.vec(p + hp.arch.ffn_norm + ".weight", hp.n_embd, "n_embd");
         if (!hp.is_moe_layer(i)) {
@@ -386,6 +420,8 @@ model_weights bind_weights(const gguf::reader& f, const hparams& hp) {
         w.layers.push_back(std::move(l));
     }
     if (hp.hybrid()) bind_nextn(b, hp, w);
+    if ((hp.arch.id == arch::glm4moe || hp.arch.id == arch::deepseek2) && hp.n_layer_nextn > 0)
+        bind_nextn_deepseek(b, hp, w);
     return w;
 }
 

@@ -95,10 +95,13 @@ struct layer_weights {
     ple_weights ple;
 };
 
-// A next-token-prediction block past the trunk (qwen35moe's and qwen4exp's MTP): a gated attention layer with its
-// MoE, and the projection of [enorm(embedding) | hnorm(hidden)] into it; run by forward_pass::mtp.
+// A next-token-prediction block past the trunk (the MTP of qwen35moe, qwen4exp, glm4moe and deepseek2): the
+// family's attention layer with its MoE, and the projection of [enorm(embedding) | hnorm(hidden)] into it;
+// run by forward_pass::mtp.
 struct nextn_weights {
     layer_weights layer;
+    weight_matrix embed_tokens;         // glm4moe, deepseek2: the block's own embedding, optional (else token_embd)
+    weight_matrix shared_head_head;     // glm4moe, deepseek2: the block's own output head, optional (else output)
     weight_matrix eh_proj;              // [n_embd x 2 n_embd]
     const float* enorm = nullptr;       // [n_embd]
     const float* hnorm = nullptr;       // [n_embd]
@@ -124,7 +127,8 @@ struct model_weights {
     const float* output_norm = nullptr; // [n_embd]
     weight_matrix output;               // [n_vocab x n_embd]; tok_embd when tied
     std::vector<layer_weights> layers;
-    std::vector<nextn_weights> nextn;   // hybrids' MTP blocks (blk.n_layer ..)
+    std::vector<nextn_weights> nextn;   // MTP blocks (blk.n_layer ..)
+    std::string nextn_error;            // glm4moe, deepseek2: why the file's MTP block could not be bound (else empty)
     hc_mixer hc_head;                   // qwen4exp: the output mixer (output_hc_*; there is no output_norm)
     ple_table ple;                      // qwen4exp with a PLE block
     std::vector<std::vector<uint8_t>> packed_storage;  // owns wk_b built from attn_kv_b

@@ -23,7 +23,8 @@ using stream_t = void*;  // cudaStream_t
 // Rows must be whole blocks (32 elements for F32/F16/BF16); the weight functions throw
 // std::invalid_argument naming the function and the numbers otherwise, or naming the valid types.
 // True where a dequantising matvec and a dequantise-to-f16 kernel exist for `type`:
-// F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS.
+// F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+// IQ3_S, MXFP4.
 bool has_matvec(ggml_type type);
 // "F32, F16, ..." for error messages.
 const char* matvec_types();

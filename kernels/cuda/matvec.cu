@@ -2,9 +2,12 @@
 // dequantise-to-f16 for the cuBLAS prompt path.
 //
 // One warp per weight row (kRowsPerBlock rows per thread block). The warp walks the row block by
-// block; lane l dequantises elements l, l + 32, ... of each block (dequant.cuh) and multiplies them
-// with the matching activations of up to kTok tokens at once, so a weight row is read once per kTok
-// tokens. Sums are f32 and reduced across the warp at the end.
+// block; lane l dequantises elements l, l + 32, ... of each block (dequant.cuh; for the code-book
+// formats the 8 elements of group l) and multiplies them with the matching activations of up to kTok
+// tokens at once, so a weight row is read once per kTok tokens. Sums are f32 and reduced across the
+// warp at the end.
+#include <type_traits>
+
 #include "cuda_kernels.hpp"
 #include "dequant.cuh"
 
@@ -17,6 +20,12 @@ using namespace detail;
 constexpr int kRowsPerBlock = 4;
 constexpr int kTok = 8;  // tokens per pass over a weight row
 
+// Whether F is a code-book format read a group of 8 elements at a time (F::grouped, dequant.cuh).
+template <class F, class = void>
+struct is_grouped : std::false_type {};
+template <class F>
+struct is_grouped<F, std::void_t<decltype(F::grouped)>> : std::bool_constant<F::grouped> {};
+
 // sum[t] = row . x_t for t < n_tok (n_tok <= kTok), reduced over the warp (every lane holds it).
 template <class F>
 __device__ void row_dot(const uint8_t* row, int64_t n_cols, const float* x, int64_t x_stride, int n_tok,
@@ -28,14 +37,27 @@ __device__ void row_dot(const uint8_t* row, int64_t n_cols, const float* x, int6
     for (int t = 0; t < kTok; ++t) sum[t] = 0.0f;
     for (int64_t ib = 0; ib < n_blocks; ++ib) {
         const typename F::block& b = blocks[ib];
+        if constexpr (is_grouped<F>::value) {
+            static_assert(F::qk == 8 * kWarp, "a grouped format's block is one group of 8 per lane");
+            float w[8];
+            F::group(b, lane, w);
+            const int64_t col = ib * F::qk + 8 * lane;
 #pragma unroll
-        for (int j = 0; j < F::qk / kWarp; ++j) {
-            const int e = lane + kWarp * j;
-            const float w = F::value(b, e);
-            const int64_t col = ib * F::qk + e;
+            for (int t = 0; t < kTok; ++t) {
+                if (t >= n_tok) continue;
 #pragma unroll
-            for (int t = 0; t < kTok; ++t)
-                if (t < n_tok) sum[t] += w * x[t * x_stride + col];
+                for (int j = 0; j < 8; ++j) sum[t] += w[j] * x[t * x_stride + col + j];
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < F::qk / kWarp; ++j) {
+                const int e = lane + kWarp * j;
+                const float w = F::value(b, e);
+                const int64_t col = ib * F::qk + e;
+#pragma unroll
+                for (int t = 0; t < kTok; ++t)
+                    if (t < n_tok) sum[t] += w * x[t * x_stride + col];
+            }
         }
     }
 #pragma unroll
@@ -76,7 +98,15 @@ __global__ void dequantize_kernel(const uint8_t* w, size_t row_stride, int64_t n
     const int64_t r = i / n_blocks, ib = i % n_blocks;
     const auto& b = reinterpret_cast<const typename F::block*>(w + r * row_stride)[ib];
     uint16_t* dst = out + r * n_cols + ib * F::qk;
-    for (int e = 0; e < F::qk; ++e) dst[e] = float_to_half(F::value(b, e));
+    if constexpr (is_grouped<F>::value) {
+        for (int g = 0; g < F::qk / 8; ++g) {
+            float w[8];
+            F::group(b, g, w);
+            for (int j = 0; j < 8; ++j) dst[8 * g + j] = float_to_half(w[j]);
+        }
+    } else {
+        for (int e = 0; e < F::qk; ++e) dst[e] = float_to_half(F::value(b, e));
+    }
 }
 
 template <class F>
@@ -119,6 +149,14 @@ void dispatch(ggml_type type, const char* what, Fn&& fn) {
         case ggml_type::Q5_K: return fn(fmt_q5_k{});
         case ggml_type::Q6_K: return fn(fmt_q6_k{});
         case ggml_type::IQ4_XS: return fn(fmt_iq4_xs{});
+        case ggml_type::IQ1_S: return fn(fmt_iq1_s{});
+        case ggml_type::IQ1_M: return fn(fmt_iq1_m{});
+        case ggml_type::IQ2_XXS: return fn(fmt_iq2_xxs{});
+        case ggml_type::IQ2_XS: return fn(fmt_iq2_xs{});
+        case ggml_type::IQ2_S: return fn(fmt_iq2_s{});
+        case ggml_type::IQ3_XXS: return fn(fmt_iq3_xxs{});
+        case ggml_type::IQ3_S: return fn(fmt_iq3_s{});
+        case ggml_type::MXFP4: return fn(fmt_mxfp4{});
         default: break;
     }
     throw std::invalid_argument(std::string(what) + ": no CUDA kernel for weight type " +
@@ -139,6 +177,14 @@ STRATA_CUDA_MATVEC_FORMAT(fmt_q4_k)
 STRATA_CUDA_MATVEC_FORMAT(fmt_q5_k)
 STRATA_CUDA_MATVEC_FORMAT(fmt_q6_k)
 STRATA_CUDA_MATVEC_FORMAT(fmt_iq4_xs)
+STRATA_CUDA_MATVEC_FORMAT(fmt_iq1_s)
+STRATA_CUDA_MATVEC_FORMAT(fmt_iq1_m)
+STRATA_CUDA_MATVEC_FORMAT(fmt_iq2_xxs)
+STRATA_CUDA_MATVEC_FORMAT(fmt_iq2_xs)
+STRATA_CUDA_MATVEC_FORMAT(fmt_iq2_s)
+STRATA_CUDA_MATVEC_FORMAT(fmt_iq3_xxs)
+STRATA_CUDA_MATVEC_FORMAT(fmt_iq3_s)
+STRATA_CUDA_MATVEC_FORMAT(fmt_mxfp4)
 #undef STRATA_CUDA_MATVEC_FORMAT
 
 }  // namespace
@@ -146,12 +192,17 @@ STRATA_CUDA_MATVEC_FORMAT(fmt_iq4_xs)
 bool has_matvec(ggml_type type) {
     switch (type) {
         case ggml_type::F32: case ggml_type::F16: case ggml_type::BF16: case ggml_type::Q4_0: case ggml_type::Q8_0:
-        case ggml_type::Q4_K: case ggml_type::Q5_K: case ggml_type::Q6_K: case ggml_type::IQ4_XS: return true;
+        case ggml_type::Q4_K: case ggml_type::Q5_K: case ggml_type::Q6_K: case ggml_type::IQ4_XS:
+        case ggml_type::IQ1_S: case ggml_type::IQ1_M: case ggml_type::IQ2_XXS: case ggml_type::IQ2_XS:
+        case ggml_type::IQ2_S: case ggml_type::IQ3_XXS: case ggml_type::IQ3_S: case ggml_type::MXFP4: return true;
         default: return false;
     }
 }
 
-const char* matvec_types() { return "F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS"; }
+const char* matvec_types() {
+    return "F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, "
+           "IQ3_S, MXFP4";
+}
 
 // A row must be whole blocks (the float formats are read 32 elements at a time).
 template <class F>

@@ -1,7 +1,7 @@
 // The lattice code books of the IQ1 / IQ2 / IQ3 formats. Entry i packs 8 (IQ2, IQ1) or 4 (IQ3) values,
 // value j in byte j counted from the least significant (ggml reads the entries as byte arrays on
 // little-endian machines). IQ2 values are 8, 25 or 43; IQ3_XXS's 4 .. 62 and IQ3_S's 1 .. 15 (odd);
-// IQ1's are signed bytes -1, 0, 1.
+// IQ1's are signed bytes -1, 0, 1. The data is in iq_grids.inc, which the CUDA kernels include too.
 #pragma once
 
 #include <cstdint>

@@ -256,11 +256,159 @@ std::vector<float> reference_model::latent_attention(const std::string& b, const
     return att;
 }
 
-std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_t>& tokens, const routes* follow) {
+void reference_model::block(int il, std::vector<float>& x, size_t pos, const routes* follow, float& margin) {
     const bool qwen2 = arch_ == "qwen2moe", glm = arch_ == "glm4moe";
     const bool neox = arch_ != "llama";
     const int hd = head_dim_, n_q = n_head_ * hd, n_kv = n_head_kv_ * hd;
-    std::vector<std::vector<std::vector<float>>> kcache(static_cast<size_t>(n_layer_)), vcache(static_cast<size_t>(n_layer_));
+    const std::string b = "blk." + std::to_string(il) + ".";
+    std::vector<float> xn = rmsnorm(x, vec(b + "attn_norm.weight"), eps_);
+    std::vector<float> att;
+    if (mla_) {
+        att = latent_attention(b, xn, pos, kcache_[size_t(il)], vcache_[size_t(il)]);
+    } else {
+        std::vector<float> q = load(b + "attn_q.weight").apply(xn);
+        std::vector<float> k = load(b + "attn_k.weight").apply(xn);
+        std::vector<float> v = load(b + "attn_v.weight").apply(xn);
+        if (f_.find_tensor(b + "attn_q.bias")) {  // qwen2moe; glm4moe
+            const auto bq = vec(b + "attn_q.bias"), bk = vec(b + "attn_k.bias"), bv = vec(b + "attn_v.bias");
+            for (int i = 0; i < n_q; ++i) q[size_t(i)] += bq[size_t(i)];
+            for (int i = 0; i < n_kv; ++i) k[size_t(i)] += bk[size_t(i)], v[size_t(i)] += bv[size_t(i)];
+        }
+        if (f_.find_tensor(b + "attn_q_norm.weight")) {  // qwen3moe; glm4moe optionally
+            const auto qn = vec(b + "attn_q_norm.weight"), kn = vec(b + "attn_k_norm.weight");
+            for (int h = 0; h < n_head_; ++h) {
+                auto o = rmsnorm(q, qn, eps_, size_t(h * hd), size_t(hd));
+                std::copy(o.begin(), o.end(), q.begin() + h * hd);
+            }
+            for (int h = 0; h < n_head_kv_; ++h) {
+                auto o = rmsnorm(k, kn, eps_, size_t(h * hd), size_t(hd));
+                std::copy(o.begin(), o.end(), k.begin() + h * hd);
+            }
+        }
+        // The first n_rot dims of each head turn (neox pairs i, i + n_rot/2), the rest pass through.
+        for (int h = 0; h < n_head_; ++h) rope(q.data() + h * hd, n_rot_, int(pos), freq_base_, neox, scaling_);
+        for (int h = 0; h < n_head_kv_; ++h) rope(k.data() + h * hd, n_rot_, int(pos), freq_base_, neox, scaling_);
+        kcache_[size_t(il)].push_back(k);
+        vcache_[size_t(il)].push_back(v);
+        att.assign(static_cast<size_t>(n_q), 0.0f);
+        for (int h = 0; h < n_head_; ++h) {
+            const int g = h / (n_head_ / n_head_kv_);
+            std::vector<float> s(pos + 1);
+            for (size_t t = 0; t <= pos; ++t) {
+                double d = 0;
+                for (int i = 0; i < hd; ++i) d += double(q[size_t(h * hd + i)]) * kcache_[size_t(il)][t][size_t(g * hd + i)];
+                s[t] = float(d / std::sqrt(double(hd)));
+            }
+            softmax(s);
+            for (size_t t = 0; t <= pos; ++t)
+                for (int i = 0; i < hd; ++i) att[size_t(h * hd + i)] += s[t] * vcache_[size_t(il)][t][size_t(g * hd + i)];
+        }
+    }
+    const std::vector<float> o = load(b + "attn_output.weight").apply(att);
+    for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += o[size_t(i)];
+
+    xn = rmsnorm(x, vec(b + (glm ? "post_attention_norm.weight" : "ffn_norm.weight")), eps_);
+    const bool record = il < n_layer_;  // the MTP block's routing is not recorded
+    if (record) ids_.back().emplace_back();
+    if (il < n_dense_) {
+        const auto y = ffn(load(b + "ffn_gate.weight"), load(b + "ffn_up.weight"), load(b + "ffn_down.weight"), xn);
+        for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += y[size_t(i)];
+        return;
+    }
+    std::vector<float> p = load(b + "ffn_gate_inp.weight").apply(xn);
+    if (sigmoid_)
+        for (float& v : p) v = float(1.0 / (1.0 + std::exp(-double(v))));
+    else
+        softmax(p);
+    // The experts are chosen by score + correction bias; their weights are the plain scores.
+    std::vector<float> sel = p;
+    const bool biased = f_.find_tensor(b + "exp_probs_b.bias") != nullptr;
+    if (biased) {
+        const auto bias = vec(b + "exp_probs_b.bias");
+        for (int e = 0; e < n_expert_; ++e) sel[size_t(e)] += bias[size_t(e)];
+    }
+    const auto ranked = [&](const std::vector<float>& score) {
+        std::vector<int> order(static_cast<size_t>(n_expert_));
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int a, int c) { return score[size_t(a)] > score[size_t(c)]; });
+        return order;
+    };
+    const std::vector<float> sel_all = sel;
+    float layer_margin = n_group_ > 1 ? mask_groups(sel, p) : 1e9f;
+    std::vector<int> order = ranked(sel);
+    if (!std::isfinite(sel[size_t(order[size_t(std::min(n_used_, n_expert_ - 1))])])) {
+        // the best expert left out is in a dropped group: the group gap above is the margin
+    } else if (n_used_ < n_expert_ && !sigmoid_) {
+        layer_margin = std::min(layer_margin, std::log(sel[size_t(order[size_t(n_used_ - 1)])] /
+                                                       sel[size_t(order[size_t(n_used_)])]));
+    } else if (n_used_ < n_expert_) {
+        // Sigmoid: over every chosen / not chosen pair, the router-logit change (half on each,
+        // opposite ways) that closes their selection gap, to first order. The slopes differ, so
+        // the closest pair need not be the k-th and the (k+1)-th.
+        for (int i = 0; i < n_used_; ++i)
+            for (int j = n_used_; j < n_expert_; ++j) {
+                const size_t a = size_t(order[size_t(i)]), c = size_t(order[size_t(j)]);
+                if (!std::isfinite(sel[c])) continue;
+                const double slope = double(p[a]) * (1 - p[a]) + double(p[c]) * (1 - p[c]);
+                layer_margin = std::min(layer_margin, float(2 * (sel[a] - sel[c]) / std::max(slope, 1e-12)));
+            }
+    }
+    margin = std::min(margin, layer_margin);
+    if (record) layer_margins_.back()[size_t(il)] = layer_margin;
+    const auto chosen = [&](const std::vector<int>& ranking) {
+        std::vector<int> a(ranking.begin(), ranking.begin() + n_used_);
+        std::sort(a.begin(), a.end());
+        return a;
+    };
+    if (record && biased) bias_changed_.back()[size_t(il)] = chosen(order) != chosen(ranked(p));
+    if (record && n_group_ > 1) group_changed_.back()[size_t(il)] = chosen(order) != chosen(ranked(sel_all));
+    if (record) ids_.back().back().assign(order.begin(), order.begin() + n_used_);
+    if (record && follow && layer_margin <= follow->tie_margin) {
+        std::vector<int> theirs = follow->ids.at(pos).at(size_t(il));
+        std::sort(theirs.begin(), theirs.end());
+        if (theirs.size() == size_t(n_used_) && theirs != chosen(order)) {
+            std::stable_sort(theirs.begin(), theirs.end(),
+                             [&](int a, int c) { return sel[size_t(a)] > sel[size_t(c)]; });
+            std::copy(theirs.begin(), theirs.end(), order.begin());
+            ++followed_;
+        }
+    }
+    float wsum = 0;
+    for (int j = 0; j < n_used_; ++j) wsum += p[size_t(order[size_t(j)])];
+    wsum = std::max(wsum, 6.103515625e-5f);
+    std::vector<float> moe(static_cast<size_t>(n_embd_), 0.0f);
+    for (int j = 0; j < n_used_; ++j) {
+        const int e = order[size_t(j)];
+        float w = norm_w_ ? p[size_t(e)] / wsum : p[size_t(e)];
+        if (scale_w_ != 0 && scale_w_ != 1) w *= scale_w_;
+        const std::string es = std::to_string(e);
+        const auto y = ffn(expert(b + "ffn_gate_exps.weight", b + "ffn_gate." + es + ".weight", e, false),
+                           expert(b + "ffn_up_exps.weight", b + "ffn_up." + es + ".weight", e, false),
+                           expert(b + "ffn_down_exps.weight", b + "ffn_down." + es + ".weight", e, true), xn);
+        for (int i = 0; i < n_embd_; ++i) moe[size_t(i)] += w * y[size_t(i)];
+    }
+    if ((glm || mla_) && f_.find_tensor(b + "ffn_gate_shexp.weight")) {  // no gate of its own
+        const auto y = ffn(load(b + "ffn_gate_shexp.weight"), load(b + "ffn_up_shexp.weight"),
+                           load(b + "ffn_down_shexp.weight"), xn);
+        for (int i = 0; i < n_embd_; ++i) moe[size_t(i)] += y[size_t(i)];
+    }
+    if (qwen2 && f_.find_tensor(b + "ffn_gate_shexp.weight")) {
+        const auto gi = vec(b + "ffn_gate_inp_shexp.weight");
+        double d = 0;
+        for (int i = 0; i < n_embd_; ++i) d += double(gi[size_t(i)]) * xn[size_t(i)];
+        const float gate = float(1.0 / (1.0 + std::exp(-d)));
+        const auto y = ffn(load(b + "ffn_gate_shexp.weight"), load(b + "ffn_up_shexp.weight"),
+                           load(b + "ffn_down_shexp.weight"), xn);
+        for (int i = 0; i < n_embd_; ++i) moe[size_t(i)] += gate * y[size_t(i)];
+    }
+    for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += moe[size_t(i)];
+}
+
+std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_t>& tokens, const routes* follow) {
+    kcache_.assign(static_cast<size_t>(n_layer_) + 1, {});
+    vcache_.assign(static_cast<size_t>(n_layer_) + 1, {});
+    hidden_.clear();
     const matrix embd = load("token_embd.weight");
     const matrix out_w = f_.find_tensor("output.weight") ? load("output.weight") : embd;
     std::vector<std::vector<float>> result;
@@ -279,154 +427,54 @@ std::vector<std::vector<float>> reference_model::logits(const std::vector<int32_
         layer_margins_.emplace_back(static_cast<size_t>(n_layer_), 1e9f);
         std::vector<float> x(embd.w.begin() + std::ptrdiff_t(size_t(tokens[pos]) * size_t(n_embd_)),
                              embd.w.begin() + std::ptrdiff_t(size_t(tokens[pos] + 1) * size_t(n_embd_)));
-        for (int il = 0; il < n_layer_; ++il) {
-            const std::string b = "blk." + std::to_string(il) + ".";
-            std::vector<float> xn = rmsnorm(x, vec(b + "attn_norm.weight"), eps_);
-            std::vector<float> att;
-            if (mla_) {
-                att = latent_attention(b, xn, pos, kcache[size_t(il)], vcache[size_t(il)]);
-            } else {
-                std::vector<float> q = load(b + "attn_q.weight").apply(xn);
-                std::vector<float> k = load(b + "attn_k.weight").apply(xn);
-                std::vector<float> v = load(b + "attn_v.weight").apply(xn);
-                if (f_.find_tensor(b + "attn_q.bias")) {  // qwen2moe; glm4moe
-                    const auto bq = vec(b + "attn_q.bias"), bk = vec(b + "attn_k.bias"), bv = vec(b + "attn_v.bias");
-                    for (int i = 0; i < n_q; ++i) q[size_t(i)] += bq[size_t(i)];
-                    for (int i = 0; i < n_kv; ++i) k[size_t(i)] += bk[size_t(i)], v[size_t(i)] += bv[size_t(i)];
-                }
-                if (f_.find_tensor(b + "attn_q_norm.weight")) {  // qwen3moe; glm4moe optionally
-                    const auto qn = vec(b + "attn_q_norm.weight"), kn = vec(b + "attn_k_norm.weight");
-                    for (int h = 0; h < n_head_; ++h) {
-                        auto o = rmsnorm(q, qn, eps_, size_t(h * hd), size_t(hd));
-                        std::copy(o.begin(), o.end(), q.begin() + h * hd);
-                    }
-                    for (int h = 0; h < n_head_kv_; ++h) {
-                        auto o = rmsnorm(k, kn, eps_, size_t(h * hd), size_t(hd));
-                        std::copy(o.begin(), o.end(), k.begin() + h * hd);
-                    }
-                }
-                // The first n_rot dims of each head turn (neox pairs i, i + n_rot/2), the rest pass through.
-                for (int h = 0; h < n_head_; ++h) rope(q.data() + h * hd, n_rot_, int(pos), freq_base_, neox, scaling_);
-                for (int h = 0; h < n_head_kv_; ++h) rope(k.data() + h * hd, n_rot_, int(pos), freq_base_, neox, scaling_);
-                kcache[size_t(il)].push_back(k);
-                vcache[size_t(il)].push_back(v);
-                att.assign(static_cast<size_t>(n_q), 0.0f);
-                for (int h = 0; h < n_head_; ++h) {
-                    const int g = h / (n_head_ / n_head_kv_);
-                    std::vector<float> s(pos + 1);
-                    for (size_t t = 0; t <= pos; ++t) {
-                        double d = 0;
-                        for (int i = 0; i < hd; ++i) d += double(q[size_t(h * hd + i)]) * kcache[size_t(il)][t][size_t(g * hd + i)];
-                        s[t] = float(d / std::sqrt(double(hd)));
-                    }
-                    softmax(s);
-                    for (size_t t = 0; t <= pos; ++t)
-                        for (int i = 0; i < hd; ++i) att[size_t(h * hd + i)] += s[t] * vcache[size_t(il)][t][size_t(g * hd + i)];
-                }
-            }
-            const std::vector<float> o = load(b + "attn_output.weight").apply(att);
-            for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += o[size_t(i)];
-
-            xn = rmsnorm(x, vec(b + (glm ? "post_attention_norm.weight" : "ffn_norm.weight")), eps_);
-            ids_.back().emplace_back();
-            if (il < n_dense_) {
-                const auto y = ffn(load(b + "ffn_gate.weight"), load(b + "ffn_up.weight"), load(b + "ffn_down.weight"), xn);
-                for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += y[size_t(i)];
-                continue;
-            }
-            std::vector<float> p = load(b + "ffn_gate_inp.weight").apply(xn);
-            if (sigmoid_)
-                for (float& v : p) v = float(1.0 / (1.0 + std::exp(-double(v))));
-            else
-                softmax(p);
-            // The experts are chosen by score + correction bias; their weights are the plain scores.
-            std::vector<float> sel = p;
-            const bool biased = f_.find_tensor(b + "exp_probs_b.bias") != nullptr;
-            if (biased) {
-                const auto bias = vec(b + "exp_probs_b.bias");
-                for (int e = 0; e < n_expert_; ++e) sel[size_t(e)] += bias[size_t(e)];
-            }
-            const auto ranked = [&](const std::vector<float>& score) {
-                std::vector<int> order(static_cast<size_t>(n_expert_));
-                std::iota(order.begin(), order.end(), 0);
-                std::stable_sort(order.begin(), order.end(),
-                                 [&](int a, int c) { return score[size_t(a)] > score[size_t(c)]; });
-                return order;
-            };
-            const std::vector<float> sel_all = sel;
-            float layer_margin = n_group_ > 1 ? mask_groups(sel, p) : 1e9f;
-            std::vector<int> order = ranked(sel);
-            if (!std::isfinite(sel[size_t(order[size_t(std::min(n_used_, n_expert_ - 1))])])) {
-                // the best expert left out is in a dropped group: the group gap above is the margin
-            } else if (n_used_ < n_expert_ && !sigmoid_) {
-                layer_margin = std::min(layer_margin, std::log(sel[size_t(order[size_t(n_used_ - 1)])] /
-                                                               sel[size_t(order[size_t(n_used_)])]));
-            } else if (n_used_ < n_expert_) {
-                // Sigmoid: over every chosen / not chosen pair, the router-logit change (half on each,
-                // opposite ways) that closes their selection gap, to first order. The slopes differ, so
-                // the closest pair need not be the k-th and the (k+1)-th.
-                for (int i = 0; i < n_used_; ++i)
-                    for (int j = n_used_; j < n_expert_; ++j) {
-                        const size_t a = size_t(order[size_t(i)]), c = size_t(order[size_t(j)]);
-                        if (!std::isfinite(sel[c])) continue;
-                        const double slope = double(p[a]) * (1 - p[a]) + double(p[c]) * (1 - p[c]);
-                        layer_margin = std::min(layer_margin, float(2 * (sel[a] - sel[c]) / std::max(slope, 1e-12)));
-                    }
-            }
-            margin = std::min(margin, layer_margin);
-            layer_margins_.back()[size_t(il)] = layer_margin;
-            const auto chosen = [&](const std::vector<int>& ranking) {
-                std::vector<int> a(ranking.begin(), ranking.begin() + n_used_);
-                std::sort(a.begin(), a.end());
-                return a;
-            };
-            if (biased) bias_changed_.back()[size_t(il)] = chosen(order) != chosen(ranked(p));
-            if (n_group_ > 1) group_changed_.back()[size_t(il)] = chosen(order) != chosen(ranked(sel_all));
-            ids_.back().back().assign(order.begin(), order.begin() + n_used_);
-            if (follow && layer_margin <= follow->tie_margin) {
-                std::vector<int> theirs = follow->ids.at(pos).at(size_t(il));
-                std::sort(theirs.begin(), theirs.end());
-                if (theirs.size() == size_t(n_used_) && theirs != chosen(order)) {
-                    std::stable_sort(theirs.begin(), theirs.end(),
-                                     [&](int a, int c) { return sel[size_t(a)] > sel[size_t(c)]; });
-                    std::copy(theirs.begin(), theirs.end(), order.begin());
-                    ++followed_;
-                }
-            }
-            float wsum = 0;
-            for (int j = 0; j < n_used_; ++j) wsum += p[size_t(order[size_t(j)])];
-            wsum = std::max(wsum, 6.103515625e-5f);
-            std::vector<float> moe(static_cast<size_t>(n_embd_), 0.0f);
-            for (int j = 0; j < n_used_; ++j) {
-                const int e = order[size_t(j)];
-                float w = norm_w_ ? p[size_t(e)] / wsum : p[size_t(e)];
-                if (scale_w_ != 0 && scale_w_ != 1) w *= scale_w_;
-                const std::string es = std::to_string(e);
-                const auto y = ffn(expert(b + "ffn_gate_exps.weight", b + "ffn_gate." + es + ".weight", e, false),
-                                   expert(b + "ffn_up_exps.weight", b + "ffn_up." + es + ".weight", e, false),
-                                   expert(b + "ffn_down_exps.weight", b + "ffn_down." + es + ".weight", e, true), xn);
-                for (int i = 0; i < n_embd_; ++i) moe[size_t(i)] += w * y[size_t(i)];
-            }
-            if ((glm || mla_) && f_.find_tensor(b + "ffn_gate_shexp.weight")) {  // no gate of its own
-                const auto y = ffn(load(b + "ffn_gate_shexp.weight"), load(b + "ffn_up_shexp.weight"),
-                                   load(b + "ffn_down_shexp.weight"), xn);
-                for (int i = 0; i < n_embd_; ++i) moe[size_t(i)] += y[size_t(i)];
-            }
-            if (qwen2 && f_.find_tensor(b + "ffn_gate_shexp.weight")) {
-                const auto gi = vec(b + "ffn_gate_inp_shexp.weight");
-                double d = 0;
-                for (int i = 0; i < n_embd_; ++i) d += double(gi[size_t(i)]) * xn[size_t(i)];
-                const float gate = float(1.0 / (1.0 + std::exp(-d)));
-                const auto y = ffn(load(b + "ffn_gate_shexp.weight"), load(b + "ffn_up_shexp.weight"),
-                                   load(b + "ffn_down_shexp.weight"), xn);
-                for (int i = 0; i < n_embd_; ++i) moe[size_t(i)] += gate * y[size_t(i)];
-            }
-            for (int i = 0; i < n_embd_; ++i) x[size_t(i)] += moe[size_t(i)];
-        }
+        for (int il = 0; il < n_layer_; ++il) block(il, x, pos, follow, margin);
+        hidden_.push_back(x);
         margins_.push_back(margin);
         result.push_back(out_w.apply(rmsnorm(x, vec("output_norm.weight"), eps_)));
     }
     return result;
+}
+
+std::vector<float> reference_model::mtp_row(int32_t token, const std::vector<float>* h, const std::string& h_norm,
+                                            size_t pos) {
+    const std::string b = "blk." + std::to_string(n_layer_) + ".";
+    const matrix& embd = load(f_.find_tensor(b + "nextn.embed_tokens.weight") ? b + "nextn.embed_tokens.weight"
+                                                                              : std::string("token_embd.weight"));
+    const std::vector<float> e(embd.w.begin() + std::ptrdiff_t(size_t(token) * size_t(n_embd_)),
+                               embd.w.begin() + std::ptrdiff_t(size_t(token + 1) * size_t(n_embd_)));
+    std::vector<float> cat = rmsnorm(e, vec(b + "nextn.enorm.weight"), eps_);
+    if (h) {
+        const std::vector<float> hn = rmsnorm(rmsnorm(*h, vec(h_norm), eps_), vec(b + "nextn.hnorm.weight"), eps_);
+        cat.insert(cat.end(), hn.begin(), hn.end());
+    } else {
+        cat.resize(2 * size_t(n_embd_), 0.0f);
+    }
+    std::vector<float> x = load(b + "nextn.eh_proj.weight").apply(cat);
+    float margin = 0;
+    block(n_layer_, x, pos, nullptr, margin);
+    mtp_out_ = x;
+    const matrix& head = load(f_.find_tensor(b + "nextn.shared_head_head.weight") ? b + "nextn.shared_head_head.weight"
+                              : f_.find_tensor("output.weight")                 ? std::string("output.weight")
+                                                                                 : std::string("token_embd.weight"));
+    return head.apply(rmsnorm(x, vec(mtp_head_norm()), eps_));
+}
+
+std::string reference_model::mtp_head_norm() const {
+    const std::string n = "blk." + std::to_string(n_layer_) + ".nextn.shared_head_norm.weight";
+    return f_.find_tensor(n) ? n : std::string("output_norm.weight");
+}
+
+std::vector<std::vector<float>> reference_model::mtp_logits(const std::vector<int32_t>& tokens) {
+    logits(tokens);
+    std::vector<std::vector<float>> result;
+    for (size_t pos = 0; pos < tokens.size(); ++pos)
+        result.push_back(mtp_row(tokens[pos], pos == 0 ? nullptr : &hidden_[pos - 1], "output_norm.weight", pos));
+    return result;
+}
+
+std::vector<float> reference_model::mtp_chain(int32_t token, size_t pos) {
+    const std::vector<float> h = mtp_out_;
+    return mtp_row(token, &h, mtp_head_norm(), pos);
 }
 
 }  // namespace strata::testing

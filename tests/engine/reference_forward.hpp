@@ -35,6 +35,12 @@ public:
     // later position through the KV cache.
     std::vector<std::vector<float>> logits(const std::vector<int32_t>& tokens, const routes* follow = nullptr);
     int n_vocab() const { return n_vocab_; }
+    // glm4moe, deepseek2: the MTP block's logits (blk.n_layer) after logits(tokens), as llama.cpp's MTP graph
+    // computes them: position p fed token p and the trunk's hidden state at p - 1 through the output norm
+    // (nothing at 0), the block keeping its own cache. mtp_chain: one more position, fed token and the
+    // block's last output residual through the head norm (a chained draft), continuing that cache.
+    std::vector<std::vector<float>> mtp_logits(const std::vector<int32_t>& tokens);
+    std::vector<float> mtp_chain(int32_t token, size_t pos);
     // Per position of the last logits() call: the smallest gap, over layers, between the router logits
     // of the k-th and the (k+1)-th expert (log of their probability ratio; under sigmoid gating, the
     // least change of router logits that swaps a chosen expert for another). Near zero, a rounding
@@ -71,6 +77,13 @@ private:
     // router-logit units, between a kept group's score and a dropped one's.
     float mask_groups(std::vector<float>& sel, const std::vector<float>& p) const;
     void read_deepseek2(const gguf::reader& f, const std::string& p);
+    // Layer il (n_layer_: the MTP block) on x at pos, over kcache_/vcache_[il]; routing recorded for il < n_layer_.
+    void block(int il, std::vector<float>& x, size_t pos, const routes* follow, float& margin);
+    std::vector<float> mtp_row(int32_t token, const std::vector<float>* h, const std::string& h_norm, size_t pos);
+    std::string mtp_head_norm() const;
+    std::vector<std::vector<std::vector<float>>> kcache_, vcache_;  // [layer][position]
+    std::vector<std::vector<float>> hidden_;  // the trunk's last residual per position
+    std::vector<float> mtp_out_;              // the MTP block's last output residual
 
     const gguf::reader& f_;
     std::string arch_;

@@ -308,7 +308,9 @@ std::vector<std::vector<float>> hybrid_reference::mtp_logits(const std::vector<i
         if (pos == 0) {
             cat.resize(2 * size_t(n_embd_), 0.0f);
         } else {
-            const std::vector<float> hn = rms(hidden_[pos - 1], load(b + "nextn.hnorm.weight").w, eps_, 0, size_t(n_embd_));
+            // llama.cpp feeds the trunk's residual through the output norm.
+            const std::vector<float> h = rms(hidden_[pos - 1], load("output_norm.weight").w, eps_, 0, size_t(n_embd_));
+            const std::vector<float> hn = rms(h, load(b + "nextn.hnorm.weight").w, eps_, 0, size_t(n_embd_));
             cat.insert(cat.end(), hn.begin(), hn.end());
         }
         std::vector<float> x = load(b + "nextn.eh_proj.weight").apply(cat);

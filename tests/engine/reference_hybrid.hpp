@@ -19,7 +19,7 @@ public:
     // Logits [n_vocab] after each token, fed one at a time from position 0 (fresh state).
     std::vector<std::vector<float>> logits(const std::vector<int32_t>& tokens);
     // The MTP block's logits [n_vocab] at each position p of tokens (after logits(tokens)): blk.n_layer fed
-    // [enorm(embed(tokens[p])) | hnorm(trunk residual at p - 1, zeros at p = 0)] through eh_proj, its
+    // [enorm(embed(tokens[p])) | hnorm(output_norm(trunk residual at p - 1)), zeros at p = 0] through eh_proj, its
     // gated attention over positions 0..p, its MoE and shared expert, shared_head_norm (else the output
     // norm) and the output head (llama.cpp's qwen35 MTP graph).
     std::vector<std::vector<float>> mtp_logits(const std::vector<int32_t>& tokens);

@@ -10,8 +10,11 @@
 #include <future>
 #include <random>
 
+#include "conversation_cache.hpp"
 #include "generate.hpp"
+#include "hot_node.hpp"
 #include "strata/engine.hpp"
+#include "topology.hpp"
 
 namespace strata {
 namespace {
@@ -153,6 +156,54 @@ uint64_t park(const std::shared_ptr<model>& m, const std::vector<int32_t>& promp
     session s(m);
     s.generate(prompt, greedy(1));
     return s.park();
+}
+
+// A snapshot parked with a session's MTP cache (one layer) keeps its rows of the filled positions and
+// restores them past the caller's own (latent caches alike), counting them in the snapshot's bytes.
+TEST(ConversationCache, MtpRowsAreParkedAndRestoredBitwise) {
+    const arenas::hot_node hot(std::nullopt, arenas::load_machine_topology());
+    for (const bool latent : {false, true}) {
+        const int heads = latent ? 1 : 2, dim = latent ? 48 : 32, n = 300;  // two chunks
+        engine::kv_cache kv(2, 512, heads, dim, engine::kv_type::f16, latent),
+            mtp(1, 512, heads, dim, engine::kv_type::f16, latent);
+        kv.reserve(n);
+        mtp.reserve(n);
+        std::mt19937 rng(5);
+        std::normal_distribution<float> d;
+        std::vector<float> k(static_cast<size_t>(heads * dim)), v(k.size());
+        for (int p = 0; p < n; ++p) {
+            for (float& x : k) x = d(rng);
+            for (float& x : v) x = d(rng);
+            for (int l = 0; l < 2; ++l) latent ? kv.store_latent(l, p, k.data()) : kv.store(l, p, k.data(), v.data());
+            latent ? mtp.store_latent(0, p, k.data()) : mtp.store(0, p, k.data(), v.data());
+        }
+        engine::conversation_cache plain_cc(64 << 20, hot), cc(64 << 20, hot);
+        const std::vector<int32_t> toks = tokens(n, 1, 1000);
+        plain_cc.park(toks, kv);
+        const uint64_t id = cc.park(toks, kv, {}, &mtp, 290);  // the MTP entries of the first 290 positions
+        ASSERT_NE(id, 0u);
+        const uint64_t row_bytes = static_cast<uint64_t>(mtp.n_tiles()) * mtp.head_row_bytes();
+        EXPECT_EQ(cc.stats().bytes - plain_cc.stats().bytes, 290 * row_bytes);
+        engine::kv_cache kv2(2, 512, heads, dim, engine::kv_type::f16, latent),
+            mtp2(1, 512, heads, dim, engine::kv_type::f16, latent);
+        kv2.reserve(n);
+        mtp2.reserve(n);
+        // The caller holds MTP entries [0, 10) of its own; the snapshot gives [10, 290).
+        EXPECT_EQ(cc.restore(id, 0, 280, kv2, &mtp2, 10), 280u);
+        EXPECT_EQ(cc.restore(id, 0, n, kv2, &mtp2, 280), 290u);
+        EXPECT_EQ(cc.restore(id, 0, n, kv2, &mtp2, 295), 295u);  // nothing past what the caller has
+        std::vector<uint8_t> a(engine::kv_cache::chunk_tokens * mtp.head_row_bytes()), b(a.size());
+        for (int c = 0; c < 2; ++c)
+            for (int t = 0; t < mtp.n_tiles(); ++t) {
+                const int r1 = c == 0 ? engine::kv_cache::chunk_tokens : 290 - engine::kv_cache::chunk_tokens;
+                mtp.read_rows(0, c, t, c == 0 ? 10 : 0, r1, a.data());
+                mtp2.read_rows(0, c, t, c == 0 ? 10 : 0, r1, b.data());
+                EXPECT_EQ(0, std::memcmp(a.data(), b.data(), static_cast<size_t>(r1 - (c == 0 ? 10 : 0)) * mtp.head_row_bytes()))
+                    << "latent " << latent << " chunk " << c << " tile " << t;
+            }
+        // Without a cache to take them, the rows stay in the snapshot.
+        EXPECT_EQ(cc.restore(id, 0, n, kv2), 0u);
+    }
 }
 
 TEST(ConversationCache, TheLongestSharedPrefixWins) {

@@ -298,19 +298,69 @@ TEST(Forward, AllF32MatchesNaiveReferenceClosely) {
     }
 }
 
-// A glm4moe file with a next-token-prediction layer runs the layers before it and nothing else: the
+// A glm4moe or deepseek2 file with a next-token-prediction layer runs the layers before it and nothing else: the
 // same logits, bit for bit, as the file without it (tensors are drawn by name, so the rest is equal).
 TEST(Forward, NextTokenPredictionLayersAreNotEvaluated) {
-    make_model::model_spec spec = make_model::preset("tiny", arch::glm4moe);
-    auto plain = load(spec);
-    spec.n_layer_nextn = 1;
-    auto with_nextn = load(spec);
-    ASSERT_EQ(with_nextn->hp.n_layer, plain->hp.n_layer);
-    const auto tokens = some_tokens(plain->hp.n_vocab, 10);
-    auto pool = make_pool("off", 2);
-    const std::vector<float> a = run(*plain, *pool, tokens, kv_type::f16, 512);
-    const std::vector<float> b = run(*with_nextn, *pool, tokens, kv_type::f16, 512);
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    for (arch a : {arch::glm4moe, arch::deepseek2}) {
+        make_model::model_spec spec = make_model::preset("tiny", a);
+        auto plain = load(spec);
+        spec.n_layer_nextn = 1;
+        auto with_nextn = load(spec);
+        ASSERT_EQ(with_nextn->hp.n_layer, plain->hp.n_layer);
+        ASSERT_EQ(with_nextn->w.nextn.size(), 1u) << with_nextn->w.nextn_error;
+        const auto tokens = some_tokens(plain->hp.n_vocab, 10);
+        auto pool = make_pool("off", 2);
+        const std::vector<float> x = run(*plain, *pool, tokens, kv_type::f16, 512);
+        const std::vector<float> y = run(*with_nextn, *pool, tokens, kv_type::f16, 512);
+        EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << make_model::arch_name(a);
+    }
+}
+
+// The MTP block of glm4moe and deepseek2 files against the naive reference (llama.cpp's MTP graph): each
+// position fed its token and the trunk's residual before it (the engine norms it with the output norm), the
+// block's own one-layer cache (deepseek2: latent) filled by a batch and then a position at a time, and one
+// chained draft fed the block's own output residual (normed with the head norm).
+TEST(Forward, MtpDraftLogitsMatchNaiveReference) {
+    for (arch a : {arch::glm4moe, arch::deepseek2}) {
+        make_model::model_spec spec = make_model::preset("tiny", a);
+        spec.n_layer_nextn = 1;
+        for (ggml_type* t : {&spec.type_experts, &spec.type_shexp, &spec.type_attn, &spec.type_embd, &spec.type_out})
+            *t = ggml_type::F32;
+        auto m = load(spec);
+        auto pool = make_pool("off", 2);
+        forward_pass fwd(*pool, m->hp, m->w, *m->rows);
+        ASSERT_TRUE(fwd.has_mtp()) << make_model::arch_name(a);
+        const int n = 16;
+        const size_t n_embd = static_cast<size_t>(m->hp.n_embd), n_vocab = static_cast<size_t>(m->hp.n_vocab);
+        const auto tokens = some_tokens(m->hp.n_vocab, n);
+        kv_cache state = make_cache(m->hp, 64, kv_type::f16);
+        std::vector<float> logits(n_vocab), hidden(static_cast<size_t>(n) * n_embd);
+        fwd.eval(tokens, 0, state, logits.data(), false, 512, hidden.data());
+        std::vector<float> h(static_cast<size_t>(n) * n_embd, 0.0f);  // row p: the residual at p - 1
+        std::copy(hidden.begin(), hidden.end() - static_cast<std::ptrdiff_t>(n_embd), h.begin() + static_cast<std::ptrdiff_t>(n_embd));
+        kv_cache mkv(1, 64, m->hp.kv_heads(), m->hp.kv_head_dim(), kv_type::f16, m->hp.mla());
+        std::vector<float> got(static_cast<size_t>(n + 1) * n_vocab, NAN), h_out(n_embd), h_last(n_embd);
+        const int first = n - 4;
+        fwd.mtp(tokens.data(), h.data(), first, 0, mkv, nullptr, got.data(), true);
+        for (int p = first; p < n; ++p)
+            fwd.mtp(tokens.data() + p, h.data() + static_cast<size_t>(p) * n_embd, 1, p, mkv, h_last.data(),
+                    got.data() + static_cast<size_t>(p) * n_vocab);
+        const int32_t draft = tokens[3];
+        fwd.mtp(&draft, h_last.data(), 1, n, mkv, h_out.data(), got.data() + static_cast<size_t>(n) * n_vocab, false, true);
+        testing::reference_model ref(m->file);
+        auto want = ref.mtp_logits(tokens);
+        want.push_back(ref.mtp_chain(draft, static_cast<size_t>(n)));
+        double worst = 0;
+        for (int p = 0; p <= n; ++p) worst = std::max(worst, rel_err(got.data() + static_cast<size_t>(p) * n_vocab, want[size_t(p)]));
+        std::printf("  %s MTP all-F32: worst relative draft logit error %.2e\n", make_model::arch_name(a).c_str(), worst);
+        EXPECT_LT(worst, 2e-3) << make_model::arch_name(a);
+        // The chained draft differs from one fed the same residual as a trunk row: the norms differ.
+        std::vector<float> unchained(n_vocab);
+        kv_cache mkv2(1, 64, m->hp.kv_heads(), m->hp.kv_head_dim(), kv_type::f16, m->hp.mla());
+        fwd.mtp(tokens.data(), h.data(), n, 0, mkv2, nullptr, nullptr);
+        fwd.mtp(&draft, h_last.data(), 1, n, mkv2, nullptr, unchained.data());
+        EXPECT_GT(rel_err(unchained.data(), want.back()), 1e-3) << make_model::arch_name(a);
+    }
 }
 
 TEST(Forward, BitwiseAcrossPoolModesWorkersAndBatches) {

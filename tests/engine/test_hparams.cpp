@@ -374,7 +374,8 @@ TEST(Glm4moeHparams, BadOrMissingKeysNameTheKey) {
         "glm4moe.rope.dimension_sections");
 }
 
-TEST(Glm4moeHparams, NextTokenPredictionLayersAreCountedOutAndLeftUnread) {
+// The MTP layer is counted out of the trunk's layers and bound as the drafting block.
+TEST(Glm4moeHparams, NextTokenPredictionLayersAreCountedOutAndBoundForDrafting) {
     make_model::model_spec s = make_model::preset("tiny", arch::glm4moe);
     s.n_layer_nextn = 1;
     const gguf::reader f = file_with(s);
@@ -385,6 +386,18 @@ TEST(Glm4moeHparams, NextTokenPredictionLayersAreCountedOutAndLeftUnread) {
     EXPECT_EQ(hp.n_layer_nextn, 1);
     const model_weights w = bind_weights(f, hp);
     EXPECT_EQ(w.layers.size(), 3u);
+    ASSERT_EQ(w.nextn.size(), 1u) << w.nextn_error;
+    EXPECT_TRUE(w.nextn[0].eh_proj.present());
+    EXPECT_TRUE(w.nextn[0].layer.router.present());
+    EXPECT_NE(w.nextn[0].shared_head_norm, nullptr);
+    EXPECT_FALSE(w.nextn[0].shared_head_head.present());
+    // A block that cannot be bound leaves the trunk loadable, the reason kept.
+    gguf::writer broken = make_model::build_model(s);
+    ASSERT_TRUE(broken.erase_tensor("blk.3.nextn.hnorm.weight"));
+    const gguf::reader g = gguf::reader::from_bytes(broken.write_to_memory(), "glm.gguf");
+    const model_weights wb = bind_weights(g, read_hparams(g));
+    EXPECT_TRUE(wb.nextn.empty());
+    EXPECT_NE(wb.nextn_error.find("blk.3.nextn.hnorm.weight"), std::string::npos) << wb.nextn_error;
 }
 
 TEST(Glm4moeHparams, QkNormAndBiasesAreOptionalButQkNormComesInPairs) {

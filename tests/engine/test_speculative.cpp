@@ -319,7 +319,7 @@ TEST(Speculation, ConcurrentSpeculatingGenerationsEqualTheirSoloRuns) {
     }
 }
 
-// A tiny model with an MTP block (nextn_predict_layers = 1): qwen35moe's, or qwen4exp's.
+// A tiny model with an MTP block (nextn_predict_layers = 1): qwen35moe's, qwen4exp's, glm4moe's or deepseek2's.
 std::shared_ptr<model> load_mtp(int n_batch = 512, arch a = arch::qwen35moe) {
     const auto path = std::filesystem::temp_directory_path() / ("strata_spec_" + make_model::arch_name(a) + "_mtp.gguf");
     if (!std::filesystem::exists(path)) {
@@ -388,6 +388,59 @@ TEST(Speculation, MtpDraftsGiveBitwiseTheSameOutput) {
     EXPECT_EQ(r.tokens.size(), 12u);
 }
 
+// glm4moe (plain attention, sigmoid routing with a correction bias) and deepseek2 (latent attention over
+// the block's own one-layer latent cache): MTP drafts bitwise harmless to the output.
+TEST(Speculation, Glm4moeAndDeepseek2MtpDraftsGiveBitwiseTheSameOutput) {
+    for (arch a : {arch::glm4moe, arch::deepseek2}) {
+        const auto m = load_mtp(16, a);
+        const auto [drafted, accepted] = expect_mtp_bitwise(m, 40);
+        std::printf("  %s MTP: %d drafted, %d accepted\n", make_model::arch_name(a).c_str(), drafted, accepted);
+    }
+}
+
+// The MTP block's own cache is counted in the memory budget as the session's KV: one layer beside the
+// trunk's (tiny glm4moe: 3), the same chunks, given back with the session.
+TEST(Speculation, MtpCacheIsCountedInTheMemoryBudget) {
+    const auto m = load_mtp(16, arch::glm4moe);
+    const auto prompt = m->tokenize("one two three four five six one two three");
+    const auto kv_after = [&](const std::string& type) {
+        session s(m);
+        generation_options o = options(type, 0.0f, 7);
+        o.max_tokens = 16;
+        o.speculation.min_p = 0.0f;
+        s.generate(prompt, o);
+        return m->memory_statistics().kv_bytes;
+    };
+    const uint64_t plain = kv_after("off"), mtp = kv_after("mtp");
+    EXPECT_GT(plain, 0u);
+    EXPECT_EQ(mtp - plain, plain / 3);
+    EXPECT_EQ(m->memory_statistics().kv_bytes, 0u);
+}
+
+// A conversation parked with its MTP entries and restored by another session drafts on: the output is
+// bitwise that of plain decoding, and the restored prefix is the snapshot's.
+TEST(Speculation, MtpGenerationFromARestoredSnapshotIsBitwisePlain) {
+    const auto m = load_mtp(16, arch::deepseek2);
+    const auto prompt = m->tokenize("one two three four five six seven eight nine ten one two three four five six "
+                                    "seven eight nine ten one two three four five six seven eight nine ten");
+    generation_options o = options("mtp", 0.0f, 7);
+    o.max_tokens = 12;
+    o.speculation.min_p = 0.0f;
+    session a(m);
+    const auto first = a.generate(prompt, o);
+    ASSERT_NE(a.park(), 0u);
+    std::vector<int32_t> next = prompt;
+    for (const auto& t : first.tokens) next.push_back(t.id);
+    const auto more = m->tokenize(" eleven twelve");
+    next.insert(next.end(), more.begin(), more.end());
+    session b(m), plain(m);
+    const auto got = b.generate(next, o);
+    EXPECT_EQ(got.time.cache_source, prefix_source::snapshot);
+    EXPECT_GT(got.time.spec_drafted, 0);
+    o.speculation.type = "off";
+    expect_same(plain.generate(next, o), got, "restored mtp");
+}
+
 // qwen4exp: the MTP block over the wide residual (hc streams in, hc streams chained), drafts bitwise
 // harmless to the output; the slowest tiny model, so fewer tokens.
 TEST(Speculation, Qwen4MtpDraftsGiveBitwiseTheSameOutput) {
@@ -400,7 +453,8 @@ TEST(Speculation, Qwen4MtpDraftsGiveBitwiseTheSameOutput) {
 // and the hidden half zero, unit norms, zero attention output and expert and shared-expert down
 // projections, the head tied to the embedding table. Its draft is the token it is fed (that row scores
 // |e|^2 against the others' random dot products), chained: the same token again.
-// qwen4exp's alike, its output mixer's gate zero (each stream weighed by sigmoid(0)), unit norms.
+// qwen4exp's alike, its output mixer's gate zero (each stream weighed by sigmoid(0)), unit norms;
+// glm4moe's and deepseek2's as qwen35moe's (deepseek2's attn_output is the latent attention's output).
 std::shared_ptr<model> load_echo_mtp(arch a = arch::qwen35moe) {
     const auto path = std::filesystem::temp_directory_path() / ("strata_spec_" + make_model::arch_name(a) + "_echo_mtp.gguf");
     if (!std::filesystem::exists(path)) {
@@ -481,6 +535,15 @@ void expect_echo_accepted(const std::shared_ptr<model>& m, float hot = 8.0f) {
 }
 
 TEST(Speculation, MtpDraftsAcceptedInFullAndInPart) { expect_echo_accepted(load_echo_mtp()); }
+
+// glm4moe's and deepseek2's echo blocks (plain and latent attention). The tiny glm4moe trunk's logits of the
+// two biased tokens lie far apart: at 8 it samples only the first, so it is sampled at 64.
+TEST(Speculation, Glm4moeAndDeepseek2MtpDraftsAcceptedInFullAndInPart) {
+    for (const auto& [a, hot] : {std::pair{arch::glm4moe, 64.0f}, std::pair{arch::deepseek2, 8.0f}}) {
+        std::printf("  %s:\n", make_model::arch_name(a).c_str());
+        expect_echo_accepted(load_echo_mtp(a), hot);
+    }
+}
 
 // qwen4exp's echo block: its drafts are fed the wide residual (each stream projected, then collapsed by
 // the block's own output mixer), accepted in full and in part. Its tiny trunk's logits of the two biased

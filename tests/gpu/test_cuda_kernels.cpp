@@ -3,17 +3,21 @@
 //
 // Tolerances: the GPU multiplies dequantised weights by f32 activations with f32 accumulation in a
 // different order than the reference, so a dot product may differ by about 1e-5 of sum |w||x|; the
-// tests allow 1e-4 of it. f16 outputs (dequantise-to-f16) allow one half ulp.
+// tests allow 1e-4 of it. f16 outputs (dequantise-to-f16) allow one half ulp. The code-book formats
+// (IQ1 / IQ2 / IQ3) and MXFP4 dequantise with the reference's operations, so their values must be the
+// reference's bits (read back through the matvec with one-hot activations).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cpu/kernels.hpp"
 #include "cuda_kernels.hpp"
 #include "formats/quant.hpp"
+#include "formats/types.hpp"
 #include "gpu/cuda_raii.hpp"
 #include "gpu_available.hpp"
 #include "model/forward.hpp"
@@ -130,8 +134,83 @@ TEST_P(MatvecFormat, BatchedJobsAndDequantiseToF16) {
 INSTANTIATE_TEST_SUITE_P(Formats, MatvecFormat,
                          ::testing::Values(ggml_type::F32, ggml_type::F16, ggml_type::BF16, ggml_type::Q4_0,
                                            ggml_type::Q8_0, ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K,
-                                           ggml_type::IQ4_XS),
+                                           ggml_type::IQ4_XS, ggml_type::IQ1_S, ggml_type::IQ1_M,
+                                           ggml_type::IQ2_XXS, ggml_type::IQ2_XS, ggml_type::IQ2_S,
+                                           ggml_type::IQ3_XXS, ggml_type::IQ3_S, ggml_type::MXFP4),
                          [](const auto& info) { return std::string(formats::info(info.param).name); });
+
+// The weights as the GPU dequantises them, read through the matvec: token t's activations are the unit
+// vector e_t, so y[t][r] = w[r][t] + zeros, the dequantised value itself.
+std::vector<float> gpu_values(ggml_type type, const std::vector<uint8_t>& bytes, int64_t n_rows, int64_t n_cols) {
+    std::vector<float> x(static_cast<size_t>(n_cols * n_cols), 0.0f);
+    for (int64_t t = 0; t < n_cols; ++t) x[static_cast<size_t>(t * n_cols + t)] = 1.0f;
+    const auto dw = upload(bytes);
+    const auto dx = upload(x);
+    device_buffer<float> dy(static_cast<size_t>(n_cols * n_rows));
+    matvec({type, dw.data(), n_rows, n_cols, formats::row_size(type, n_cols)}, dx.data(), n_cols,
+           static_cast<int>(n_cols), dy.data(), n_rows, nullptr);
+    const std::vector<float> y = download(dy);
+    std::vector<float> w(y.size());
+    for (int64_t r = 0; r < n_rows; ++r)
+        for (int64_t c = 0; c < n_cols; ++c) w[static_cast<size_t>(r * n_cols + c)] = y[static_cast<size_t>(c * n_rows + r)];
+    return w;
+}
+
+// The code-book formats and MXFP4 dequantise with the reference's operations: the same bits.
+class CodeBookValues : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(CodeBookValues, AreTheReferenceBits) {
+    STRATA_REQUIRE_GPU();
+    const ggml_type type = GetParam();
+    const int64_t n_rows = 6, n_cols = 512;
+    const quantized w = make_weights(type, n_rows, n_cols, 21);
+    const std::vector<float> got = gpu_values(type, w.bytes, n_rows, n_cols);
+    int nonzero = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        nonzero += w.values[i] != 0.0f;
+        ASSERT_EQ(got[i], w.values[i]) << formats::info(type).name << " row " << i / n_cols << " col " << i % n_cols;
+    }
+    EXPECT_GT(nonzero, n_rows * n_cols / 2) << "the weights are mostly zeros: the test would prove little";
+}
+
+// MXFP4's exponent byte over its range (2^-128 and 2^-127 are subnormal floats), every code. From 253
+// up the larger codes are infinite, which the one-hot read cannot carry (inf * 0).
+TEST(CodeBookValues, Mxfp4EveryExponentAndCode) {
+    STRATA_REQUIRE_GPU();
+    const int64_t n_rows = 253, n_cols = formats::QK_MXFP4;
+    std::vector<uint8_t> bytes(static_cast<size_t>(n_rows) * sizeof(formats::block_mxfp4));
+    auto* b = reinterpret_cast<formats::block_mxfp4*>(bytes.data());
+    for (int e = 0; e < n_rows; ++e) {
+        b[e].e = static_cast<uint8_t>(e);
+        for (int j = 0; j < 16; ++j) b[e].qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    }
+    std::vector<float> want(static_cast<size_t>(n_rows * n_cols));
+    formats::dequantize_row(ggml_type::MXFP4, bytes.data(), want.data(), n_rows * n_cols);
+    const std::vector<float> got = gpu_values(ggml_type::MXFP4, bytes, n_rows, n_cols);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "exponent " << i / n_cols << " element " << i % n_cols;
+    EXPECT_EQ(want[1], std::ldexp(1.0f, -128));  // e = 0, code 1 (E2M1 0.5): 0.5 * 2^(0 - 127)
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CodeBookValues,
+                         ::testing::Values(ggml_type::IQ1_S, ggml_type::IQ1_M, ggml_type::IQ2_XXS, ggml_type::IQ2_XS,
+                                           ggml_type::IQ2_S, ggml_type::IQ3_XXS, ggml_type::IQ3_S, ggml_type::MXFP4),
+                         [](const auto& info) { return std::string(formats::info(info.param).name); });
+
+// Every format the CPU reads and the CUDA path takes: has_matvec, matvec_types and the dispatch agree.
+TEST(CudaKernels, HasMatvecMatchesTheTypeList) {
+    const std::string list = matvec_types();
+    int listed_count = 0;
+    for (uint32_t id = 0; id < 64; ++id) {
+        const formats::type_info* t = formats::find_type(id);
+        if (!t) continue;
+        const ggml_type type = t->type;
+        const std::string name(t->name);
+        const bool listed = (", " + list + ",").find(", " + name + ",") != std::string::npos;
+        EXPECT_EQ(has_matvec(type), listed) << name;
+        listed_count += listed;
+    }
+    EXPECT_EQ(listed_count, 17) << list;
+}
 
 TEST(CudaKernels, RmsNormAndRopeMatchTheCpu) {
     STRATA_REQUIRE_GPU();

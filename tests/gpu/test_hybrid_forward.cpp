@@ -336,6 +336,52 @@ INSTANTIATE_TEST_SUITE_P(Archs, HybridForward,
                                     info.param.variant;
                          });
 
+// Each code-book format (IQ1 / IQ2 / IQ3) and MXFP4 as the type of the routed and shared experts of
+// qwen2moe's tiny preset, with about half of the routed experts resident (GPU matvec over those, the
+// CPU pool over the rest) and a 16-token prompt (the shared expert through dequantise-to-f16 and
+// cuBLAS): within the quantised models' tolerance of the CPU engine, by expect_same's rules.
+class HybridCodeBookFormats : public ::testing::TestWithParam<formats::ggml_type> {};
+
+TEST_P(HybridCodeBookFormats, HalfResidentMatchesCpu) {
+    STRATA_REQUIRE_GPU();
+    const formats::ggml_type type = GetParam();
+    auto m = load(arch::qwen2moe, {[type](make_model::model_spec& s) { s.type_experts = s.type_shexp = type; }});
+    const hparams& hp = m->hp;
+    ASSERT_EQ(m->layers[0].gate.type, type);
+    const std::vector<int32_t> p = prompt(hp.n_vocab, 16);
+    const int n_gen = 4, n_batch = 32;
+    forward_pass cpu(*m->pool, hp, m->w, *m->rows);
+    std::vector<int32_t> tokens;
+    const run_result want = generate(hp, p, n_gen, n_batch, kv_type::f16, tokens, [&](auto&&... a) { cpu.eval(a...); },
+                                     [&] { return cpu.routing().counts; });
+    const auto& l0 = m->layers[0];
+    const uint64_t slot = (formats::row_size(l0.gate.type, l0.gate.n_cols) * l0.gate.n_rows +
+                           formats::row_size(l0.up.type, l0.up.n_cols) * l0.up.n_rows +
+                           formats::row_size(l0.down.type, l0.down.n_cols) * l0.down.n_rows + 255) / 256 * 256;
+    const int total = hp.n_moe_layer() * hp.n_expert;
+    hybrid_options o;
+    o.expert_cache_gib = double(slot * (total / 2)) / double(1 << 30);
+    o.n_ctx = kCtx;
+    o.n_batch = n_batch;
+    std::string why;
+    auto h = hybrid_forward::create(*m->pool, hp, m->w, m->layers, *m->rows, o, &why);
+    ASSERT_TRUE(h) << why;
+    const run_result got = generate(hp, p, n_gen, n_batch, kv_type::f16, tokens, [&](auto&&... a) { h->eval(a...); },
+                                    [&] { return h->routing().counts; });
+    expect_same(got, want, static_cast<size_t>(hp.n_vocab), std::string(formats::info(type).name) + " half resident");
+    const cache_stats st = h->expert_cache_stats();
+    EXPECT_EQ(st.n_slots, total / 2);
+    EXPECT_GT(st.hits, 0u);
+    EXPECT_LT(st.hits, st.lookups);  // both the GPU and the CPU computed routed experts
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, HybridCodeBookFormats,
+                         ::testing::Values(formats::ggml_type::IQ1_S, formats::ggml_type::IQ1_M,
+                                           formats::ggml_type::IQ2_XXS, formats::ggml_type::IQ2_XS,
+                                           formats::ggml_type::IQ2_S, formats::ggml_type::IQ3_XXS,
+                                           formats::ggml_type::IQ3_S, formats::ggml_type::MXFP4),
+                         [](const auto& info) { return std::string(formats::info(info.param).name); });
+
 // The VRAM slots are filled and swapped from the CPU pool's copy of the experts (the expert store),
 // not from the model file: with the file's expert bytes overwritten after the copy, the hybrid pass
 // must still match the CPU pass over the store, fully resident and with adaptive swaps.
@@ -487,6 +533,20 @@ TEST(HybridForwardKv, OutOfVramIsKvCacheFullAndTheSessionContinuesLater) {
     h->eval(std::span(&next, 1), 16, kv, got.data(), false, 32);
     EXPECT_EQ(got, want);
     EXPECT_GT(h->kv_bytes(kv), held);
+}
+
+// Experts of a type without a CUDA kernel (Q3_K): no hybrid pass, and the reason names the tensor's type
+// and the types the CUDA kernels take.
+TEST(HybridForwardDevice, ExpertTypeWithoutCudaKernelSaysWhy) {
+    STRATA_REQUIRE_GPU();
+    auto m = load(arch::qwen3moe, {[](make_model::model_spec& s) { s.type_experts = formats::ggml_type::Q3_K; }});
+    hybrid_options o;
+    o.n_ctx = kCtx;
+    std::string why;
+    EXPECT_FALSE(hybrid_forward::create(*m->pool, m->hp, m->w, m->layers, *m->rows, o, &why));
+    EXPECT_NE(why.find("is Q3_K, which has no CUDA kernel"), std::string::npos) << why;
+    EXPECT_NE(why.find("IQ2_XXS"), std::string::npos) << why;
+    EXPECT_NE(why.find("MXFP4"), std::string::npos) << why;
 }
 
 TEST(HybridForwardDevice, OutOfRangeDeviceSaysWhy) {

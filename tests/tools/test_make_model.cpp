@@ -157,6 +157,18 @@ TEST(MakeModel, Deepseek2HasLlamaCppKeysNamesAndShapesInBothLayouts) {
     EXPECT_EQ(l.find_tensor("blk.0.attn_q_a.weight"), nullptr);
     EXPECT_EQ(l.find_tensor("blk.0.attn_k_b.weight"), nullptr);
     EXPECT_EQ(l.find_tensor("blk.1.exp_probs_b.bias"), nullptr);
+    EXPECT_EQ(l.find(p + "nextn_predict_layers"), nullptr);
+
+    // An MTP block after the trunk: counted in block_count, a latent-attention MoE layer with the nextn tensors.
+    model_spec mtp = s;
+    mtp.n_layer_nextn = 1;
+    const gguf::reader m = generate(mtp);
+    EXPECT_EQ(m.at(p + "block_count").as_u64(), 4u);
+    EXPECT_EQ(m.at(p + "nextn_predict_layers").as_u64(), 1u);
+    expect_tensor(m, "blk.3.attn_kv_a_mqa.weight", {256, 64 + 32}, ggml_type::Q8_0);
+    expect_tensor(m, "blk.3.ffn_gate_exps.weight", {256, 256, 16}, ggml_type::Q4_K);
+    expect_tensor(m, "blk.3.nextn.eh_proj.weight", {512, 256}, ggml_type::Q8_0);
+    expect_tensor(m, "blk.3.nextn.hnorm.weight", {256}, ggml_type::F32);
 
     // bench: DeepSeek-V3's head and latent sizes.
     const model_spec b = preset("bench", arch::deepseek2);

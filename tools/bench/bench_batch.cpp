@@ -58,7 +58,8 @@ struct stream {
     std::vector<clock_type::time_point> tokens;
     std::atomic<int> n_tokens{0};  // tokens.size(), readable while it runs
     std::future<generation_result> f;
-    void start(int n, const std::function<void()>& on_token = {}) {
+    // on_token: false ends the generation.
+    void start(int n, const std::function<bool()>& on_token = {}) {
         tokens.clear();
         n_tokens = 0;
         submitted = clock_type::now();
@@ -67,8 +68,7 @@ struct stream {
                 tokens.push_back(clock_type::now());
                 ++n_tokens;
             }
-            if (on_token) on_token();
-            return true;
+            return !on_token || on_token();
         });
     }
 };
@@ -79,6 +79,7 @@ struct row {
     double bytes_per_step = 0, rows_per_step = 0, bound = 0;
     double gap_p50 = 0, gap_p99 = 0, long_p50 = 0, long_p99 = 0;
     double long_s = 0;  // the long prompt's time to its first token
+    int n_during = 0;   // gaps that ended while it was admitted
     std::vector<std::pair<std::string, double>> parts;  // --breakdown: ms per decode step by part
 };
 
@@ -91,7 +92,7 @@ std::vector<std::pair<std::string, double>> per_step(const std::vector<phase_tim
     return out;
 }
 
-row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_gen, int n_long, double bw_gbs) {
+row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_gen, int n_long, int n_more, double bw_gbs) {
     const int n_vocab = m->info().n_vocab;
     std::vector<stream> ss(static_cast<size_t>(n_streams));
     for (int i = 0; i < n_streams; ++i) {
@@ -127,32 +128,52 @@ row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_
     if (after.timed_steps > before.timed_steps)
         r.parts = per_step(after.step_phases, before.step_phases, static_cast<double>(after.timed_steps - before.timed_steps));
     // 3. The streams decode again; once each has a few tokens, a long prompt arrives on its own session.
+    // They go on decoding until the prompt has its first token and each has had a few more tokens, so the
+    // whole admission runs beside them. Their solo gaps: the decode of 2. and the tokens before and after.
     if (n_long > 0) {
         stream longp;
         longp.s = std::make_unique<session>(m);
         longp.prompt = prompt_tokens(n_vocab, n_long, 1000 + n_streams);
-        const int n_more = n_gen * 4;
+        std::vector<double> solo, during;
+        for (auto& s : ss)
+            for (size_t t = 1; t < s.tokens.size(); ++t) solo.push_back(ms_between(s.tokens[t - 1], s.tokens[t]));
+        std::atomic<bool> stop{false};
         for (auto& s : ss) s.prompt.push_back(1);
-        for (auto& s : ss) s.start(n_more);
-        while (ss[0].n_tokens.load() < 8) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        for (auto& s : ss) s.start(n_more, [&stop] { return !stop.load(); });
+        const auto wait_tokens = [&](int n) {
+            for (auto& s : ss)
+                while (s.n_tokens.load() < n && s.f.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) {
+                }
+        };
+        wait_tokens(8);
         const auto long_at = clock_type::now();
         longp.start(1);
         longp.f.get();
         const auto long_done = longp.tokens.front();
         r.long_s = ms_between(long_at, long_done) / 1000;
-        std::vector<double> solo, during;
+        std::vector<int> at_done;
+        for (auto& s : ss) at_done.push_back(s.n_tokens.load());
+        for (size_t i = 0; i < ss.size(); ++i)
+            while (ss[i].n_tokens.load() < at_done[i] + 8 &&
+                   ss[i].f.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) {
+            }
+        stop = true;
         for (auto& s : ss) {
-            s.f.get();
+            const generation_result g = s.f.get();
+            if (!s.tokens.empty() && s.tokens.back() < long_done)
+                std::fprintf(stderr, "a stream ended (%d tokens) before the long prompt was in: raise -n\n",
+                             static_cast<int>(g.tokens.size()));
             for (size_t t = 1; t < s.tokens.size(); ++t) {
                 const double gap = ms_between(s.tokens[t - 1], s.tokens[t]);
-                if (s.tokens[t] <= long_at) solo.push_back(gap);
-                else if (s.tokens[t - 1] < long_done) during.push_back(gap);
+                if (s.tokens[t] <= long_at || s.tokens[t - 1] >= long_done) solo.push_back(gap);
+                else during.push_back(gap);
             }
         }
         r.gap_p50 = percentile(solo, 0.5);
         r.gap_p99 = percentile(solo, 0.99);
         r.long_p50 = percentile(during, 0.5);
         r.long_p99 = percentile(during, 0.99);
+        r.n_during = static_cast<int>(during.size());
     }
     return r;
 }
@@ -188,7 +209,9 @@ int run(int argc, char** argv) {
     mo.prefill_pace = a["prefill-pace"].as<double>();
     mo.phase_timing = a.count("breakdown") > 0;
     mo.repack = a.count("no-repack") == 0;
-    mo.n_ctx = std::max(n_long, n_prompt + 5 * n_gen) + 64;
+    // The streams decode on while the long prompt is admitted (thousands of tokens at one stream).
+    mo.n_ctx = n_prompt + n_gen + 64 + (n_long > 0 ? n_long + 4096 : 0);
+    const int n_more = mo.n_ctx - n_prompt - n_gen - 8;
     mo.cache_ram_mib = 0;
     const auto m = model::load(mo);
     int threads = 0;
@@ -197,18 +220,18 @@ int run(int argc, char** argv) {
                 "tokens\n\n", mo.path.c_str(), threads, mo.n_batch, mo.prefill_pace, n_prompt, n_gen, n_long);
     std::printf("| streams | aggregate decode tok/s | per stream tok/s | vs 1 stream | TTFT ms | MiB read per step | "
                 "rows per step | bound tok/s (read GB/s) | aggregate / bound | gap p50/p99 ms | with long prompt "
-                "p50/p99 ms | p99 / solo p99 | long prompt s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                "p50/p99 ms (gaps) | p99 / solo p99 | long prompt s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     double one = 0;
     std::vector<row> rows;
     for (int n : counts) {
         const double bw = read_bandwidth_gbs(std::max(threads, 1));
-        const row r = measure(m, n, n_prompt, n_gen, n_long, bw);
+        const row r = measure(m, n, n_prompt, n_gen, n_long, n_more, bw);
         if (n == 1 || one == 0) one = r.aggregate / n;
-        std::printf("| %d | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2f | %.1f (%.1f) | %.0f %% | %.1f / %.1f | %.1f / %.1f | "
+        std::printf("| %d | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2f | %.1f (%.1f) | %.0f %% | %.1f / %.1f | %.1f / %.1f (%d) | "
                     "%.2fx | %.1f |\n",
                     n, r.aggregate, r.per_stream, r.aggregate / one, r.ttft_ms, r.bytes_per_step / (1 << 20),
                     r.rows_per_step, r.bound, bw, 100 * r.aggregate / r.bound, r.gap_p50, r.gap_p99, r.long_p50,
-                    r.long_p99, r.gap_p99 > 0 ? r.long_p99 / r.gap_p99 : 0.0, r.long_s);
+                    r.long_p99, r.n_during, r.gap_p99 > 0 ? r.long_p99 / r.gap_p99 : 0.0, r.long_s);
         std::fflush(stdout);
         rows.push_back(r);
     }

@@ -252,6 +252,7 @@ void set_deepseek2_hparams(gguf::writer& w, const model_spec& s, const std::stri
         w.set(a + "attention.value_length", value::u32(s.head_dim_v));
     }
     if (s.rope_yarn_log_mul != 0.0f) w.set(a + "rope.scaling.yarn_log_multiplier", value::f32(s.rope_yarn_log_mul));
+    if (s.n_layer_nextn > 0) w.set(a + "nextn_predict_layers", value::u32(s.n_layer_nextn));
     w.set(a + "vocab_size", value::u32(s.n_vocab));
 }
 
@@ -282,8 +283,8 @@ void set_hparams(gguf::writer& w, const model_spec& s) {
     const std::string a = gguf_architecture(s.architecture) + ".";
     w.set(a + "context_length", value::u32(s.n_ctx));
     w.set(a + "embedding_length", value::u32(s.n_embd));
-    const bool glm = s.architecture == arch::glm4moe;
-    w.set(a + "block_count", value::u32(s.n_layer + (glm || hybrid(s.architecture) ? s.n_layer_nextn : 0)));
+    const bool glm_ds = s.architecture == arch::glm4moe || s.architecture == arch::deepseek2;
+    w.set(a + "block_count", value::u32(s.n_layer + (glm_ds || hybrid(s.architecture) ? s.n_layer_nextn : 0)));
     w.set(a + "attention.head_count", value::u32(s.n_head));
     w.set(a + "attention.head_count_kv", value::u32(s.n_head_kv));
     w.set(a + "attention.key_length", value::u32(s.head_dim));

@@ -52,7 +52,7 @@ int run(int argc, char** argv) {
         ("dense-layers", "glm4moe, deepseek2: leading layers with a dense FFN (leading_dense_block_count)", cxxopts::value<int>())
         ("n-ff-dense", "glm4moe, deepseek2: hidden size of the leading dense layers' FFN", cxxopts::value<int>())
         ("shared-experts", "glm4moe, deepseek2: shared experts (expert_shared_count), each --n-ff wide", cxxopts::value<int>())
-        ("nextn-layers", "glm4moe, qwen35moe, qwen4exp: next-token-prediction layers written after the others "
+        ("nextn-layers", "glm4moe, deepseek2, qwen35moe, qwen4exp: next-token-prediction layers written after the others "
          "(nextn_predict_layers)", cxxopts::value<int>())
         ("ssm-state", "qwen35moe, qwen3next: ssm.state_size, a DeltaNet head's key and value width", cxxopts::value<int>())
         ("ssm-k-heads", "qwen35moe, qwen3next: ssm.group_count, DeltaNet key heads", cxxopts::value<int>())

@@ -274,7 +274,7 @@ std::vector<tensor_spec> tensor_specs(const model_spec& s) {
 
     const bool glm = s.architecture == arch::glm4moe, ds = s.architecture == arch::deepseek2;
     const bool hy = hybrid(s.architecture);
-    const int n_blocks = s.n_layer + (glm || hy ? s.n_layer_nextn : 0);
+    const int n_blocks = s.n_layer + (glm || ds || hy ? s.n_layer_nextn : 0);
     t.push_back({"token_embd.weight", s.type_embd, {n_embd, s.n_vocab}, init::embedding, 1.0f});
     for (int i = 0; i < n_blocks; ++i) {
         const std::string b = fmt::format("blk.{}.", i);

@@ -6,6 +6,8 @@
 // int32 sums per super-block, scaled by d_w * d_a in f32, and the format's unit (1/8, 1/4, 1) at the end.
 // The prompt GEMM (iq_avx2_gemm, mxfp4_avx2_gemm) decodes each block once for up to 64 tokens and applies
 // the same operations per token, so its results are bitwise the dot kernel's.
+#include <bit>
+
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
 #include "cpu/iq/sign_tables.hpp"
@@ -200,38 +202,70 @@ struct iq_avx2 {
     };
 };
 
-// MXFP4 x Q8_0: nibbles through the 16-entry doubled E2M1 table (pshufb), one block of 32 per step.
+// MXFP4 x Q8_0: nibbles through the 16-entry doubled E2M1 table (pshufb), one block of 32 per step;
+// block i goes to accumulator i % 2 (two FMA chains), summed at the end.
+// 2^(e - 128) as a float for every E8M0 byte: e >= 2 is a normal exponent field of e - 1; e < 2 a subnormal.
+struct mxfp4_scale_table {
+    float v[256];
+    constexpr mxfp4_scale_table() : v{} {
+        for (uint32_t e = 0; e < 256; ++e) v[e] = std::bit_cast<float>(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+    }
+};
+alignas(64) constexpr mxfp4_scale_table mxfp4_scales;
+
+static inline void mxfp4_avx2_decode(const block_mxfp4& x, __m256i& aw, __m256i& wv, float& d) {
+    const __m128i values = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_mxfp4));
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m128i q4 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs));
+    wv = _mm256_set_m128i(_mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q4, 4), low4)),
+                          _mm_shuffle_epi8(values, _mm_and_si128(q4, low4)));
+    aw = _mm256_sign_epi8(wv, wv);
+    d = mxfp4_scales.v[x.e];
+}
+
+static inline __m256 mxfp4_avx2_step(__m256i aw, __m256i wv, float d, const block_q8_0& y, __m256 acc) {
+    const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
+    const __m256i sumi = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(q8, wv)), _mm256_set1_epi16(1));
+    return _mm256_fmadd_ps(_mm256_set1_ps(d * half_to_float(y.d)), _mm256_cvtepi32_ps(sumi), acc);
+}
+
 template <int NT>
 struct mxfp4_avx2 {
     static void run(int64_t n, const void* w, const void* const* a, float* out) {
         const auto* x = static_cast<const block_mxfp4*>(w);
         const block_q8_0* y[NT];
         for (int t = 0; t < NT; ++t) y[t] = static_cast<const block_q8_0*>(a[t]);
-        const __m128i values = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_mxfp4));
-        const __m128i low4 = _mm_set1_epi8(0x0F);
-        const __m256i ones = _mm256_set1_epi16(1);
-        __m256 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-        for (int64_t i = 0; i < n / QK_MXFP4; ++i) {
-            prefetch_weights<sizeof(block_mxfp4)>(x + i);
-            const __m128i q4 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs));
-            const __m256i wv = _mm256_set_m128i(_mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q4, 4), low4)),
-                                                _mm_shuffle_epi8(values, _mm_and_si128(q4, low4)));
-            const __m256i aw = _mm256_sign_epi8(wv, wv);
-            // 2^(e - 128) as a float: e >= 2 is a normal exponent field of e - 1; e < 2 a subnormal.
-            const uint32_t bits = x[i].e < 2 ? 0x00200000u << x[i].e : static_cast<uint32_t>(x[i].e - 1) << 23;
-            float d;
-            std::memcpy(&d, &bits, sizeof d);
+        __m256 acc0[NT], acc1[NT];
+        for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+        const int64_t nb = n / QK_MXFP4;
+        const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_mxfp4)));
+        const __m256i low4 = _mm256_set1_epi8(0x0F);
+        int64_t i = 0;
+        for (; i + 1 < nb; i += 2) {
+            prefetch_weights<2 * sizeof(block_mxfp4)>(x + i);
+            // Both blocks' nibbles in one register (block i low lane), looked up at once: the same bytes as
+            // mxfp4_avx2_decode gives per block.
+            const __m256i q4 = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(x[i + 1].qs),
+                                                   reinterpret_cast<const __m128i*>(x[i].qs));
+            const __m256i vl = _mm256_shuffle_epi8(values, _mm256_and_si256(q4, low4));
+            const __m256i vh = _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4));
+            const __m256i wv0 = _mm256_permute2x128_si256(vl, vh, 0x20), wv1 = _mm256_permute2x128_si256(vl, vh, 0x31);
+            const __m256i aw0 = _mm256_sign_epi8(wv0, wv0), aw1 = _mm256_sign_epi8(wv1, wv1);
+            const float d0 = mxfp4_scales.v[x[i].e], d1 = mxfp4_scales.v[x[i + 1].e];
             for (int t = 0; t < NT; ++t) {
-                const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs));
-                const __m256i sumi = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(q8, wv)), ones);
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * half_to_float(y[t][i].d)), _mm256_cvtepi32_ps(sumi), acc[t]);
+                acc0[t] = mxfp4_avx2_step(aw0, wv0, d0, y[t][i], acc0[t]);
+                acc1[t] = mxfp4_avx2_step(aw1, wv1, d1, y[t][i + 1], acc1[t]);
             }
         }
-        for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+        if (i < nb) {
+            __m256i aw0, wv0;
+            float d0;
+            mxfp4_avx2_decode(x[i], aw0, wv0, d0);
+            for (int t = 0; t < NT; ++t) acc0[t] = mxfp4_avx2_step(aw0, wv0, d0, y[t][i], acc0[t]);
+        }
+        for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc0[t], acc1[t]));
     }
 };
-
 
 // The prompt GEMM's parts of format F (iq/gemm_rows.hpp): the dot kernel's operations per token, each
 // block decoded once for many tokens.
@@ -269,7 +303,7 @@ struct iq_avx2_gemm {
     }
 };
 
-// The same for MXFP4.
+// The same for MXFP4 (two accumulators per token, block i into i % 2, as the dot kernel).
 struct mxfp4_avx2_gemm {
     using block = block_mxfp4;
     using act_block = block_q8_0;
@@ -278,31 +312,22 @@ struct mxfp4_avx2_gemm {
         __m256i aw, wv;  // |w| and w
         float d;
     };
-    using acc_t = __m256;
-    static __m256 zero() { return _mm256_setzero_ps(); }
-    static void decode(const block* x, int64_t i, dec& b) {
-        const __m128i values = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kvalues_mxfp4));
-        const __m128i low4 = _mm_set1_epi8(0x0F);
-        const __m128i q4 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs));
-        b.wv = _mm256_set_m128i(_mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q4, 4), low4)),
-                                _mm_shuffle_epi8(values, _mm_and_si128(q4, low4)));
-        b.aw = _mm256_sign_epi8(b.wv, b.wv);
-        // 2^(e - 128) as a float: e >= 2 is a normal exponent field of e - 1; e < 2 a subnormal.
-        const uint32_t bits = x[i].e < 2 ? 0x00200000u << x[i].e : static_cast<uint32_t>(x[i].e - 1) << 23;
-        std::memcpy(&b.d, &bits, sizeof b.d);
-    }
+    struct acc_t {
+        __m256 v[2];
+    };
+    static acc_t zero() { return {{_mm256_setzero_ps(), _mm256_setzero_ps()}}; }
+    static void decode(const block* x, int64_t i, dec& b) { mxfp4_avx2_decode(x[i], b.aw, b.wv, b.d); }
     template <int NT>
-    static void apply(const dec& b, const block_q8_0* const* y, int64_t i, __m256 acc[4]) {
-        const __m256i ones = _mm256_set1_epi16(1);
-        for (int t = 0; t < NT; ++t) {
-            const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs));
-            const __m256i sumi = _mm256_madd_epi16(_mm256_maddubs_epi16(b.aw, _mm256_sign_epi8(q8, b.wv)), ones);
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * half_to_float(y[t][i].d)), _mm256_cvtepi32_ps(sumi), acc[t]);
+    static void apply(const dec& b, const block_q8_0* const* y, int64_t i, acc_t acc[4]) {
+        if (i & 1) {
+            for (int t = 0; t < NT; ++t) acc[t].v[1] = mxfp4_avx2_step(b.aw, b.wv, b.d, y[t][i], acc[t].v[1]);
+        } else {
+            for (int t = 0; t < NT; ++t) acc[t].v[0] = mxfp4_avx2_step(b.aw, b.wv, b.d, y[t][i], acc[t].v[0]);
         }
     }
     template <int NT>
-    static void finish(const __m256 acc[4], float* out) {
-        for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+    static void finish(const acc_t acc[4], float* out) {
+        for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc[t].v[0], acc[t].v[1]));
     }
 };
 
