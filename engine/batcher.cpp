@@ -295,7 +295,7 @@ bool step_batcher::step() {
         }
         if (g.decoding) {
             g.h_pos0 = segs[i].pos0;
-            g.s.kv.recurrent().stop_trace();
+            g.s.kv.stop_trace();
             ++g.n_final;
             g.row = 0;
             g.next_logits = g.verifying ? g.verify_logits.data() : g.s.logits.data();
@@ -307,7 +307,7 @@ bool step_batcher::step() {
             if (g.s.cached.size() < g.prompt.size()) continue;
             g.result.time.prompt_n = static_cast<int>(g.prompt.size() - g.common);
             g.result.time.prompt_ms = ms_since(g.t0);
-            g.s.kv.recurrent().checkpoint();  // the prompt's end: where a retried answer starts again
+            g.s.kv.checkpoint();  // the prompt's end: where a retried answer starts again
             g.s.account();
             g.t1 = clock_type::now();
             g.decoding = true;
@@ -403,12 +403,11 @@ bool step_batcher::sample(generation& g) {
 }
 
 engine::step_segment step_batcher::decode_segment(generation& g) {
-    engine::recurrent_state& rs = g.s.kv.recurrent();
     g.verifying = g.batch.size() > 1;
     if (g.verifying) {
         g.verify_logits.resize(g.batch.size() * static_cast<size_t>(m_.hp.n_vocab));
         // The state after each draft's position but the last, where a rejection goes back to.
-        if (!rs.empty()) rs.start_trace(static_cast<int>(g.drafts.size()));
+        g.s.kv.start_trace(static_cast<int>(g.drafts.size()));
     }
     return {g.batch.data(), static_cast<int>(g.batch.size()), static_cast<int>(g.s.cached.size()), &g.s.kv,
             g.verifying ? g.verify_logits.data() : g.s.logits.data(), g.verifying,
@@ -528,11 +527,10 @@ void step_batcher::drop_rejected(generation& g) {
     session::impl& s = g.s;
     const size_t n_keep = g.n_final;
     if (!g.decoding || n_keep >= s.cached.size()) return;
-    engine::recurrent_state& rs = s.kv.recurrent();
-    // A recurrent state goes back to its copy after the last kept position (no evaluation).
-    if (!rs.empty() && !rs.restore_traced(static_cast<int>(n_keep)))
-        throw std::logic_error(fmt::format("the recurrent state kept no copy at position {} (verified from {})",
-                                           n_keep, rs.pos()));
+    // The sequence's state goes back to its copy after the last kept position (no evaluation).
+    if (!s.kv.back_to_traced(static_cast<int>(n_keep)))
+        throw std::logic_error(fmt::format("the sequence state kept no copy at position {} (verified from {})",
+                                           n_keep, s.kv.state_pos()));
     s.cached.resize(n_keep);
     s.n_cached.store(s.cached.size());
     s.account();
@@ -553,7 +551,7 @@ void step_batcher::settle(generation& g) {
     g.settled = true;
     drop_rejected(g);
     g.drafts.clear();
-    g.s.kv.recurrent().release_trace();
+    g.s.kv.release_trace();
     const timings& t = g.result.time;
     const std::lock_guard lock(m_.spec_mutex);
     m_.spec_totals.drafted += static_cast<uint64_t>(t.spec_drafted);

@@ -63,19 +63,12 @@ struct conversation_cache::snapshot {
     uint64_t last_use = 0;                        // the cache's use counter
     double last_use_s = 0;
     stream_layout layout{};
-    std::vector<state_checkpoint> states;         // recurrent states by position, the last at tokens.size()
-    std::vector<std::vector<float>> indexer_keys; // qwen4exp: the QSA indexer's stores as parked
+    parked_state state;                           // the sequence's state beside the rows, at tokens.size()
     stream_layout mtp_layout{};                   // the MTP cache's rows of positions [0, mtp_layout.n_tokens)
     std::vector<uint8_t> mtp_rows;
 
     // The newest position at or before n this snapshot can be restored at.
-    size_t usable(size_t n) const {
-        if (states.empty()) return n;
-        size_t best = 0;
-        for (const state_checkpoint& c : states)
-            if (static_cast<size_t>(c.pos) <= n) best = std::max(best, static_cast<size_t>(c.pos));
-        return best;
-    }
+    size_t usable(size_t n) const { return state.usable(n); }
 
     // Copies n bytes between the stream at `offset` and `p`, across segment boundaries.
     template <bool ToStream>
@@ -138,18 +131,11 @@ size_t conversation_cache::restore(uint64_t id, size_t from, size_t to, kv_cache
         s.copy<false>(offset, rows.data(), (r1 - r0) * s.layout.head_row);
         kv.write_rows(l, c, t, static_cast<int>(r0), static_cast<int>(r1), rows.data());
     });
-    if (!s.states.empty()) {
-        const auto at = std::find_if(s.states.begin(), s.states.end(),
-                                     [&](const state_checkpoint& c) { return static_cast<size_t>(c.pos) == to; });
-        if (at == s.states.end())
-            throw std::logic_error(fmt::format("conversation cache: snapshot {} has no recurrent state at {}", id, to));
-        std::vector<state_checkpoint> before;
-        for (const state_checkpoint& c : s.states)
-            if (static_cast<size_t>(c.pos) < to) before.push_back(c);
-        kv.recurrent().assign(*at, std::move(before));
+    try {
+        kv.restore_state(s.state, static_cast<int>(to));
+    } catch (const std::logic_error& e) {
+        throw std::logic_error(fmt::format("conversation cache: snapshot {}: {}", id, e.what()));
     }
-    // The stores hold every parked position; those past `to` are rewritten before they are read.
-    if (!s.indexer_keys.empty()) kv.indexer_keys() = s.indexer_keys;
     size_t mtp_n = mtp_from;
     const size_t mtp_to = std::min(to, s.mtp_layout.n_tokens);
     if (mtp && mtp_to > mtp_from && static_cast<int>(mtp_to) <= mtp->capacity()) {
@@ -172,10 +158,9 @@ uint64_t conversation_cache::park(std::span<const int32_t> tokens, const kv_cach
 
 uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const kv_cache& kv, std::string_view scope,
                                          const kv_cache* mtp, size_t mtp_n) {
-    const recurrent_state& rs = kv.recurrent();
-    if (!rs.empty() && static_cast<size_t>(rs.pos()) != tokens.size())
-        throw std::logic_error(fmt::format("conversation cache: parking {} tokens with a recurrent state at {}",
-                                           tokens.size(), rs.pos()));
+    if (kv.state_pos() >= 0 && static_cast<size_t>(kv.state_pos()) != tokens.size())
+        throw std::logic_error(fmt::format("conversation cache: parking {} tokens with a sequence state at {}",
+                                           tokens.size(), kv.state_pos()));
     for (snapshot& s : snapshots_)
         if (s.scope == scope && s.tokens.size() >= tokens.size() && std::equal(tokens.begin(), tokens.end(), s.tokens.begin()) &&
             s.usable(tokens.size()) == tokens.size()) {
@@ -186,15 +171,8 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
     const size_t total = layout.total();
     uint64_t need = 0;
     for (size_t at = 0; at < total; at += segment_bytes) need += mapped_bytes(std::min(segment_bytes, total - at));
-    std::vector<state_checkpoint> states;
-    if (!rs.empty()) {
-        for (const state_checkpoint& c : rs.checkpoints())
-            if (c.pos < rs.pos()) states.push_back(c);
-        states.push_back({rs.pos(), std::vector<float>(rs.data().begin(), rs.data().end())});
-        need += states.size() * rs.bytes();
-    }
-    const std::vector<std::vector<float>>& keys = kv.indexer_keys();
-    for (const std::vector<float>& k : keys) need += k.size() * sizeof(float);
+    parked_state state = kv.park_state(static_cast<int>(tokens.size()));
+    need += state.bytes();
     const stream_layout mtp_layout{mtp ? std::min(mtp_n, tokens.size()) : 0, mtp ? mtp->n_layer() : 0,
                                    mtp ? mtp->n_tiles() : 0, mtp ? mtp->head_row_bytes() : 0};
     need += mtp_layout.total();
@@ -230,8 +208,7 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
     s.scope = scope;
     s.tokens.assign(tokens.begin(), tokens.end());
     s.layout = layout;
-    s.states = std::move(states);
-    s.indexer_keys = keys;
+    s.state = std::move(state);
     try {
         for (size_t at = 0; at < total; at += segment_bytes)
             s.segments.push_back(hot_.allocate_cold(std::min(segment_bytes, total - at),
@@ -262,9 +239,10 @@ uint64_t conversation_cache::park_locked(std::span<const int32_t> tokens, const 
                            "holds {} snapshots, {:.1f} of {:.1f} MiB.",
                            s.id, tokens.size(), double(need) / mib, s.segments.size(), s.segments.size() == 1 ? "" : "s",
                            node >= 0 ? fmt::format("node {}", node) : std::string("anonymous memory"),
-                           s.states.empty() ? std::string()
-                                            : fmt::format(", with {} recurrent states of {:.1f} MiB", s.states.size(),
-                                                          double(rs.bytes()) / mib),
+                           s.state.n_states() == 0
+                               ? std::string()
+                               : fmt::format(", with {} recurrent states of {:.1f} MiB", s.state.n_states(),
+                                             double(s.state.state_bytes()) / mib),
                            snapshots_.size() + 1, double(bytes_) / mib, double(budget_) / mib);
     snapshots_.push_back(std::move(s));
     return snapshots_.back().id;
@@ -316,8 +294,8 @@ conversation_cache_stats conversation_cache::stats() const {
     for (const snapshot* sp : by_use) {
         const snapshot& s = *sp;
         st.segments += s.segments.size();
-        st.state_checkpoints += s.states.size();
-        for (const state_checkpoint& c : s.states) st.state_bytes += c.data.size() * sizeof(float);
+        st.state_checkpoints += s.state.n_states();
+        st.state_bytes += s.state.n_states() * s.state.state_bytes();
         st.entries.push_back({s.id, static_cast<int>(s.tokens.size()), s.bytes, s.last_use_s});
         if (st.node < 0) continue;
         for (const auto& seg : s.segments) {

@@ -26,13 +26,13 @@ session::impl::~impl() {
 void session::impl::account() {
     // The MTP block's own cache (speculation) counts as this session's KV.
     const uint64_t host_kv = (m.hybrid ? 0 : kv.bytes()) + (mtp_kv ? mtp_kv->bytes() : 0);
-    const uint64_t states = kv.recurrent().checkpoint_bytes();
+    const uint64_t states = kv.checkpoint_bytes();
     m.budget->change(engine::memory_budget::use::kv, charged_kv_, host_kv);
     m.budget->change(engine::memory_budget::use::checkpoints, charged_checkpoints_, states);
     charged_kv_ = host_kv;
     charged_checkpoints_ = states;
     kv_bytes.store(allocated_kv());
-    n_checkpoints.store(kv.recurrent().checkpoints().size());
+    n_checkpoints.store(kv.n_checkpoints());
     checkpoint_bytes.store(states);
     if (!m.budget->fits(0)) m.conversations->make_room(0);
 }
@@ -89,9 +89,8 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, std::string_
     size_t common = std::mismatch(cached.begin(), cached.end(), prompt.begin(), prompt.end()).first - cached.begin();
     // Another scope's state is not reused (it is parked under its own scope below).
     common = new_scope == scope ? std::min(common, limit) : 0;
-    // A recurrent state goes back only to one of its checkpoints.
-    engine::recurrent_state& rs = kv.recurrent();
-    if (!rs.empty()) common = static_cast<size_t>(rs.usable(static_cast<int>(common)));
+    // The sequence's state goes back only where every mixer kind's can (a recurrent state: a checkpoint).
+    common = static_cast<size_t>(kv.usable(static_cast<int>(common)));
     // The MTP entries of the kept prefix stay (a restored snapshot brings those it parked).
     const int mtp_parked = std::min(mtp_filled, static_cast<int>(cached.size()));
     mtp_filled = std::min(mtp_filled, static_cast<int>(common));
@@ -117,9 +116,9 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, std::string_
             }
         }
     }
-    if (!rs.empty() && !restored) rs.cut_back(static_cast<int>(common));
+    if (!restored) kv.cut_back(static_cast<int>(common));
     // Where this prompt's new tokens start (a new turn): a state to come back to if it is edited.
-    if (!rs.empty() && common > 0) rs.checkpoint();
+    if (common > 0) kv.checkpoint();
     cached.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(common));
     scope = new_scope;
     n_cached.store(common);
@@ -191,7 +190,7 @@ std::vector<float> session::evaluate(std::span<const int32_t> prompt, bool all) 
         impl_->cached.clear();
         impl_->n_cached.store(0);
         impl_->mtp_filled = 0;
-        impl_->kv.recurrent().reset();
+        impl_->kv.reset_state();
         impl_->eval(prompt, out.data(), all);
     });
     return out;

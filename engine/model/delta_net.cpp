@@ -1,11 +1,13 @@
 #include "model/delta_net.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "cpu/delta_net.hpp"
 #include "cpu/kernels.hpp"
+#include "model/forward.hpp"
 #include "model/parallel.hpp"
 
 namespace strata::engine {
@@ -138,6 +140,51 @@ void delta_net_mixer::trace_conv(recurrent_state& state, int r, int n_tok, const
             std::memcpy(copy + static_cast<size_t>(j) * conv_dim, src, conv_dim * sizeof(float));
         }
     }
+}
+
+gated_delta_net::gated_delta_net(forward_pass& f) : token_mixer(f), kernel_(f.pool_, f.hp_) {
+    for (int il = 0, r = 0; il < f.hp_.n_layer; ++il) rec_index_.push_back(f.hp_.is_recurrent(il) ? r++ : -1);
+}
+
+void gated_delta_net::eval(int il, std::span<const step_segment> segs, int n_tok) {
+    run(il, n_tok, segs[0].kv->recurrent());
+}
+
+void gated_delta_net::run(int il, int n_tok, recurrent_state& state) {
+    forward_pass& f = f_;
+    const hparams& hp = f.hp_;
+    const layer_weights& l = f.w_.layers[static_cast<size_t>(il)];
+    const size_t nt = static_cast<size_t>(n_tok), n_v = static_cast<size_t>(hp.ssm_n_v_head);
+    const size_t conv_dim = static_cast<size_t>(hp.ssm_conv_dim()), value_dim = static_cast<size_t>(hp.ssm_value_dim());
+    dn_in_.resize(nt * (conv_dim + value_dim));
+    dn_z_.resize(nt * value_dim);
+    dn_b_.resize(nt * n_v);
+    dn_a_.resize(nt * n_v);
+    {
+        arenas::scoped_seconds t(f.seconds(phase_clock::attn_proj));
+        if (l.ssm_in.present()) {  // qwen3next's older files: one interleaved projection
+            in_.resize(nt * (conv_dim + value_dim));
+            dn_ba_.resize(nt * 2 * n_v);
+            const weight_matrix* const w[] = {&l.ssm_in, &l.ssm_ba};
+            float* const y[] = {in_.data(), dn_ba_.data()};
+            f.matmul_same_input(w, n_tok, f.xn_.data(), y);
+            delta_net_mixer::split_ssm_in(hp, in_.data(), n_tok, dn_in_.data(), dn_z_.data());
+        } else if (l.ssm_ba.present()) {
+            dn_ba_.resize(nt * 2 * n_v);
+            const weight_matrix* const w[] = {&l.wqkv, &l.wz, &l.ssm_ba};
+            float* const y[] = {dn_in_.data(), dn_z_.data(), dn_ba_.data()};
+            f.matmul_same_input(w, n_tok, f.xn_.data(), y);
+        } else {
+            const weight_matrix* const w[] = {&l.wqkv, &l.wz, &l.ssm_beta, &l.ssm_alpha};
+            float* const y[] = {dn_in_.data(), dn_z_.data(), dn_b_.data(), dn_a_.data()};
+            f.matmul_same_input(w, n_tok, f.xn_.data(), y);
+        }
+        if (l.ssm_ba.present()) delta_net_mixer::split_ba(hp, dn_ba_.data(), n_tok, dn_b_.data(), dn_a_.data());
+    }
+    arenas::scoped_seconds t(f.seconds(phase_clock::attention));
+    f.add_bytes(phase_clock::attention, 2 * state.bytes() / static_cast<uint64_t>(std::max(1, state.n_layer())));
+    kernel_.run(l, rec_index_[static_cast<size_t>(il)], state, n_tok, dn_in_.data(), dn_z_.data(), dn_b_.data(),
+                dn_a_.data(), f.att_.data());
 }
 
 }  // namespace strata::engine

@@ -1,5 +1,6 @@
 // The CPU forward pass: a batch of tokens at consecutive positions through every layer, writing their
-// keys and values into the KV cache and producing logits.
+// keys and values into the KV cache and producing logits. The layers are a list of kinds built at load
+// (a token mixer and an FFN around a residual, model/mixer.hpp); eval_layers is the one loop over it.
 #pragma once
 
 #include <array>
@@ -14,6 +15,7 @@
 #include "model/delta_net.hpp"
 #include "model/hparams.hpp"
 #include "model/kv_cache.hpp"
+#include "model/mixer.hpp"
 #include "moe_phases.hpp"
 #include "model/weights.hpp"
 
@@ -88,7 +90,7 @@ public:
     // (batches_sequences() is false). Throws kv_cache_full, before evaluating anything, when a segment's
     // positions do not fit its cache.
     void eval_step(std::span<const step_segment> segments, int n_batch = 512);
-    bool batches_sequences() const { return !hp_.mla() && !hp_.hybrid(); }
+    bool batches_sequences() const { return batches_; }
 
     const routing_counts& routing() const { return routing_; }
     // Weight and KV bytes the passes so far read (dense matrices, the experts each MoE phase touched,
@@ -117,31 +119,27 @@ public:
              bool all_logits = false, bool chained = false);
 
 private:
+    // The layer kinds (mixer.hpp) reach the pass's buffers and helpers.
+    friend class attention_mixer;
+    friend class sparse_attention_mixer;
+    friend class latent_attention_mixer;
+    friend class gated_delta_net;
+    friend class dense_ffn;
+    friend class moe_ffn;
+    friend class plain_residual;
+    friend class hc_residual;
+
     void eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits,
                     float* hidden);
     void timed_layers(std::span<const step_segment> segs);  // eval_layers, timed into clock_ when set
+    // The rows of segs through the layer list: embeddings, each layer's mixer and FFN around the
+    // residual, the output head.
     void eval_layers(std::span<const step_segment> segs);
     void output_head(std::span<const step_segment> segs);  // logits of the rows that want them
-    void attention(int layer, std::span<const step_segment> segs, int n_tok);
-    void attention(const layer_weights& l, int kv_layer, std::span<const step_segment> segs, int n_tok);
-    // The hybrids' gated DeltaNet mixer (delta_net.hpp): xn_ -> att_ [n_tok][value_dim].
-    void delta_net(int layer, int n_tok, recurrent_state& state);
-    // deepseek2's multi-head latent attention (mla.cpp): xn_ -> att_ [n_tok][n_v].
-    void mla_attention(int layer, int n_tok, int pos0, kv_cache& kv);
-    // The same with weights l over layer kv_layer of kv (the MTP block: its own one-layer latent cache).
-    void mla_attention(const layer_weights& l, int kv_layer, int n_tok, int pos0, kv_cache& kv);
-    // Its attention over the latent cache: q [n_tok][n_head][n_lora_kv + n_rot] -> out [n_tok][n_head][n_lora_kv].
-    void latent_attention(const kv_cache& kv, int layer, int n_tok, int pos0, const float* q, float* out);
-    // y[t][h * n_rows + r] = head h's rows of w (n_rows from row h * step + row0) . in[t][h * in_cols ..]
-    void matmul_heads(const weight_matrix& w, int64_t step, int64_t row0, int64_t n_rows, int n_tok, const float* in,
-                      float* y);
-    void moe(int layer, int n_tok);
+    // The FFN parts the MTP block (mtp.cpp) runs on its own weights: moe_ffn's.
     // The MoE of weights l through `runner`'s pool layer, counting routes into counts (null: not counted).
     void moe(const layer_weights& l, arenas::moe_runner& runner, const std::vector<arenas::moe_layer>& layers,
              int pool_layer, uint64_t* counts, int n_tok);
-    // tmp_ = down(silu(gate xn) * up xn) over n_ff hidden units, for dense and shared-expert FFNs.
-    void ffn(const weight_matrix& gate, const weight_matrix& up, const weight_matrix& down, int n_ff, int n_tok);
-    void shared_expert(int layer, int n_tok);
     void shared_expert(const layer_weights& l, int n_tok);
     // y[t][r] = W[r, :] . in[t] for every row r: in: [n_tok][in_cols], y: [n_tok][n_rows].
     void matmul(const weight_matrix& w, int n_tok, const float* in, float* y);
@@ -149,24 +147,15 @@ private:
     // join instead of one each) where they share an activation format and whole work items; else in turn.
     void matmul_same_input(std::span<const weight_matrix* const> w, int n_tok, const float* in, std::span<float* const> y);
 
-    // qwen4exp (qwen4exp_forward.cpp): the layers over hc residual streams mixed by hyper-connections,
-    // the PLE block and QSA attention.
-    // hidden (unless null): [n_tok][hc_dim] the wide residual before the output mixer.
-    void eval_layers_qwen4(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits, bool all_logits,
-                           float* hidden);
+    // qwen4exp (qwen4exp_forward.cpp): the MTP block over the hc residual streams.
     void mtp_qwen4(const int32_t* tokens, const float* h, int n_tok, int pos0, kv_cache& kv, float* h_out,
                    float* logits, bool all_logits);
     // xn_ [n_tok][n_embd] = mixer m over hc_x_; inj (unless null): [n_tok][hc] 2 sigmoid(inject xn / hc).
     void hc_mix(const hc_mixer& m, int n_tok, float* inj);
     // hc_x_[t][s] += inj[t][s] * y[t] for every stream s.
     void hc_add(int n_tok, const float* y, const float* inj);
-    // The PLE block of layer l on hc_x_, continuing st's conv inputs and n-gram window.
+    // The PLE block of layer l on hc_x_, continuing st's conv inputs and n-gram window (a layer add-on).
     void ple_block(const layer_weights& l, const int32_t* tokens, int n_tok, recurrent_state& st);
-    // A QSA layer: the indexer's keys stored, and each query whose budget leaves blocks out attends to
-    // the chosen blocks only (att_ overwritten for it); after attention().
-    void qsa_select(int il, int n_tok, int pos0, kv_cache& kv);
-    std::vector<int> qsa_index_;   // [n_layer] a QSA layer's index in kv.indexer_keys(), -1 otherwise
-    bool qsa_only_ = false;        // attention() leaves the attention itself to qsa_select (a sparse decode)
     std::vector<float> hc_x_;      // [n_tok][hc][n_embd] the wide residual
     std::vector<float> hc_xn_;     // [n_tok][hc][n_embd] its grouped norm in a mixer
     std::vector<float> hc_lo_;     // [n_tok][hc_rank]
@@ -176,7 +165,6 @@ private:
     std::vector<float> ple_emb_;   // [n_tok][ple_dim] gathered rows
     std::vector<float> ple_k_;     // [n_tok][hc][n_embd]
     std::vector<float> ple_v_;     // [n_tok][n_embd]
-    std::vector<float> idx_q_, idx_k_;  // [n_tok][idx_n_head][idx_head_dim], [n_tok][idx_head_dim]
 
     arenas::expert_pool& pool_;
     phase_clock* clock_ = nullptr;
@@ -191,12 +179,26 @@ private:
     std::vector<arenas::moe_layer> moe_layers_;
     arenas::moe_runner moe_;
     attention_runner attn_;
-    delta_net_mixer dnet_;
-    std::vector<int> rec_index_;  // [n_layer] a DeltaNet layer's index in the recurrent state
+    // The layer kinds this model uses (null: unused), and each layer's.
+    std::unique_ptr<attention_mixer> attention_;
+    std::unique_ptr<sparse_attention_mixer> sparse_attention_;
+    std::unique_ptr<latent_attention_mixer> latent_attention_;
+    std::unique_ptr<gated_delta_net> delta_net_;
+    std::unique_ptr<dense_ffn> dense_ffn_;
+    std::unique_ptr<moe_ffn> moe_ffn_;
+    std::unique_ptr<residual_stream> residual_;
+    struct layer_kind {
+        token_mixer* mixer = nullptr;
+        ffn_block* ffn = nullptr;
+        bool ple = false;  // the PLE block first (qwen4exp's ple.layers)
+    };
+    std::vector<layer_kind> layers_;  // [n_layer]
+    bool batches_ = true;             // every mixer batches sequences
     // The MTP block's experts (read from the mapped file) and their runner; null without an MTP block.
     std::vector<arenas::moe_layer> mtp_moe_layers_;
     std::unique_ptr<arenas::mapped_expert_rows> mtp_rows_;
     std::unique_ptr<arenas::moe_runner> mtp_moe_;
+    token_mixer* mtp_mixer_ = nullptr;  // the block's token mixer (one of the above)
     std::vector<float> mtp_in_;   // [n_tok][(hc)][2 n_embd] the normed embedding and hidden state (per stream)
     int checkpoint_interval_ = 0;
     routing_counts routing_;
@@ -206,11 +208,6 @@ private:
     std::vector<float> x_;        // [n_tok][n_embd] residual stream
     std::vector<float> xn_;       // [n_tok][n_embd] normed input of a block
     std::vector<float> q_;        // [n_tok][n_q]
-    std::vector<float> qg_;       // [n_tok][2 n_q] gated attention: each head's query, then its gate
-    std::vector<float> gate_;     // [n_tok][n_q]
-    std::vector<float> dn_in_;    // [n_tok][conv_dim (+ value_dim with ssm_in)] DeltaNet projections
-    std::vector<float> dn_z_;     // [n_tok][value_dim]
-    std::vector<float> dn_b_, dn_a_, dn_ba_;  // [n_tok][n_v_head] (ba: 2 n_v_head)
     std::vector<float> k_, v_;    // [n_tok][n_kv]
     std::vector<float> att_;      // [n_tok][n_q]
     std::vector<float> tmp_;      // [n_tok][n_embd]
@@ -223,16 +220,6 @@ private:
     std::vector<uint8_t> act_;    // quantized activations of a matmul
     std::vector<int32_t> tok_;    // [n_tok] the step's tokens, segment after segment
     std::vector<float> head_out_; // [rows][n_vocab] logits of a multi-segment step before they are handed out
-    // Latent attention (per token): the query through its bottleneck, the latent and rotated key, the
-    // query's no-RoPE part absorbed into the latent; per work item, a chunk's keys laid out and states.
-    std::vector<float> q_a_;      // [n_tok][n_lora_q]
-    std::vector<float> kv_a_;     // [n_tok][n_lora_kv + n_rot]
-    std::vector<float> q_nope_;   // [n_tok][n_head][head_dim - n_rot]
-    std::vector<float> q_lat_;    // [n_tok][n_head][n_lora_kv + n_rot]: absorbed query, then its rotated part
-    std::vector<float> o_lat_;    // [n_tok][n_head][n_lora_kv]
-    std::vector<uint8_t> mla_keys_;  // [lanes][chunk_tokens][latent row bytes], blocked (attn_pack_keys)
-    std::vector<float> mla_state_;   // [lanes or chunks][rows][n_lora_kv + 2]: acc, max, sum
-    std::vector<int64_t> mla_last_;  // [n_tok][n_head]: each query row's last visible position
 };
 
 // A sequence's state for hp: the KV cache of its attention layers (kv heads, or deepseek2's latent rows)

@@ -291,4 +291,51 @@ kernels::cpu::kv_tile kv_cache::latent_tile(int layer, int chunk, int n_pos, int
     return t;
 }
 
+size_t parked_state::usable(size_t n) const {
+    if (recurrent.empty()) return n;
+    size_t best = 0;
+    for (const state_checkpoint& c : recurrent)
+        if (static_cast<size_t>(c.pos) <= n) best = std::max(best, static_cast<size_t>(c.pos));
+    return best;
+}
+
+size_t parked_state::bytes() const {
+    size_t n = n_states() * state_bytes();
+    for (const std::vector<float>& k : indexer_keys) n += k.size() * sizeof(float);
+    return n;
+}
+
+int kv_cache::usable(int n_pos) const { return recurrent_.empty() ? n_pos : recurrent_.usable(n_pos); }
+
+int kv_cache::cut_back(int n_pos) { return recurrent_.empty() ? n_pos : recurrent_.cut_back(n_pos); }
+
+void kv_cache::checkpoint() { recurrent_.checkpoint(); }
+
+parked_state kv_cache::park_state(int n_pos) const {
+    if (state_pos() >= 0 && state_pos() != n_pos)
+        throw std::logic_error(fmt::format("parking {} positions with a recurrent state at {}", n_pos, state_pos()));
+    parked_state p;
+    if (!recurrent_.empty()) {
+        for (const state_checkpoint& c : recurrent_.checkpoints())
+            if (c.pos < recurrent_.pos()) p.recurrent.push_back(c);
+        p.recurrent.push_back({recurrent_.pos(), std::vector<float>(recurrent_.data().begin(), recurrent_.data().end())});
+    }
+    p.indexer_keys = indexer_keys_;
+    return p;
+}
+
+void kv_cache::restore_state(const parked_state& p, int to) {
+    if (!p.recurrent.empty()) {
+        const auto at = std::find_if(p.recurrent.begin(), p.recurrent.end(),
+                                     [&](const state_checkpoint& c) { return c.pos == to; });
+        if (at == p.recurrent.end()) throw std::logic_error(fmt::format("no recurrent state parked at {}", to));
+        std::vector<state_checkpoint> before;
+        for (const state_checkpoint& c : p.recurrent)
+            if (c.pos < to) before.push_back(c);
+        recurrent_.assign(*at, std::move(before));
+    }
+    // The stores hold every parked position; those past `to` are rewritten before they are read.
+    if (!p.indexer_keys.empty()) indexer_keys_ = p.indexer_keys;
+}
+
 }  // namespace strata::engine

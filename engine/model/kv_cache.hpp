@@ -31,6 +31,19 @@ enum class kv_type { f16, int8 };
 kv_type parse_kv_type(const std::string& name);  // "f16" | "int8"; throws listing both
 const char* kv_type_name(kv_type t);
 
+// The part of a sequence's state that is not positioned rows, as parked beside them (a conversation
+// snapshot): each mixer kind's own state, copied whole.
+struct parked_state {
+    std::vector<state_checkpoint> recurrent;       // gated DeltaNet: states by position, the last at the parked one
+    std::vector<std::vector<float>> indexer_keys;  // QSA: the indexer's stores
+
+    // The newest position at or before n it can be restored at (n when every part cuts back anywhere).
+    size_t usable(size_t n) const;
+    size_t bytes() const;
+    size_t n_states() const { return recurrent.size(); }  // whole-state copies (each state_bytes())
+    size_t state_bytes() const { return recurrent.empty() ? 0 : recurrent.front().data.size() * sizeof(float); }
+};
+
 // The cache cannot hold a position: past its context, or out of memory while growing. The message
 // names the numbers; what the cache held stays intact.
 struct kv_cache_full : std::runtime_error {
@@ -86,6 +99,37 @@ public:
     // whatever the tile's own layout. For parking and restoring conversations.
     void read_rows(int layer, int chunk, int t, int r0, int r1, uint8_t* rows) const;
     void write_rows(int layer, int chunk, int t, int r0, int r1, const uint8_t* rows);
+
+    // The sequence's state as the session, the conversation cache and speculation see it, whatever mixer
+    // kinds the model has. The positioned rows (keys and values, latent rows, indexer keys) go back to any
+    // position by being rewritten; a recurrent state only to one of its checkpoints.
+    // The position that going back to n_pos reaches (n_pos, or the newest checkpoint at or before it).
+    int usable(int n_pos) const;
+    // Goes back to usable(n_pos) and returns it.
+    int cut_back(int n_pos);
+    // Keeps a copy of the state at its position where a kind cannot cut back (nothing for the others).
+    void checkpoint();
+    size_t n_checkpoints() const { return recurrent_.checkpoints().size(); }
+    size_t checkpoint_bytes() const { return recurrent_.checkpoint_bytes(); }
+    // The state at position 0 (the rows are rewritten as positions are evaluated again).
+    void reset_state() { recurrent_.reset(); }
+    // The position the state beside the rows is at, or -1 where it follows the rows (no recurrent state).
+    int state_pos() const { return recurrent_.empty() ? -1 : recurrent_.pos(); }
+    // The state beside the rows for parking the first n_pos positions (state_pos() must be n_pos or -1),
+    // and back: the state at `to` (a position p.usable() gave) with p's checkpoints before it.
+    // Throws std::logic_error when they do not match.
+    parked_state park_state(int n_pos) const;
+    void restore_state(const parked_state& p, int to);
+    // Speculation: the state after each of the next n evaluated positions but the last is kept (where
+    // a rejected draft goes back to) until stop_trace(); back_to_traced(n_pos) goes back to the one
+    // after position n_pos - 1 without evaluating (false: none kept there; true where the state
+    // follows the rows); release_trace() gives the copies' memory back.
+    void start_trace(int n) {
+        if (!recurrent_.empty()) recurrent_.start_trace(n);
+    }
+    void stop_trace() { recurrent_.stop_trace(); }
+    bool back_to_traced(int n_pos) { return recurrent_.empty() || recurrent_.restore_traced(n_pos); }
+    void release_trace() { recurrent_.release_trace(); }
 
     // The sequence's recurrent state beside its keys and values (hybrid families; empty elsewhere):
     // the cache holds the attention layers, this the DeltaNet layers.

@@ -48,18 +48,20 @@ cpu::attn_state rows_of(const cpu::attn_state& st, int first, int64_t v_dim) {
 
 }  // namespace
 
-void forward_pass::matmul_heads(const weight_matrix& w, int64_t step, int64_t row0, int64_t n_rows, int n_tok,
-                                const float* in, float* y) {
+void latent_attention_mixer::matmul_heads(const weight_matrix& w, int64_t step, int64_t row0, int64_t n_rows,
+                                          int n_tok, const float* in, float* y) {
+    forward_pass& f = f_;
+    const hparams& hp = f.hp_;
     const cpu::matrix& m = w.m;  // per-head row ranges of the file's layout (these are never repacked)
-    const int n_head = hp_.n_head;
+    const int n_head = hp.n_head;
     const size_t act_bytes = cpu::activation_row_size(m.type, m.n_cols);
-    uint8_t* act = grown(act_, act_bytes * static_cast<size_t>(n_tok) * n_head);
+    uint8_t* act = grown(f.act_, act_bytes * static_cast<size_t>(n_tok) * n_head);
     // Activations per head, then per token: [n_head][n_tok].
     for (int t = 0; t < n_tok; ++t)
         for (int h = 0; h < n_head; ++h)
             cpu::quantize_activation(m.type, in + (static_cast<size_t>(t) * n_head + h) * m.n_cols,
                                      act + (static_cast<size_t>(h) * n_tok + t) * act_bytes, m.n_cols);
-    parallel_rows(pool_, n_head, 1, [&](int64_t h0, int64_t h1) {
+    parallel_rows(f.pool_, n_head, 1, [&](int64_t h0, int64_t h1) {
         for (int64_t h = h0; h < h1; ++h) {
             cpu::matrix head = m;
             head.data = static_cast<const uint8_t*>(m.data) + static_cast<size_t>(h * step + row0) * m.row_stride;
@@ -69,44 +71,52 @@ void forward_pass::matmul_heads(const weight_matrix& w, int64_t step, int64_t ro
     });
 }
 
-void forward_pass::mla_attention(int il, int n_tok, int pos0, kv_cache& kv) {
-    mla_attention(w_.layers[static_cast<size_t>(il)], il, n_tok, pos0, kv);
+void latent_attention_mixer::eval(int il, std::span<const step_segment> segs, int n_tok) {
+    run(f_.w_.layers[static_cast<size_t>(il)], il, n_tok, segs[0].pos0, *segs[0].kv);
 }
 
-void forward_pass::mla_attention(const layer_weights& l, int il, int n_tok, int pos0, kv_cache& kv) {
-    const int n_head = hp_.n_head, hd = hp_.head_dim, n_rot = hp_.n_rot, nope = hd - n_rot;
-    const int lora = hp_.n_lora_kv, row = lora + n_rot, n_q = hp_.n_q();
+void latent_attention_mixer::eval_weights(const layer_weights& l, int kvl, std::span<const step_segment> segs,
+                                          int n_tok) {
+    run(l, kvl, n_tok, segs[0].pos0, *segs[0].kv);
+}
+
+void latent_attention_mixer::run(const layer_weights& l, int il, int n_tok, int pos0, kv_cache& kv) {
+    forward_pass& f = f_;
+    const hparams& hp = f.hp_;
+    const int n_head = hp.n_head, hd = hp.head_dim, n_rot = hp.n_rot, nope = hd - n_rot;
+    const int lora = hp.n_lora_kv, row = lora + n_rot, n_q = hp.n_q();
     const size_t nt = static_cast<size_t>(n_tok), items = nt * n_head;
     float* kv_a = grown(kv_a_, nt * row);
     float* q_nope = grown(q_nope_, items * nope);
     float* q_lat = grown(q_lat_, items * row);
     float* o_lat = grown(o_lat_, items * lora);
     {
-        arenas::scoped_seconds t(seconds(phase_clock::attn_proj));
+        arenas::scoped_seconds t(f.seconds(phase_clock::attn_proj));
         if (l.wq_a.present()) {
-            const int lq = hp_.n_lora_q;
+            const int lq = hp.n_lora_q;
             float* q_a = grown(q_a_, nt * lq);
-            matmul(l.wq_a, n_tok, xn_.data(), q_a);
-            for (size_t t = 0; t < nt; ++t) cpu::rms_norm(q_a + t * lq, l.q_a_norm, hp_.rms_eps, lq, q_a + t * lq);
-            matmul(l.wq_b, n_tok, q_a, q_.data());
+            f.matmul(l.wq_a, n_tok, f.xn_.data(), q_a);
+            for (size_t t = 0; t < nt; ++t) cpu::rms_norm(q_a + t * lq, l.q_a_norm, hp.rms_eps, lq, q_a + t * lq);
+            f.matmul(l.wq_b, n_tok, q_a, f.q_.data());
         } else {
-            matmul(l.wq, n_tok, xn_.data(), q_.data());
+            f.matmul(l.wq, n_tok, f.xn_.data(), f.q_.data());
         }
-        matmul(l.wkv_a, n_tok, xn_.data(), kv_a);
+        f.matmul(l.wkv_a, n_tok, f.xn_.data(), kv_a);
     }
-    arenas::scoped_seconds timer(seconds(phase_clock::attention));
+    arenas::scoped_seconds timer(f.seconds(phase_clock::attention));
     const int n_pos = pos0 + n_tok;
     // The latent rows read, and the per-head up-projections applied inside attention.
-    add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, 1, row, kv.type(), true) * static_cast<uint64_t>(n_pos) +
-                                          bytes_of(l.wk_b) + bytes_of(l.wv_b));
+    f.add_bytes(phase_clock::attention,
+                kv_cache::bytes_per_token(1, 1, row, kv.type(), true) * static_cast<uint64_t>(n_pos) + bytes_of(l.wk_b) +
+                    bytes_of(l.wv_b));
     for (int t = 0; t < n_tok; ++t) {
         float* c = kv_a + static_cast<size_t>(t) * row;
-        cpu::rms_norm(c, l.kv_a_norm, hp_.rms_eps, lora, c);
-        const float* cs = rope_cs_.data() + static_cast<size_t>(t) * n_rot;
-        cpu::rope_apply(c + lora, 1, n_rot, n_rot, cs, hp_.arch.rope);
+        cpu::rms_norm(c, l.kv_a_norm, hp.rms_eps, lora, c);
+        const float* cs = f.rope_cs_.data() + static_cast<size_t>(t) * n_rot;
+        cpu::rope_apply(c + lora, 1, n_rot, n_rot, cs, hp.arch.rope);
         kv.store_latent(il, pos0 + t, c);
-        float* q = q_.data() + static_cast<size_t>(t) * n_q;
-        cpu::rope_apply(q + nope, n_head, hd, n_rot, cs, hp_.arch.rope);  // each head's last n_rot dims
+        float* q = f.q_.data() + static_cast<size_t>(t) * n_q;
+        cpu::rope_apply(q + nope, n_head, hd, n_rot, cs, hp.arch.rope);  // each head's last n_rot dims
         for (int h = 0; h < n_head; ++h) {
             const size_t item = static_cast<size_t>(t) * n_head + h;
             std::memcpy(q_nope + item * nope, q + static_cast<size_t>(h) * hd, sizeof(float) * nope);
@@ -118,17 +128,19 @@ void forward_pass::mla_attention(const layer_weights& l, int il, int n_tok, int 
     for (size_t item = 0; item < items; ++item)
         std::memcpy(q_lat + item * row, o_lat + item * lora, sizeof(float) * lora);
 
-    latent_attention(kv, il, n_tok, pos0, q_lat, o_lat);
-    matmul_heads(l.wv_b, l.v_b_step, l.v_b_row0, hp_.head_dim_v, n_tok, o_lat, att_.data());
+    attend(kv, il, n_tok, pos0, q_lat, o_lat);
+    matmul_heads(l.wv_b, l.v_b_step, l.v_b_row0, hp.head_dim_v, n_tok, o_lat, f.att_.data());
 }
 
 // Lanes: one per pool thread, each a work item with its own key scratch, taking its share of the
 // query tiles (prompt) or of the (chunk, row group) units (decode) in a fixed order.
-void forward_pass::latent_attention(const kv_cache& kv, int il, int n_tok, int pos0, const float* q, float* out) {
-    const int n_head = hp_.n_head, lora = hp_.n_lora_kv, row = lora + hp_.n_rot;
+void latent_attention_mixer::attend(const kv_cache& kv, int il, int n_tok, int pos0, const float* q, float* out) {
+    forward_pass& f = f_;
+    const hparams& hp = f.hp_;
+    const int n_head = hp.n_head, lora = hp.n_lora_kv, row = lora + hp.n_rot;
     const size_t key_bytes = static_cast<size_t>(kv_cache::chunk_tokens) * kv.head_row_bytes();
-    const int n_lanes = std::max(1, pool_.plan().total_threads());
-    const float scale = hp_.kq_scale;
+    const int n_lanes = std::max(1, f.pool_.plan().total_threads());
+    const float scale = hp.kq_scale;
     int64_t* last = grown(mla_last_, static_cast<size_t>(n_tok) * n_head);
     for (int t = 0; t < n_tok; ++t) std::fill_n(last + static_cast<size_t>(t) * n_head, n_head, int64_t{pos0} + t);
     if (n_tok > kDecodeTokens) {
@@ -136,7 +148,7 @@ void forward_pass::latent_attention(const kv_cache& kv, int il, int n_tok, int p
         const size_t state_floats = static_cast<size_t>(kQueryTokens) * n_head * (lora + 2);
         uint8_t* keys = grown(mla_keys_, static_cast<size_t>(lanes) * key_bytes);
         float* states = grown(mla_state_, static_cast<size_t>(lanes) * state_floats);
-        parallel_rows(pool_, lanes, 1, [&](int64_t l0, int64_t l1) {
+        parallel_rows(f.pool_, lanes, 1, [&](int64_t l0, int64_t l1) {
             for (int64_t lane = l0; lane < l1; ++lane)
                 for (int i = static_cast<int>(lane); i < n_tiles; i += lanes) {
                     const int tile = n_tiles - 1 - i;  // the last tiles see the most positions: first
@@ -168,7 +180,7 @@ void forward_pass::latent_attention(const kv_cache& kv, int il, int n_tok, int p
     for (int w0 = 0; w0 < n_chunks; w0 += window) {
         const int w1 = std::min(n_chunks, w0 + window);
         const int n_units = (w1 - w0) * n_groups, lanes = std::min(n_lanes, n_units);
-        parallel_rows(pool_, lanes, 1, [&](int64_t l0, int64_t l1) {
+        parallel_rows(f.pool_, lanes, 1, [&](int64_t l0, int64_t l1) {
             for (int64_t lane = l0; lane < l1; ++lane) {
                 int packed = -1;  // the chunk whose keys the lane's scratch holds
                 cpu::kv_tile tile{};
@@ -187,7 +199,7 @@ void forward_pass::latent_attention(const kv_cache& kv, int il, int n_tok, int p
             }
         });
         const bool finish = w1 == n_chunks;
-        parallel_rows(pool_, rows, kMinGroupRows, [&](int64_t r0, int64_t r1) {
+        parallel_rows(f.pool_, rows, kMinGroupRows, [&](int64_t r0, int64_t r1) {
             const int first = static_cast<int>(r0), nr = static_cast<int>(r1 - r0);
             const cpu::attn_state a = rows_of(acc, first, lora);
             for (int c = w0; c < w1; ++c)

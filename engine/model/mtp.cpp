@@ -57,12 +57,8 @@ void forward_pass::mtp(const int32_t* tokens, const float* h, int n_tok, int pos
 
     for (size_t t = 0; t < nt; ++t)
         cpu::rms_norm(x_.data() + t * n_embd, l.attn_norm, hp_.rms_eps, hp_.n_embd, xn_.data() + t * n_embd);
-    if (hp_.mla()) {
-        mla_attention(l, 0, n_tok, pos0, kv);
-    } else {
-        const step_segment seg{tokens, n_tok, pos0, &kv, nullptr, false, nullptr};
-        attention(l, 0, std::span(&seg, 1), n_tok);
-    }
+    const step_segment seg{tokens, n_tok, pos0, &kv, nullptr, false, nullptr};
+    mtp_mixer_->eval_weights(l, 0, std::span(&seg, 1), n_tok);
     matmul(l.wo, n_tok, att_.data(), tmp_.data());
     for (size_t i = 0; i < nt * n_embd; ++i) x_[i] += tmp_[i];
     for (size_t t = 0; t < nt; ++t)

@@ -24,10 +24,27 @@ std::vector<int> qsa_pick_blocks(const float* scores, int n_blocks, int k) {
     return order;
 }
 
-void forward_pass::qsa_select(int il, int n_tok, int pos0, kv_cache& kv) {
-    const layer_weights& l = w_.layers[static_cast<size_t>(il)];
-    const int r = hp_.qsa_ratio[static_cast<size_t>(il)], d = hp_.idx_head_dim, n_h = hp_.idx_n_head;
-    const int budget = hp_.idx_top_k / r, slot = qsa_index_[static_cast<size_t>(il)];
+sparse_attention_mixer::sparse_attention_mixer(forward_pass& f, attention_mixer& dense) : token_mixer(f), dense_(dense) {
+    for (int il = 0, r = 0; il < f.hp_.n_layer; ++il)
+        slot_.push_back(f.hp_.qsa_ratio[static_cast<size_t>(il)] > 0 ? r++ : -1);
+}
+
+void sparse_attention_mixer::eval(int il, std::span<const step_segment> segs, int n_tok) {
+    const step_segment& g = segs[0];
+    const int r = f_.hp_.qsa_ratio[static_cast<size_t>(il)];
+    // A lone query that leaves blocks out needs no dense pass: its cost is the budget's.
+    const bool sparse_only = n_tok == 1 && (g.pos0 + 1) / r > f_.hp_.idx_top_k / r;
+    dense_.run(f_.w_.layers[static_cast<size_t>(il)], f_.hp_.kv_layer(il), segs, n_tok, !sparse_only);
+    arenas::scoped_seconds t(f_.seconds(phase_clock::attention));
+    select(il, n_tok, g.pos0, *g.kv);
+}
+
+void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
+    forward_pass& f = f_;
+    const hparams& hp = f.hp_;
+    const layer_weights& l = f.w_.layers[static_cast<size_t>(il)];
+    const int r = hp.qsa_ratio[static_cast<size_t>(il)], d = hp.idx_head_dim, n_h = hp.idx_n_head;
+    const int budget = hp.idx_top_k / r, slot = slot_[static_cast<size_t>(il)];
     // Per QSA layer two stores: the raw key of every position, and the key of every complete block
     // (pooled, normed, rotated), kept as blocks complete and cut back with the positions.
     auto& stores = kv.indexer_keys();
@@ -37,27 +54,27 @@ void forward_pass::qsa_select(int il, int n_tok, int pos0, kv_cache& kv) {
     const size_t need = static_cast<size_t>(pos0 + n_tok) * d;
     if (keys.size() < need) keys.resize(need);
     idx_k_.resize(static_cast<size_t>(n_tok) * d);
-    matmul(l.idx_k, n_tok, xn_.data(), idx_k_.data());
+    f.matmul(l.idx_k, n_tok, f.xn_.data(), idx_k_.data());
     std::copy(idx_k_.begin(), idx_k_.end(), keys.begin() + static_cast<std::ptrdiff_t>(pos0) * d);
     const int last = pos0 + n_tok - 1, n_blocks = (last + 1) / r;
     bk.resize(std::min(bk.size(), static_cast<size_t>(pos0 / r) * d));
-    std::vector<float> cs(static_cast<size_t>(hp_.n_rot));
+    std::vector<float> cs(static_cast<size_t>(hp.n_rot));
     for (int b = static_cast<int>(bk.size() / static_cast<size_t>(d)); b < n_blocks; ++b) {
         bk.resize(static_cast<size_t>(b + 1) * d, 0.0f);
         float* k = bk.data() + static_cast<size_t>(b) * d;
         for (int j = 0; j < r; ++j)
             for (int i = 0; i < d; ++i) k[i] += keys[static_cast<size_t>(b * r + j) * d + i];
         for (int i = 0; i < d; ++i) k[i] /= static_cast<float>(r);
-        cpu::rms_norm(k, l.idx_k_norm, hp_.rms_eps, d, k);
-        cpu::rope_angles(hp_.n_rot, static_cast<int64_t>(b) * r, hp_.rope, cs.data());
-        cpu::rope_apply(k, 1, d, hp_.n_rot, cs.data(), hp_.arch.rope);
+        cpu::rms_norm(k, l.idx_k_norm, hp.rms_eps, d, k);
+        cpu::rope_angles(hp.n_rot, static_cast<int64_t>(b) * r, hp.rope, cs.data());
+        cpu::rope_apply(k, 1, d, hp.n_rot, cs.data(), hp.arch.rope);
     }
     // Queries whose complete blocks all fit the budget attend densely: attention() has done them.
     if (n_blocks <= budget) return;
 
     idx_q_.resize(static_cast<size_t>(n_tok) * n_h * d);
-    matmul(l.idx_q, n_tok, xn_.data(), idx_q_.data());
-    const int hd = hp_.head_dim, n_q = hp_.n_q(), group = hp_.n_head / hp_.n_head_kv, kvl = hp_.kv_layer(il);
+    f.matmul(l.idx_q, n_tok, f.xn_.data(), idx_q_.data());
+    const int hd = hp.head_dim, n_q = hp.n_q(), group = hp.n_head / hp.n_head_kv, kvl = hp.kv_layer(il);
     const formats::ggml_type row_type = kv.type() == kv_type::f16 ? formats::ggml_type::F16 : formats::ggml_type::Q8_0;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     std::vector<float> scores, kr(static_cast<size_t>(hd)), vr(static_cast<size_t>(hd)), p, acc(static_cast<size_t>(hd));
@@ -66,8 +83,8 @@ void forward_pass::qsa_select(int il, int n_tok, int pos0, kv_cache& kv) {
         const int pos = pos0 + t, nb = (pos + 1) / r;
         if (nb <= budget) continue;
         float* q = idx_q_.data() + static_cast<size_t>(t) * n_h * d;
-        for (int h = 0; h < n_h; ++h) cpu::rms_norm(q + h * d, l.idx_q_norm, hp_.rms_eps, d, q + h * d);
-        cpu::rope_apply(q, n_h, d, hp_.n_rot, rope_cs_.data() + static_cast<size_t>(t) * hp_.n_rot, hp_.arch.rope);
+        for (int h = 0; h < n_h; ++h) cpu::rms_norm(q + h * d, l.idx_q_norm, hp.rms_eps, d, q + h * d);
+        cpu::rope_apply(q, n_h, d, hp.n_rot, f.rope_cs_.data() + static_cast<size_t>(t) * hp.n_rot, hp.arch.rope);
         scores.assign(static_cast<size_t>(nb), 0.0f);
         for (int b = 0; b < nb; ++b)
             for (int h = 0; h < n_h; ++h) {
@@ -81,19 +98,19 @@ void forward_pass::qsa_select(int il, int n_tok, int pos0, kv_cache& kv) {
             for (int j = 0; j < r; ++j) positions.push_back(b * r + j);
         for (int j = nb * r; j <= pos; ++j) positions.push_back(j);
         // Attention of each head over the chosen positions, then the output gate as attention() applies it.
-        for (int g = 0; g < hp_.n_head_kv; ++g) {
+        for (int g = 0; g < hp.n_head_kv; ++g) {
             std::vector<std::vector<float>> ks, vs;
             for (int j : positions) {
                 const int chunk = j / kv_cache::chunk_tokens, rr = j % kv_cache::chunk_tokens;
                 kv.read_rows(kvl, chunk, g, rr, rr + 1, row.data());
                 formats::dequantize_row(row_type, row.data(), kr.data(), hd);
-                kv.read_rows(kvl, chunk, hp_.n_head_kv + g, rr, rr + 1, row.data());
+                kv.read_rows(kvl, chunk, hp.n_head_kv + g, rr, rr + 1, row.data());
                 formats::dequantize_row(row_type, row.data(), vr.data(), hd);
                 ks.push_back(kr);
                 vs.push_back(vr);
             }
             for (int h = g * group; h < (g + 1) * group; ++h) {
-                const float* qh = q_.data() + static_cast<size_t>(t) * n_q + static_cast<size_t>(h) * hd;
+                const float* qh = f.q_.data() + static_cast<size_t>(t) * n_q + static_cast<size_t>(h) * hd;
                 p.assign(positions.size(), 0.0f);
                 for (size_t j = 0; j < positions.size(); ++j) {
                     float dot = 0;
@@ -104,8 +121,8 @@ void forward_pass::qsa_select(int il, int n_tok, int pos0, kv_cache& kv) {
                 std::fill(acc.begin(), acc.end(), 0.0f);
                 for (size_t j = 0; j < positions.size(); ++j)
                     for (int i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] += p[j] * vs[j][static_cast<size_t>(i)];
-                float* out = att_.data() + static_cast<size_t>(t) * n_q + static_cast<size_t>(h) * hd;
-                const float* gate = gate_.data() + static_cast<size_t>(t) * n_q + static_cast<size_t>(h) * hd;
+                float* out = f.att_.data() + static_cast<size_t>(t) * n_q + static_cast<size_t>(h) * hd;
+                const float* gate = dense_.gate() + static_cast<size_t>(t) * n_q + static_cast<size_t>(h) * hd;
                 for (int i = 0; i < hd; ++i) out[i] = acc[static_cast<size_t>(i)] / (1.0f + std::exp(-gate[i]));
             }
         }

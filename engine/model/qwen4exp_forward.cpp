@@ -1,8 +1,9 @@
-// qwen4exp's forward pass (transformers' modeling_qwen4_exp.py, llama.cpp's src/models/qwen4exp.cpp):
-// the residual is hc streams; before each token mixer and MoE a hyper-connection mixer makes the block
-// input from them, and the block output goes back into every stream with the mixer's inject weights.
-// One DeltaNet layer first adds the PLE block (hashed n-gram rows of a cold table); attention layers
-// with a compress ratio are QSA: a learned indexer picks whole blocks of keys within a token budget.
+// qwen4exp's layer kinds (transformers' modeling_qwen4_exp.py, llama.cpp's src/models/qwen4exp.cpp),
+// run by forward_pass's layer loop: the hc residual (hc_residual: before each token mixer and MoE a
+// hyper-connection mixer makes the block input from the streams, and the block output goes back into
+// every stream with the mixer's inject weights) and the PLE block, the add-on of one DeltaNet layer
+// (hashed n-gram rows of a cold table). Its QSA attention is sparse_attention_mixer (qsa.cpp); its MTP
+// block is mtp_qwen4 below.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -145,82 +146,59 @@ void forward_pass::ple_block(const layer_weights& l, const int32_t* tokens, int 
     std::memcpy(state, next.data(), next.size() * sizeof(float));
 }
 
-void forward_pass::eval_layers_qwen4(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits,
-                                     bool all_logits, float* hidden) {
-    const size_t n_embd = static_cast<size_t>(hp_.n_embd), nt = static_cast<size_t>(n_tok);
-    const size_t dim = static_cast<size_t>(hp_.hc_dim()), hc = static_cast<size_t>(hp_.hc);
-    x_.resize(nt * n_embd);
-    xn_.resize(nt * n_embd);
-    q_.resize(nt * hp_.n_q());
-    att_.resize(nt * std::max({hp_.n_q(), hp_.ssm_value_dim()}));
-    k_.resize(nt * hp_.n_kv());
-    v_.resize(nt * hp_.n_kv());
-    tmp_.resize(nt * n_embd);
-    blk_out_.resize(nt * n_embd);
-    tmp2_.resize(nt * static_cast<size_t>(std::max(hp_.n_ff_shexp, 1)));
-    router_.resize(nt * hp_.n_expert);
-    ids_.resize(nt * hp_.n_expert_used);
-    weights_.resize(nt * hp_.n_expert_used);
-    hc_x_.resize(nt * dim);
-    hc_inj_.resize(nt * hc);
-    rope_cs_.resize(nt * static_cast<size_t>(hp_.n_rot));
-    for (int t = 0; t < n_tok; ++t)
-        cpu::rope_angles(hp_.n_rot, pos0 + t, hp_.rope, rope_cs_.data() + static_cast<size_t>(t) * hp_.n_rot);
-
+void hc_residual::begin(std::span<const step_segment> segs, int n_tok) {
+    (void)segs;
+    forward_pass& f = f_;
+    const hparams& hp = f.hp_;
+    const size_t n_embd = static_cast<size_t>(hp.n_embd), nt = static_cast<size_t>(n_tok);
+    const size_t dim = static_cast<size_t>(hp.hc_dim()), hc = static_cast<size_t>(hp.hc);
+    f.blk_out_.resize(nt * n_embd);
+    f.hc_x_.resize(nt * dim);
+    f.hc_inj_.resize(nt * hc);
     // The wide residual starts as hc copies of the embedding.
-    const cpu::matrix& embd = w_.tok_embd.m;
+    const cpu::matrix& embd = f.w_.tok_embd.m;
     for (size_t t = 0; t < nt; ++t) {
-        const auto* row = static_cast<const uint8_t*>(embd.data) + static_cast<size_t>(tokens[t]) * embd.row_stride;
-        formats::dequantize_row(embd.type, row, x_.data() + t * n_embd, hp_.n_embd);
-        for (size_t s = 0; s < hc; ++s) std::memcpy(hc_x_.data() + (t * hc + s) * n_embd, x_.data() + t * n_embd, n_embd * sizeof(float));
+        const auto* row = static_cast<const uint8_t*>(embd.data) + static_cast<size_t>(f.tok_[t]) * embd.row_stride;
+        formats::dequantize_row(embd.type, row, f.x_.data() + t * n_embd, hp.n_embd);
+        for (size_t s = 0; s < hc; ++s)
+            std::memcpy(f.hc_x_.data() + (t * hc + s) * n_embd, f.x_.data() + t * n_embd, n_embd * sizeof(float));
     }
-    recurrent_state& st = kv.recurrent();
-    for (int il = 0; il < hp_.n_layer; ++il) {
-        const layer_weights& l = w_.layers[static_cast<size_t>(il)];
-        if (il == hp_.ple_layer) ple_block(l, tokens, n_tok, st);
-        hc_mix(l.hc_attn, n_tok, hc_inj_.data());
-        if (hp_.is_recurrent(il)) {
-            delta_net(il, n_tok, st);
-        } else {
-            const int r = hp_.qsa_ratio[static_cast<size_t>(il)];
-            // A lone query that leaves blocks out needs no dense pass: its cost is the budget's.
-            qsa_only_ = r > 0 && n_tok == 1 && (pos0 + 1) / r > hp_.idx_top_k / r;
-            const step_segment seg{tokens, n_tok, pos0, &kv, nullptr, false};
-            attention(il, std::span(&seg, 1), n_tok);
-            qsa_only_ = false;
-            if (r > 0) {
-                arenas::scoped_seconds t(seconds(phase_clock::attention));
-                qsa_select(il, n_tok, pos0, kv);
-            }
-        }
-        {
-            arenas::scoped_seconds t(seconds(phase_clock::attn_proj));
-            matmul(l.wo, n_tok, att_.data(), tmp_.data());
-        }
-        hc_add(n_tok, tmp_.data(), hc_inj_.data());
+}
 
-        hc_mix(l.hc_ffn, n_tok, hc_inj_.data());
-        moe(il, n_tok);
-        std::memcpy(blk_out_.data(), tmp_.data(), nt * n_embd * sizeof(float));
-        if (l.shexp_gate.present()) {
-            arenas::scoped_seconds t(seconds(phase_clock::shared_expert));
-            shared_expert(il, n_tok);
-            for (size_t i = 0; i < nt * n_embd; ++i) blk_out_[i] += tmp_[i];
-        }
-        hc_add(n_tok, blk_out_.data(), hc_inj_.data());
+void hc_residual::block_input(const layer_weights& l, bool ffn, int n_tok) {
+    f_.hc_mix(ffn ? l.hc_ffn : l.hc_attn, n_tok, f_.hc_inj_.data());
+}
+
+void hc_residual::add(const float* y, bool first, int n_tok) {
+    std::vector<float>& out = f_.blk_out_;
+    const size_t n = static_cast<size_t>(n_tok) * static_cast<size_t>(f_.hp_.n_embd);
+    if (first) {
+        std::memcpy(out.data(), y, n * sizeof(float));
+        return;
     }
-    if (hidden) std::memcpy(hidden, hc_x_.data(), nt * dim * sizeof(float));
-    std::memcpy(st.hc_last(), hc_x_.data() + (nt - 1) * dim, dim * sizeof(float));
+    for (size_t i = 0; i < n; ++i) out[i] += y[i];
+}
+
+void hc_residual::end_block(int n_tok) { f_.hc_add(n_tok, f_.blk_out_.data(), f_.hc_inj_.data()); }
+
+void hc_residual::finish(std::span<const step_segment> segs, int n_tok) {
+    forward_pass& f = f_;
+    const hparams& hp = f.hp_;
+    const step_segment& g = segs[0];
+    const size_t nt = static_cast<size_t>(n_tok), dim = static_cast<size_t>(hp.hc_dim());
+    recurrent_state& st = g.kv->recurrent();
+    if (g.hidden) std::memcpy(g.hidden, f.hc_x_.data(), nt * dim * sizeof(float));
+    std::memcpy(st.hc_last(), f.hc_x_.data() + (nt - 1) * dim, dim * sizeof(float));
     for (int t = 0; t < n_tok; ++t)
         if (float* copy = st.traced(st.pos() + t, st.hc_last()))
-            std::memcpy(copy, hc_x_.data() + static_cast<size_t>(t) * dim, dim * sizeof(float));
-    if (!logits) return;
-    const int first = all_logits ? 0 : n_tok - 1;
-    arenas::scoped_seconds t_head(seconds(phase_clock::head));
+            std::memcpy(copy, f.hc_x_.data() + static_cast<size_t>(t) * dim, dim * sizeof(float));
+    if (!g.logits) return;
+    const int first = g.all_logits ? 0 : n_tok - 1;
+    arenas::scoped_seconds t_head(f.seconds(phase_clock::head));
     // The output mixer (no inject) is the output norm; run over the kept tokens only.
-    if (first > 0) std::memmove(hc_x_.data(), hc_x_.data() + static_cast<size_t>(first) * dim, dim * sizeof(float));
-    hc_mix(w_.hc_head, n_tok - first, nullptr);
-    matmul(w_.output, n_tok - first, xn_.data(), logits);
+    if (first > 0) std::memmove(f.hc_x_.data(), f.hc_x_.data() + static_cast<size_t>(first) * dim, dim * sizeof(float));
+    f.hc_mix(f.w_.hc_head, n_tok - first, nullptr);
+    f.matmul(f.w_.output, n_tok - first, f.xn_.data(), g.logits);
 }
 
 // llama.cpp's qwen4exp MTP graph (transformers has no MTP block): the hidden input is the trunk's wide
@@ -273,7 +251,7 @@ void forward_pass::mtp_qwen4(const int32_t* tokens, const float* h, int n_tok, i
 
     hc_mix(l.hc_attn, n_tok, hc_inj_.data());
     const step_segment seg{tokens, n_tok, pos0, &kv, nullptr, false, nullptr};
-    attention(l, 0, std::span(&seg, 1), n_tok);  // dense: the block's indexer is not run (llama.cpp)
+    mtp_mixer_->eval_weights(l, 0, std::span(&seg, 1), n_tok);  // dense: the block's indexer is not run (llama.cpp)
     matmul(l.wo, n_tok, att_.data(), tmp_.data());
     hc_add(n_tok, tmp_.data(), hc_inj_.data());
 

@@ -1,0 +1,241 @@
+// A layer of the forward pass is a token mixer plus an FFN around a residual, each kind chosen per layer
+// at load (forward_pass builds the list) and each in its own file:
+//   token mixers (xn -> the input of the layer's output projection wo):
+//     attention_mixer          GQA attention, with the output gate where the file has one (attention_mixer.cpp)
+//     sparse_attention_mixer   QSA: attention plus a learned indexer choosing blocks of keys (qsa.cpp)
+//     latent_attention_mixer   deepseek2's multi-head latent attention (mla.cpp)
+//     gated_delta_net          the hybrids' gated DeltaNet, a recurrent mixer (delta_net.cpp)
+//   FFNs (xn -> the block output, handed to the residual part by part):
+//     dense_ffn (ffn_dense.cpp), moe_ffn: routed experts and the shared expert (ffn_moe.cpp)
+//   residuals: plain_residual (one stream, RMS norms; residual.cpp), hc_residual (qwen4exp's hc streams
+//     mixed by hyper-connections; qwen4exp_forward.cpp)
+// They work on forward_pass's buffers (xn_, att_, tmp_, ...) and helpers (matmul, the pool, the phase
+// clock), so the pass's bits, pool dispatches, timing and bytes are those of one loop over them.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "expert_pool.hpp"
+#include "model/delta_net.hpp"
+#include "model/weights.hpp"
+
+namespace strata::engine {
+
+class forward_pass;
+class kv_cache;
+class recurrent_state;
+struct step_segment;
+class residual_stream;
+
+// A layer's token mixer: forward_pass::xn_ [n_tok][n_embd] -> forward_pass::att_, the input of wo.
+class token_mixer {
+public:
+    explicit token_mixer(forward_pass& f) : f_(f) {}
+    virtual ~token_mixer() = default;
+    token_mixer(const token_mixer&) = delete;
+    token_mixer& operator=(const token_mixer&) = delete;
+
+    virtual const char* kind() const = 0;
+    // Layer il over the rows of segs (n_tok in all, segment after segment), each continuing its
+    // sequence's state at the segment's pos0.
+    virtual void eval(int il, std::span<const step_segment> segs, int n_tok) = 0;
+    // Whether one pass may hold several sequences' rows; else the pass gets one segment at a time.
+    virtual bool batches_sequences() const { return true; }
+    // Weights l (not a trunk layer's) with their state in layer kvl of the segments' caches: the MTP
+    // block, over its own one-layer cache, runs the mixer kind of the trunk's attention layers.
+    virtual void eval_weights(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok) {
+        (void)l, (void)kvl, (void)segs, (void)n_tok;
+        throw std::logic_error(std::string("the ") + kind() + " mixer has no MTP form");
+    }
+
+protected:
+    forward_pass& f_;
+};
+
+// GQA attention over the layer's KV rows; gated attention (the hybrids) splits attn_q per head into
+// the query and an output gate, att = attention * sigmoid(gate).
+class attention_mixer final : public token_mixer {
+public:
+    using token_mixer::token_mixer;
+    const char* kind() const override { return "attention"; }
+    void eval(int il, std::span<const step_segment> segs, int n_tok) override;
+    void eval_weights(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok) override {
+        run(l, kvl, segs, n_tok);
+    }
+    // Weights l with its keys and values in KV layer kvl (the MTP block's too). dense false: q, k, v
+    // and the gate are computed and the keys and values stored, the attention itself is left to the
+    // caller (a sparse decode).
+    void run(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok, bool dense = true);
+    const float* gate() const { return gate_.data(); }  // [n_tok][n_q] the output gate's logits
+
+private:
+    std::vector<float> qg_;    // [n_tok][2 n_q] each head's query, then its gate
+    std::vector<float> gate_;  // [n_tok][n_q]
+};
+
+// qwen4exp's QSA: attention_mixer's keys and values stored, plus the indexer's keys; each query whose
+// budget leaves blocks out attends to the chosen blocks only. One segment per pass.
+class sparse_attention_mixer final : public token_mixer {
+public:
+    sparse_attention_mixer(forward_pass& f, attention_mixer& dense);
+    const char* kind() const override { return "sparse attention"; }
+    void eval(int il, std::span<const step_segment> segs, int n_tok) override;
+    bool batches_sequences() const override { return false; }
+
+private:
+    void select(int il, int n_tok, int pos0, kv_cache& kv);
+    attention_mixer& dense_;
+    std::vector<int> slot_;             // [n_layer] a QSA layer's index in kv.indexer_keys(), -1 otherwise
+    std::vector<float> idx_q_, idx_k_;  // [n_tok][idx_n_head][idx_head_dim], [n_tok][idx_head_dim]
+};
+
+// deepseek2's multi-head latent attention over one latent row per position. One segment per pass.
+class latent_attention_mixer final : public token_mixer {
+public:
+    using token_mixer::token_mixer;
+    const char* kind() const override { return "latent attention"; }
+    void eval(int il, std::span<const step_segment> segs, int n_tok) override;
+    bool batches_sequences() const override { return false; }
+    void eval_weights(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok) override;
+
+private:
+    // Weights l over n_tok rows at positions pos0.. of latent layer il of kv: xn_ -> att_ [n_tok][n_v].
+    void run(const layer_weights& l, int il, int n_tok, int pos0, kv_cache& kv);
+    // Attention over the latent cache: q [n_tok][n_head][n_lora_kv + n_rot] -> out [n_tok][n_head][n_lora_kv].
+    void attend(const kv_cache& kv, int il, int n_tok, int pos0, const float* q, float* out);
+    // y[t][h * n_rows + r] = head h's rows of w (n_rows from row h * step + row0) . in[t][h * in_cols ..]
+    void matmul_heads(const weight_matrix& w, int64_t step, int64_t row0, int64_t n_rows, int n_tok, const float* in,
+                      float* y);
+    // Per token: the query through its bottleneck, the latent and rotated key, the query's no-RoPE part
+    // absorbed into the latent; per work item, a chunk's keys laid out and states.
+    std::vector<float> q_a_;      // [n_tok][n_lora_q]
+    std::vector<float> kv_a_;     // [n_tok][n_lora_kv + n_rot]
+    std::vector<float> q_nope_;   // [n_tok][n_head][head_dim - n_rot]
+    std::vector<float> q_lat_;    // [n_tok][n_head][n_lora_kv + n_rot]: absorbed query, then its rotated part
+    std::vector<float> o_lat_;    // [n_tok][n_head][n_lora_kv]
+    std::vector<uint8_t> mla_keys_;  // [lanes][chunk_tokens][latent row bytes], blocked (attn_pack_keys)
+    std::vector<float> mla_state_;   // [lanes or chunks][rows][n_lora_kv + 2]: acc, max, sum
+    std::vector<int64_t> mla_last_;  // [n_tok][n_head]: each query row's last visible position
+};
+
+// The hybrids' gated DeltaNet: the layer's projections, then delta_net_mixer over the sequence's
+// recurrent state. One segment per pass.
+class gated_delta_net final : public token_mixer {
+public:
+    explicit gated_delta_net(forward_pass& f);
+    const char* kind() const override { return "gated DeltaNet"; }
+    void eval(int il, std::span<const step_segment> segs, int n_tok) override;
+    bool batches_sequences() const override { return false; }
+    // xn_ -> att_ [n_tok][value_dim], continuing `state`.
+    void run(int il, int n_tok, recurrent_state& state);
+
+private:
+    delta_net_mixer kernel_;
+    std::vector<int> rec_index_;  // [n_layer] a DeltaNet layer's index in the recurrent state
+    std::vector<float> in_;       // [n_tok][conv_dim + value_dim] qwen3next's interleaved ssm_in output
+    std::vector<float> dn_in_;    // [n_tok][conv_dim] q | k | v
+    std::vector<float> dn_z_;     // [n_tok][value_dim]
+    std::vector<float> dn_b_, dn_a_, dn_ba_;  // [n_tok][n_v_head] (ba: 2 n_v_head)
+};
+
+// A layer's FFN: forward_pass::xn_ -> its output, each part (the routed experts, the shared expert)
+// handed to the residual in turn.
+class ffn_block {
+public:
+    explicit ffn_block(forward_pass& f) : f_(f) {}
+    virtual ~ffn_block() = default;
+    ffn_block(const ffn_block&) = delete;
+    ffn_block& operator=(const ffn_block&) = delete;
+
+    virtual const char* kind() const = 0;
+    virtual void eval(int il, int n_tok, residual_stream& out) = 0;
+
+protected:
+    forward_pass& f_;
+};
+
+// The gated FFN of leading dense layers: down(silu(gate xn) * up xn).
+class dense_ffn final : public ffn_block {
+public:
+    using ffn_block::ffn_block;
+    const char* kind() const override { return "dense FFN"; }
+    void eval(int il, int n_tok, residual_stream& out) override;
+    // forward_pass::tmp_ = down(silu(gate xn) * up xn) over n_ff hidden units (the shared expert's too).
+    void run(const weight_matrix& gate, const weight_matrix& up, const weight_matrix& down, int n_ff, int n_tok);
+};
+
+// Routed experts on the pool (the router, top-k, expert_pool's MoE runner), then the shared expert
+// (sigmoid-gated where the file has its gate) when the layer has one.
+class moe_ffn final : public ffn_block {
+public:
+    moe_ffn(forward_pass& f, dense_ffn& dense) : ffn_block(f), dense_(dense) {}
+    const char* kind() const override { return "MoE"; }
+    void eval(int il, int n_tok, residual_stream& out) override;
+    // The MoE of weights l through `runner`'s pool layer, counting routes into counts (null: not
+    // counted): forward_pass::tmp_.
+    void experts(const layer_weights& l, arenas::moe_runner& runner, const std::vector<arenas::moe_layer>& layers,
+                 int pool_layer, uint64_t* counts, int n_tok);
+    void shared_expert(const layer_weights& l, int n_tok);  // forward_pass::tmp_
+
+private:
+    dense_ffn& dense_;
+};
+
+// The residual around the blocks: how a block's input is made from it and its output goes back.
+class residual_stream {
+public:
+    explicit residual_stream(forward_pass& f) : f_(f) {}
+    virtual ~residual_stream() = default;
+    residual_stream(const residual_stream&) = delete;
+    residual_stream& operator=(const residual_stream&) = delete;
+
+    virtual const char* kind() const = 0;
+    // The residual of the pass's rows (forward_pass::tok_, n_tok) from their embeddings.
+    virtual void begin(std::span<const step_segment> segs, int n_tok) = 0;
+    // forward_pass::xn_: the input of layer l's mixer, or of its FFN.
+    virtual void block_input(const layer_weights& l, bool ffn, int n_tok) = 0;
+    // Part of a block's output y [n_tok][n_embd] (first: its first part), then the end of the block.
+    virtual void add(const float* y, bool first, int n_tok) = 0;
+    virtual void end_block(int n_tok) { (void)n_tok; }
+    // After the last layer: the segments' hidden states, the state's last residual, their logits.
+    virtual void finish(std::span<const step_segment> segs, int n_tok) = 0;
+    // Whether the pass counts the bytes of each layer's projections and shared expert.
+    virtual bool counts_block_bytes() const { return true; }
+    // Whether one pass may hold several sequences' rows.
+    virtual bool batches_sequences() const { return true; }
+
+protected:
+    forward_pass& f_;
+};
+
+// One stream: RMS norm before each block, its output added.
+class plain_residual final : public residual_stream {
+public:
+    using residual_stream::residual_stream;
+    const char* kind() const override { return "plain"; }
+    void begin(std::span<const step_segment> segs, int n_tok) override;
+    void block_input(const layer_weights& l, bool ffn, int n_tok) override;
+    void add(const float* y, bool first, int n_tok) override;
+    void finish(std::span<const step_segment> segs, int n_tok) override;
+};
+
+// qwen4exp: hc streams, each block's input mixed from them by the layer's hyper-connection mixer and
+// its output added to every stream with the mixer's inject weights. One segment per pass.
+class hc_residual final : public residual_stream {
+public:
+    using residual_stream::residual_stream;
+    const char* kind() const override { return "hyper-connection streams"; }
+    void begin(std::span<const step_segment> segs, int n_tok) override;
+    void block_input(const layer_weights& l, bool ffn, int n_tok) override;
+    void add(const float* y, bool first, int n_tok) override;
+    void end_block(int n_tok) override;
+    void finish(std::span<const step_segment> segs, int n_tok) override;
+    bool counts_block_bytes() const override { return false; }
+    bool batches_sequences() const override { return false; }
+};
+
+}  // namespace strata::engine
