@@ -18,8 +18,8 @@
 // STRATA_NO_AVX_VNNI is set) for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS
 // and MXFP4 (AVX-512: all but IQ4_XS, which takes the AVX2 table's kernel), all giving the same bits; the scalar
 // path reads that layout through scalar kernels (can_repack says no there). On
-// AVX2, can_repack says no for Q6_K, and for Q4_K and Q5_K without AVX-VNNI: a repacked matrix also
-// decodes through the GEMM kernel, which is slower there than the per-row one for a single token.
+// AVX2, can_repack says no for Q6_K: a repacked matrix also decodes through the GEMM kernel, which is
+// slower there than the per-row one for a single token.
 // The code book formats (IQ1_S .. IQ3_S, and MXFP4 where not repacked) have a prompt GEMM on the GGUF
 // layout instead (AVX2 and AVX-512): each weight block decoded once per 64 tokens, bitwise the matvec's results.
 //
