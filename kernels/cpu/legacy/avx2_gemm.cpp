@@ -149,7 +149,7 @@ struct legacy_gemm16 {
         const int64_t nb = n / 32;
         const typename F::act* act[NT];
         for (int t = 0; t < NT; ++t) act[t] = static_cast<const typename F::act*>(a[t]);
-        constexpr int64_t stack_blocks = 4 * 256;  // terms[t * nb + b]: token t's block b
+        constexpr int64_t stack_blocks = 8 * 256;  // terms[t * nb + b]: token t's block b
         block_terms stack_terms[stack_blocks];
         std::unique_ptr<block_terms[]> heap_terms;
         block_terms* terms = stack_terms;
@@ -199,6 +199,14 @@ static void gemm16(int64_t n, const void* w, size_t group_bytes, int64_t n_group
         case 2: legacy_gemm16<F, 2>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
         case 3: legacy_gemm16<F, 3>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
         case 4: legacy_gemm16<F, 4>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+    }
+    if constexpr (F::has_qh) {  // the formats whose codes cost the most to decode take 8 tokens
+        switch (n_tok) {
+            case 5: legacy_gemm16<F, 5>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+            case 6: legacy_gemm16<F, 6>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+            case 7: legacy_gemm16<F, 7>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+            case 8: legacy_gemm16<F, 8>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        }
     }
 }
 

@@ -92,6 +92,29 @@ struct lowk {
         for (int j = 0; j < 2; ++j)
             for (int s = 0; s < 2; ++s) {
                 if (prefetch) prefetch_weights_part<sizeof(Packed)>(&x, 2 * j + s, 4);
+                if constexpr (!Vnni && NH == 1 && KC == 1) {
+                    // Plain AVX2, several tokens: a sub-block's codes decoded once and held while every
+                    // token runs its 4 products as one chain.
+                    const int row = 8 * h0;
+                    for (int k = 0; k < 4; ++k) {
+                        __m256i w[4];
+                        for (int v = 0; v < 4; ++v) {
+                            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[8 * j + 4 * s + v][row]));
+                            __m256i hm = _mm256_setzero_si256();
+                            if constexpr (third_bit)
+                                hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.hmask[4 * s + v][row]));
+                            w[v] = codes(q, hm, j, k);
+                        }
+                        const __m256i sc = scale(x, 8 * j + 2 * k + s, h0);
+                        for (int t = 0; t < NT; ++t) {
+                            const int8_t* q8 = y[t][i].qs + 128 * j + 32 * k + 16 * s;
+                            __m256i s16 = _mm256_maddubs_epi16(w[0], broadcast_dword(q8));
+                            for (int v = 1; v < 4; ++v) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[v], broadcast_dword(q8 + 4 * v)));
+                            total[0][t] = _mm256_add_epi32(total[0][t], _mm256_madd_epi16(s16, sc));
+                        }
+                    }
+                    continue;
+                }
                 for (int k0 = 0; k0 < 4; k0 += KC) {
                     __m256i s16[NH][KC][NT];  // int16 pair sums (AVX-VNNI: int32 sums) per row
                     for (auto& a : s16)
@@ -197,6 +220,14 @@ static void lowk_gemm16(int64_t n, const void* w, size_t group_bytes, int64_t n_
         case 2: lowk<Packed, Vnni>::template run<2>(n, w, group_bytes, n_groups, a, y, y_stride); return;
         case 3: lowk<Packed, Vnni>::template run<3>(n, w, group_bytes, n_groups, a, y, y_stride); return;
         case 4: lowk<Packed, Vnni>::template run<4>(n, w, group_bytes, n_groups, a, y, y_stride); return;
+    }
+    if constexpr (!Vnni) {
+        switch (n_tok) {
+            case 5: lowk<Packed, Vnni>::template run<5>(n, w, group_bytes, n_groups, a, y, y_stride); return;
+            case 6: lowk<Packed, Vnni>::template run<6>(n, w, group_bytes, n_groups, a, y, y_stride); return;
+            case 7: lowk<Packed, Vnni>::template run<7>(n, w, group_bytes, n_groups, a, y, y_stride); return;
+            case 8: lowk<Packed, Vnni>::template run<8>(n, w, group_bytes, n_groups, a, y, y_stride); return;
+        }
     }
 }
 
