@@ -126,6 +126,37 @@ struct legacy_gemm16 {
         }
     }
 
+    // Column sets 4 part .. 4 part + 3 (part 0: the low nibbles, 1: the high ones).
+    static inline void codes_part(const typename F::packed& x, int h, int part, __m256i w[4]) {
+        const __m256i low4 = _mm256_set1_epi8(0x0F);
+        for (int v = 0; v < 4; ++v) {
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[v][8 * h]));
+            w[v] = _mm256_and_si256(part == 0 ? q : _mm256_srli_epi16(q, 4), low4);
+            if constexpr (F::has_qh)
+                w[v] = _mm256_or_si256(w[v], _mm256_and_si256(expand_bits_32(x.qh[2 * v + part] + 4 * h), _mm256_set1_epi8(0x10)));
+        }
+    }
+
+    // Token t's int sum over 4 column sets (qs: the part's 16 activation bytes); the two parts' sums
+    // add up to block_sum's (exact integers).
+    static inline __m256i part_sum(const __m256i w[4], const __m256i mag[4], const uint8_t* qs) {
+        const __m256i ones = _mm256_set1_epi16(1);
+        constexpr int sets = int16_sets < 4 ? int16_sets : 4;
+        __m256i sum = _mm256_setzero_si256();
+        for (int v0 = 0; v0 < 4; v0 += sets) {
+            __m256i s16 = _mm256_setzero_si256();
+            for (int v = v0; v < v0 + sets; ++v) {
+                const __m256i a = broadcast_dword(qs + 4 * v);
+                if constexpr (signed_lookup)
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(mag[v], _mm256_sign_epi8(a, w[v])));
+                else
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[v], a));
+            }
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(s16, ones));
+        }
+        return sum;
+    }
+
     // Token t's int sum over the block (before the offset) from the 8 column sets.
     static inline __m256i block_sum(const __m256i w[8], const __m256i mag[8], const uint8_t* qs) {
         const __m256i ones = _mm256_set1_epi16(1);
@@ -166,6 +197,36 @@ struct legacy_gemm16 {
                 for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
                 for (int64_t b = 0; b < nb; ++b) {
                     if (h == 0) prefetch_weights<sizeof(typename F::packed)>(x + b);
+                    if constexpr (NT > 4 && signed_lookup) {
+                        // IQ4_NL (codes and their magnitudes: 16 registers for a whole block): half a block's
+                        // column sets decoded at a time and held while every token passes over them.
+                        const __m256 dw = row_scales(x[b], h);
+                        __m256i isum[NT];
+                        for (int part = 0; part < 2; ++part) {
+                            __m256i wv[4], mag[4] = {};
+                            codes_part(x[b], h, part, wv);
+                            if constexpr (F::lookup)
+                                for (int v = 0; v < 4; ++v) {
+                                    wv[v] = _mm256_shuffle_epi8(values, wv[v]);
+                                    if constexpr (signed_lookup) mag[v] = _mm256_sign_epi8(wv[v], wv[v]);
+                                }
+                            for (int t = 0; t < NT; ++t) {
+                                const __m256i s = part_sum(wv, mag, reinterpret_cast<const uint8_t*>(act[t][b].qs) + 16 * part);
+                                isum[t] = part == 0 ? s : _mm256_add_epi32(isum[t], s);
+                            }
+                        }
+                        for (int t = 0; t < NT; ++t) {
+                            const block_terms& tb = terms[t * nb + b];
+                            __m256i sumi = isum[t];
+                            if constexpr (F::offset != 0) sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(tb.offset));
+                            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(tb.d)), _mm256_cvtepi32_ps(sumi), acc[t]);
+                            if constexpr (F::has_m) {
+                                const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].m + 8 * h)));
+                                acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(tb.s), acc[t]);
+                            }
+                        }
+                        continue;
+                    }
                     __m256i wv[8], mag[8] = {};
                     codes(x[b], h, wv);
                     if constexpr (F::lookup)
@@ -191,16 +252,18 @@ struct legacy_gemm16 {
     }
 };
 
+// The formats whose codes cost the most to decode (the fifth bit, IQ4_NL's signed lookup) take 8 tokens.
 template <class F>
 static void gemm16(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                    float* y, int64_t y_stride) {
+    constexpr bool many_tokens = F::has_qh || legacy_gemm16<F, 1>::signed_lookup;
     switch (n_tok) {
         case 1: legacy_gemm16<F, 1>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
         case 2: legacy_gemm16<F, 2>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
         case 3: legacy_gemm16<F, 3>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
         case 4: legacy_gemm16<F, 4>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
     }
-    if constexpr (F::has_qh) {  // the formats whose codes cost the most to decode take 8 tokens
+    if constexpr (many_tokens) {
         switch (n_tok) {
             case 5: legacy_gemm16<F, 5>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
             case 6: legacy_gemm16<F, 6>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
