@@ -2,7 +2,8 @@
 # The GPU check, for the device machine (one CUDA GPU, Ubuntu 24.04, nvcc 13, no oneTBB): builds the
 # CUDA backend, runs the gpu-labelled tests, then benchmarks the bench preset CPU-only and hybrid at
 # about 100 %, 50 % and 20 % of the routed experts resident, and prints one table plus the overlap
-# figure from STRATA_DECODE_TIMING. Budget: under 6 minutes on 16 cores.
+# figure from STRATA_DECODE_TIMING, and the kernels' own speed (strata-bench gpu-kernels). Budget: under
+# 6 minutes on 16 cores when it builds there, about 1 minute with tools/gpu-pack.sh.
 #
 # Prepare here first, either  tools/gpu-pack.sh  (builds the programs here for sm_90 and packs them with
 # their libraries into .gpu-pack/: no compiling on the device) and run with carry=[".gpu-pack"], or
@@ -117,6 +118,11 @@ grep -o "decode token at position .*" "$out/timing.log" | grep -v "position 0:" 
         larger = (gpu > cpu + cp) ? gpu : cpu + cp
         printf "overlap over %d decode tokens (ms per token): total %.2f, GPU experts %.2f, CPU complement %.2f, copies %.2f, GPU waited %.2f; total / max(GPU, CPU + copies) = %.2f\n",
                n, tok / n, gpu / n, cpu / n, cp / n, wt / n, (tok / n) / (larger / n) }' | tee "$out/overlap.txt"
+
+# 6. The kernels alone: matvec and batched-expert GB/s per format against a device copy, launch costs.
+stage "strata-bench gpu-kernels"
+[ "$cuda" = EMU ] && kargs=(--mib 4 --experts 8 -r 3) || kargs=()
+timeout 120 "$bench" gpu-kernels "${kargs[@]}" 2>&1 | tee "$out/gpu-kernels.md"
 
 stage "done (gpu tests: $([ $tests_rc -eq 0 ] && echo passed || echo FAILED))"
 exit $tests_rc

@@ -1,12 +1,10 @@
 // Internal to kernels/cuda: element access per weight format, byte-identical to the block layouts of
 // kernels/formats/blocks.hpp and the reference dequantizers in kernels/formats/*.cpp.
 //
-// Each format is a traits struct: qk elements per block of `block` bytes, and value(b, e) for element
-// e < qk of block b. The matvec reads a block with the 32 lanes of a warp, lane l taking elements
-// l, l + 32, ...; for the 256-element super-blocks that puts lane l's j-th element in sub-block j.
-// The code-book formats (IQ1 / IQ2 / IQ3: 256 elements, groups of 8 sharing a code-book entry and a
-// sign byte) are `grouped` instead: group(b, g, w) writes the 8 values of group g, and lane l of the
-// warp takes group l of each block, so every lane reads one code-book entry per block.
+// Each format is a traits struct: qk elements per block of `block` bytes, and group(b, g, w), which
+// writes the 8 consecutive values 8 g .. 8 g + 7 of block b (the scale of a group is computed once; a
+// code-book group shares one entry and sign byte). Lane l of a warp takes group l % (qk / 8) of block
+// l / (qk / 8) of each pass over a row (matvec.cu), so a warp reads 32 groups of adjacent bytes.
 // Values are computed with the reference's operations in its order, so they are the reference's bits.
 #pragma once
 
@@ -17,37 +15,63 @@ namespace strata::kernels::cuda::detail {
 
 namespace f = strata::formats;
 
+// 16 signed bytes packed in two words, read with shifts: a local array indexed at run time would live
+// in local memory.
+__device__ __forceinline__ int packed_i8(uint64_t lo, uint64_t hi, int i) {
+    return static_cast<int8_t>(static_cast<uint8_t>((i < 8 ? lo : hi) >> (8 * (i & 7))));
+}
+
+// Byte j of group g of a 32-element nibble block (Q4_0, IQ4_NL's order, MXFP4): elements 0-15 are the
+// low nibbles of qs[0..15], 16-31 the high ones, so groups 0 and 1 read low nibbles, 2 and 3 high.
+__device__ __forceinline__ int nibble32(const uint8_t* qs, int g, int j) {
+    return g < 2 ? qs[8 * g + j] & 0x0f : qs[8 * (g - 2) + j] >> 4;
+}
+
 struct fmt_f32 {
     static constexpr int qk = 32;
+    static constexpr bool grouped = true;
     struct block { float v[32]; };
-    __device__ static float value(const block& b, int e) { return b.v[e]; }
+    __device__ static void group(const block& b, int g, float (&w)[8]) {
+        for (int j = 0; j < 8; ++j) w[j] = b.v[8 * g + j];
+    }
 };
 
 struct fmt_f16 {
     static constexpr int qk = 32;
+    static constexpr bool grouped = true;
     struct block { uint16_t v[32]; };
-    __device__ static float value(const block& b, int e) { return half_to_float(b.v[e]); }
+    __device__ static void group(const block& b, int g, float (&w)[8]) {
+        for (int j = 0; j < 8; ++j) w[j] = half_to_float(b.v[8 * g + j]);
+    }
 };
 
 struct fmt_bf16 {
     static constexpr int qk = 32;
+    static constexpr bool grouped = true;
     struct block { uint16_t v[32]; };
-    __device__ static float value(const block& b, int e) { return bf16_to_float(b.v[e]); }
+    __device__ static void group(const block& b, int g, float (&w)[8]) {
+        for (int j = 0; j < 8; ++j) w[j] = bf16_to_float(b.v[8 * g + j]);
+    }
 };
 
 struct fmt_q4_0 {
     static constexpr int qk = f::QK4_0;
+    static constexpr bool grouped = true;
     using block = f::block_q4_0;
-    __device__ static float value(const block& b, int e) {
-        const int q = e < 16 ? b.qs[e] & 0x0f : b.qs[e - 16] >> 4;
-        return half_to_float(b.d) * static_cast<float>(q - 8);
+    __device__ static void group(const block& b, int g, float (&w)[8]) {
+        const float d = half_to_float(b.d);
+        for (int j = 0; j < 8; ++j) w[j] = d * static_cast<float>(nibble32(b.qs, g, j) - 8);
     }
 };
 
 struct fmt_q8_0 {
     static constexpr int qk = f::QK8_0;
+    static constexpr bool grouped = true;
     using block = f::block_q8_0;
-    __device__ static float value(const block& b, int e) { return half_to_float(b.d) * static_cast<float>(b.qs[e]); }
+    __device__ static void group(const block& b, int g, float (&w)[8]) {
+        const float d = half_to_float(b.d);
+        for (int j = 0; j < 8; ++j) w[j] = d * static_cast<float>(b.qs[8 * g + j]);
+    }
 };
 
 // Q4_K / Q5_K 6-bit scale and min of sub-block s (see kernels/formats/q4_k.cpp).
@@ -61,57 +85,73 @@ __device__ __forceinline__ void k_scale_min(const uint8_t* q, int s, int& sc, in
     }
 }
 
+// Q4_K and Q5_K: group g lies in sub-block g / 4, whose nibbles are the low (even sub-block) or high
+// (odd) halves of qs[32 * (g / 8) .. + 32); its 8 bytes start at 8 * (g % 4) there.
 struct fmt_q4_k {
     static constexpr int qk = f::QK_K;
+    static constexpr bool grouped = true;
     using block = f::block_q4_K;
-    __device__ static float value(const block& b, int e) {
-        const int s = e / 32;
+    __device__ static void group(const block& b, int g, float (&w)[8]) {
+        const int s = g / 4;
         int sc, m;
         k_scale_min(b.scales, s, sc, m);
-        const int q = (b.qs[32 * (e / 64) + e % 32] >> (4 * (s % 2))) & 0x0f;
-        return half_to_float(b.d) * static_cast<float>(sc) * static_cast<float>(q) -
-               half_to_float(b.dmin) * static_cast<float>(m);
+        const float dsc = half_to_float(b.d) * static_cast<float>(sc);
+        const float dm = half_to_float(b.dmin) * static_cast<float>(m);
+        const uint8_t* q = b.qs + 32 * (g / 8) + 8 * (g % 4);
+        for (int j = 0; j < 8; ++j) w[j] = dsc * static_cast<float>((q[j] >> (4 * (s % 2))) & 0x0f) - dm;
     }
 };
 
 struct fmt_q5_k {
     static constexpr int qk = f::QK_K;
+    static constexpr bool grouped = true;
     using block = f::block_q5_K;
-    __device__ static float value(const block& b, int e) {
-        const int s = e / 32;
+    __device__ static void group(const block& b, int g, float (&w)[8]) {
+        const int s = g / 4;
         int sc, m;
         k_scale_min(b.scales, s, sc, m);
-        const int q = ((b.qs[32 * (e / 64) + e % 32] >> (4 * (s % 2))) & 0x0f) | (((b.qh[e % 32] >> s) & 1) << 4);
-        return half_to_float(b.d) * static_cast<float>(sc) * static_cast<float>(q) -
-               half_to_float(b.dmin) * static_cast<float>(m);
+        const float dsc = half_to_float(b.d) * static_cast<float>(sc);
+        const float dm = half_to_float(b.dmin) * static_cast<float>(m);
+        const uint8_t* q = b.qs + 32 * (g / 8) + 8 * (g % 4);
+        const uint8_t* h = b.qh + 8 * (g % 4);
+        for (int j = 0; j < 8; ++j) {
+            const int v = ((q[j] >> (4 * (s % 2))) & 0x0f) | (((h[j] >> s) & 1) << 4);
+            w[j] = dsc * static_cast<float>(v) - dm;
+        }
     }
 };
 
+// Q6_K: group g is in the half g / 16 of the block; its low nibbles come from ql (low or high half of
+// the byte by (g % 16) / 8), its high two bits from qh (shift by (g % 16) / 4), its scale is g / 2.
 struct fmt_q6_k {
     static constexpr int qk = f::QK_K;
+    static constexpr bool grouped = true;
     using block = f::block_q6_K;
-    __device__ static float value(const block& b, int e) {
-        const int lo = (b.ql[64 * (e / 128) + 32 * ((e / 32) % 2) + e % 32] >> (4 * ((e % 128) / 64))) & 0x0f;
-        const int hi = (b.qh[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 0x03;
-        return half_to_float(b.d) * static_cast<float>(b.scales[e / 16]) * static_cast<float>((lo | (hi << 4)) - 32);
+    __device__ static void group(const block& b, int g, float (&w)[8]) {
+        const int n = g / 16, r = g % 16;
+        const uint8_t* ql = b.ql + 64 * n + 32 * ((g / 4) % 2) + 8 * (g % 4);
+        const uint8_t* qh = b.qh + 32 * n + 8 * (g % 4);
+        const float ds = half_to_float(b.d) * static_cast<float>(b.scales[g / 2]);
+        for (int j = 0; j < 8; ++j) {
+            const int lo = (ql[j] >> (4 * (r / 8))) & 0x0f, hi = (qh[j] >> (2 * (r / 4))) & 0x03;
+            w[j] = ds * static_cast<float>((lo | (hi << 4)) - 32);
+        }
     }
 };
 
 struct fmt_iq4_xs {
     static constexpr int qk = f::QK_K;
+    static constexpr bool grouped = true;
     using block = f::block_iq4_xs;
-    __device__ static float value(const block& b, int e) {
-        const int s = e / 32, i = e % 32;
+    __device__ static void group(const block& b, int g, float (&w)[8]) {
+        const int s = g / 4;
         const int lo = (b.scales_l[s / 2] >> (4 * (s % 2))) & 0x0f;
         const int hi = (b.scales_h >> (2 * s)) & 0x03;
-        const uint8_t* qs = b.qs + 16 * s;
-        const int idx = i < 16 ? qs[i] & 0x0f : qs[i - 16] >> 4;
-        return half_to_float(b.d) * static_cast<float>((lo | (hi << 4)) - 32) * static_cast<float>(kvalues(idx));
+        const float dl = half_to_float(b.d) * static_cast<float>((lo | (hi << 4)) - 32);
+        for (int j = 0; j < 8; ++j) w[j] = dl * static_cast<float>(kvalues(nibble32(b.qs + 16 * s, g % 4, j)));
     }
-    __device__ static int kvalues(int i) {
-        constexpr int8_t table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-        return table[i];
-    }
+    // formats::kvalues_iq4nl, packed.
+    __device__ static int kvalues(int i) { return packed_i8(0xf6eaddcfbfad9881ull, 0x7159453526190d01ull, i); }
 };
 
 // ---- code-book formats (kernels/formats/iq1.cpp, iq2.cpp, iq3.cpp) ----
@@ -247,16 +287,14 @@ struct fmt_iq1_m {
 
 struct fmt_mxfp4 {
     static constexpr int qk = f::QK_MXFP4;
+    static constexpr bool grouped = true;
     using block = f::block_mxfp4;
-    __device__ static float value(const block& b, int e) {
-        const int q = e < qk / 2 ? b.qs[e] & 0x0f : b.qs[e - qk / 2] >> 4;
-        return static_cast<float>(kvalues(q)) * e8m0_half(b.e);
+    __device__ static void group(const block& b, int g, float (&w)[8]) {
+        const float scale = e8m0_half(b.e);
+        for (int j = 0; j < 8; ++j) w[j] = static_cast<float>(kvalues(nibble32(b.qs, g, j))) * scale;
     }
-    // formats::kvalues_mxfp4: the E2M1 values doubled.
-    __device__ static int kvalues(int i) {
-        constexpr int8_t table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-        return table[i];
-    }
+    // formats::kvalues_mxfp4 (the E2M1 values doubled), packed.
+    __device__ static int kvalues(int i) { return packed_i8(0x0c08060403020100ull, 0xf4f8fafcfdfeff00ull, i); }
     // 2^(e - 128), exactly (e 0 and 1 are subnormal floats).
     __device__ static float e8m0_half(uint8_t e) {
         return __uint_as_float(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);

@@ -1,12 +1,12 @@
 // Dequantising matvec per weight format, a batched variant over resident experts, and
 // dequantise-to-f16 for the cuBLAS prompt path.
 //
-// One warp per weight row (kRowsPerBlock rows per thread block). The warp walks the row block by
-// block; lane l dequantises elements l, l + 32, ... of each block (dequant.cuh; for the code-book
-// formats the 8 elements of group l) and multiplies them with the matching activations of up to kTok
-// tokens at once, so a weight row is read once per kTok tokens. Sums are f32 and reduced across the
-// warp at the end.
-#include <type_traits>
+// One warp per weight row (kRowsPerBlock rows per thread block). Each pass of the warp over the row
+// covers 256 elements: lane l dequantises one group of 8 adjacent elements (dequant.cuh) and multiplies
+// them with the matching activations of up to kTok tokens at once, so a weight row is read once per
+// kTok tokens. Passes are unrolled so that several blocks' loads are in flight. Sums are f32 and
+// reduced across the warp at the end.
+#include <cstdint>
 
 #include "cuda_kernels.hpp"
 #include "dequant.cuh"
@@ -20,51 +20,48 @@ using namespace detail;
 constexpr int kRowsPerBlock = 4;
 constexpr int kTok = 8;  // tokens per pass over a weight row
 
-// Whether F is a code-book format read a group of 8 elements at a time (F::grouped, dequant.cuh).
-template <class F, class = void>
-struct is_grouped : std::false_type {};
-template <class F>
-struct is_grouped<F, std::void_t<decltype(F::grouped)>> : std::bool_constant<F::grouped> {};
+// The 8 activations at p: two 16-byte loads when p is 16-byte aligned (Vec), else eight.
+template <bool Vec>
+__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
+    if constexpr (Vec) {
+        const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+        for (int j = 0; j < 8; ++j) v[j] = p[j];
+    }
+}
 
 // sum[t] = row . x_t for t < n_tok (n_tok <= kTok), reduced over the warp (every lane holds it).
-template <class F>
+template <class F, bool Vec>
 __device__ void row_dot(const uint8_t* row, int64_t n_cols, const float* x, int64_t x_stride, int n_tok,
                         float (&sum)[kTok]) {
-    const int lane = threadIdx.x;
+    constexpr int kGroups = F::qk / 8;            // groups of 8 per block
+    constexpr int kBlocks = kWarp / kGroups;      // blocks per pass of the warp
+    static_assert(kGroups * kBlocks == kWarp, "a block's groups must divide the warp");
+    const int lane = threadIdx.x, g = lane % kGroups;
     const auto* blocks = reinterpret_cast<const typename F::block*>(row);
     const int64_t n_blocks = n_cols / F::qk;
 #pragma unroll
     for (int t = 0; t < kTok; ++t) sum[t] = 0.0f;
-    for (int64_t ib = 0; ib < n_blocks; ++ib) {
-        const typename F::block& b = blocks[ib];
-        if constexpr (is_grouped<F>::value) {
-            static_assert(F::qk == 8 * kWarp, "a grouped format's block is one group of 8 per lane");
-            float w[8];
-            F::group(b, lane, w);
-            const int64_t col = ib * F::qk + 8 * lane;
+#pragma unroll 2
+    for (int64_t ib = lane / kGroups; ib < n_blocks; ib += kBlocks) {
+        float w[8];
+        F::group(blocks[ib], g, w);
+        const float* xc = x + ib * F::qk + 8 * g;
 #pragma unroll
-            for (int t = 0; t < kTok; ++t) {
-                if (t >= n_tok) continue;
+        for (int t = 0; t < kTok; ++t) {
+            if (t >= n_tok) break;
+            float xv[8];
+            load8<Vec>(xc + t * x_stride, xv);
 #pragma unroll
-                for (int j = 0; j < 8; ++j) sum[t] += w[j] * x[t * x_stride + col + j];
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < F::qk / kWarp; ++j) {
-                const int e = lane + kWarp * j;
-                const float w = F::value(b, e);
-                const int64_t col = ib * F::qk + e;
-#pragma unroll
-                for (int t = 0; t < kTok; ++t)
-                    if (t < n_tok) sum[t] += w * x[t * x_stride + col];
-            }
+            for (int j = 0; j < 8; ++j) sum[t] += w[j] * xv[j];
         }
     }
 #pragma unroll
     for (int t = 0; t < kTok; ++t) sum[t] = warp_sum(sum[t]);
 }
 
-template <class F>
+template <class F, bool Vec>
 __global__ void matvec_kernel(const uint8_t* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const float* x,
                               int64_t x_stride, int n_tok, float* y, int64_t y_stride) {
     const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.y;
@@ -72,7 +69,7 @@ __global__ void matvec_kernel(const uint8_t* w, size_t row_stride, int64_t n_row
     for (int t0 = 0; t0 < n_tok; t0 += kTok) {
         float sum[kTok];
         const int n = min(kTok, n_tok - t0);
-        row_dot<F>(w + r * row_stride, n_cols, x + t0 * x_stride, x_stride, n, sum);
+        row_dot<F, Vec>(w + r * row_stride, n_cols, x + t0 * x_stride, x_stride, n, sum);
         if (threadIdx.x == 0)
             for (int t = 0; t < n; ++t) y[(t0 + t) * y_stride + r] = sum[t];
     }
@@ -83,8 +80,12 @@ __global__ void matvec_batched_kernel(int64_t n_rows, int64_t n_cols, size_t row
     const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.y;
     if (r >= n_rows) return;
     const matvec_job job = jobs[blockIdx.y];
+    const uint8_t* row = static_cast<const uint8_t*>(job.w) + r * row_stride;
     float sum[kTok];
-    row_dot<F>(static_cast<const uint8_t*>(job.w) + r * row_stride, n_cols, job.x, 0, 1, sum);
+    if (reinterpret_cast<uintptr_t>(job.x) % 16 == 0)  // the same for the whole warp
+        row_dot<F, true>(row, n_cols, job.x, 0, 1, sum);
+    else
+        row_dot<F, false>(row, n_cols, job.x, 0, 1, sum);
     if (threadIdx.x == 0) job.y[r] = sum[0];
 }
 
@@ -98,23 +99,24 @@ __global__ void dequantize_kernel(const uint8_t* w, size_t row_stride, int64_t n
     const int64_t r = i / n_blocks, ib = i % n_blocks;
     const auto& b = reinterpret_cast<const typename F::block*>(w + r * row_stride)[ib];
     uint16_t* dst = out + r * n_cols + ib * F::qk;
-    if constexpr (is_grouped<F>::value) {
-        for (int g = 0; g < F::qk / 8; ++g) {
-            float w[8];
-            F::group(b, g, w);
-            for (int j = 0; j < 8; ++j) dst[8 * g + j] = float_to_half(w[j]);
-        }
-    } else {
-        for (int e = 0; e < F::qk; ++e) dst[e] = float_to_half(F::value(b, e));
+    for (int g = 0; g < F::qk / 8; ++g) {
+        float w[8];
+        F::group(b, g, w);
+        for (int j = 0; j < 8; ++j) dst[8 * g + j] = float_to_half(w[j]);
     }
 }
 
 template <class F>
 void launch_matvec(const weight_view& w, const float* x, int64_t x_stride, int n_tok, float* y, int64_t y_stride,
                    cudaStream_t s) {
-    const dim3 block(kWarp, kRowsPerBlock);
-    STRATA_LAUNCH(matvec_kernel<F>, grid_for(w.n_rows, kRowsPerBlock), block, s)(
-        static_cast<const uint8_t*>(w.data), w.row_stride, w.n_rows, w.n_cols, x, x_stride, n_tok, y, y_stride);
+    const dim3 block(kWarp, kRowsPerBlock), grid(grid_for(w.n_rows, kRowsPerBlock));
+    const auto* data = static_cast<const uint8_t*>(w.data);
+    if (reinterpret_cast<uintptr_t>(x) % 16 == 0 && x_stride % 4 == 0)
+        STRATA_LAUNCH((matvec_kernel<F, true>), grid, block, s)(data, w.row_stride, w.n_rows, w.n_cols, x, x_stride,
+                                                               n_tok, y, y_stride);
+    else
+        STRATA_LAUNCH((matvec_kernel<F, false>), grid, block, s)(data, w.row_stride, w.n_rows, w.n_cols, x, x_stride,
+                                                                n_tok, y, y_stride);
 }
 
 template <class F>

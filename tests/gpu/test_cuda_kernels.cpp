@@ -97,6 +97,33 @@ TEST_P(MatvecFormat, MatchesReferenceForSeveralTokenCounts) {
     }
 }
 
+// Three blocks per row (a warp pass that covers 8 blocks of the 32-element formats is left partly idle)
+// and activations that are not 16-byte aligned (the kernel's element-wise loads).
+TEST_P(MatvecFormat, PartialPassesAndUnalignedActivations) {
+    STRATA_REQUIRE_GPU();
+    const ggml_type type = GetParam();
+    const int64_t n_rows = 9, n_cols = 3 * std::max<int64_t>(32, formats::info(type).block_size);
+    const int64_t x_stride = n_cols + 1;
+    const int n_tok = 3;
+    const quantized w = make_weights(type, n_rows, n_cols, 5);
+    const auto dw = upload(w.bytes);
+    const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * x_stride + 1), 1.0f, 6);
+    const auto dx = upload(x);
+    device_buffer<float> dy(static_cast<size_t>(n_tok * n_rows));
+    matvec({type, dw.data(), n_rows, n_cols, w.row_size}, dx.data() + 1, x_stride, n_tok, dy.data(), n_rows, nullptr);
+    const std::vector<float> y = download(dy);
+    for (int t = 0; t < n_tok; ++t)
+        for (int64_t r = 0; r < n_rows; ++r) {
+            double ref = 0, mag = 0;
+            for (int64_t c = 0; c < n_cols; ++c) {
+                const double p = double(w.values[r * n_cols + c]) * x[1 + t * x_stride + c];
+                ref += p;
+                mag += std::abs(p);
+            }
+            ASSERT_NEAR(y[t * n_rows + r], ref, 1e-4 * mag + 1e-6) << "token " << t << " row " << r;
+        }
+}
+
 TEST_P(MatvecFormat, BatchedJobsAndDequantiseToF16) {
     STRATA_REQUIRE_GPU();
     const ggml_type type = GetParam();

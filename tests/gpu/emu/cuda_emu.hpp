@@ -86,6 +86,10 @@ struct cudaDeviceProp {
     int warpSize;
 };
 
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+
 struct dim3 {
     unsigned x, y, z;
     constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
