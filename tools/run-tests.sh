@@ -38,9 +38,13 @@ gtest_run() {
   gtest_passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests*\.$/\1/p' "$log" | tail -1)
   [ -n "$gtest_passed" ] || { echo "== $1 printed no passed count" >&2; exit 1; }
 }
+# Each lane's line also gives the seconds since the previous lane ended (its build included), to keep CI
+# within its time budget.
+lane_clock=$SECONDS
 record_lane() {
-  echo "== $1 lane: $2"
+  echo "== $1 lane: $2 ($((SECONDS - lane_clock)) s)"
   lanes+=("$1 $2")
+  lane_clock=$SECONDS
 }
 # skipped_in_ci LANE WHY: a lane whose tools tools/install-deps.sh installs must not skip in CI.
 skipped_in_ci() {
