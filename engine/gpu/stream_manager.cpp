@@ -30,7 +30,8 @@ stream_manager::stream_manager(const hparams& hp, const dev_model& dense, const 
     logits_ = device_buffer<float>(t * static_cast<size_t>(hp.n_expert));
     ids_ = device_buffer<int32_t>(t * k);
     weights_ = device_buffer<float>(t * k);
-    jobs_ = device_buffer<cu::matvec_job>(3 * jobs);
+    jobs_ = device_buffer<cu::matvec_gather_job>(3 * jobs);
+    token_jobs_ = device_buffer<cu::matvec_job>(3 * jobs);
     job_weight_ = device_buffer<float>(jobs);
     job_begin_ = device_buffer<int32_t>(t + 1);
     gate_ = device_buffer<float>(jobs * n_ff);
@@ -51,6 +52,7 @@ stream_manager::stream_manager(const hparams& hp, const dev_model& dense, const 
                    .add(h_complement_, t * k)
                    .add(h_cpu_out_, t * n_embd)
                    .add(h_jobs_, 3 * jobs)
+                   .add(h_token_jobs_, 3 * jobs)
                    .add(h_job_weight_, jobs)
                    .add(h_job_begin_, t + 1)
                    .allocate(hot, "GPU MoE staging (pinned)");
@@ -102,33 +104,82 @@ void stream_manager::moe_layer(int il, int n_tok, const float* xn, float* x, boo
     const size_t slot_bytes = layout_.slot_bytes, nj = resident_.size();
     std::fill(h_job_begin_.data(), h_job_begin_.data() + nt + 1, 0);
     for (size_t j = 0; j < nj; ++j) {
+        h_job_weight_.data()[j] = resident_[j].weight;
+        ++h_job_begin_.data()[resident_[j].token + 1];
+    }
+    for (size_t t = 0; t < nt; ++t) h_job_begin_.data()[t + 1] += h_job_begin_.data()[t];
+    // One gathered job per expert and up to kGatherTokens of its tokens, so a batch reads an expert once
+    // per kGatherTokens tokens; output rows stay in resident_ order (token-major) for weighted_sum.
+    by_slot_.resize(nj);
+    for (size_t j = 0; j < nj; ++j) by_slot_[j] = static_cast<uint32_t>(j);
+    std::stable_sort(by_slot_.begin(), by_slot_.end(),
+                     [&](uint32_t a, uint32_t b) { return resident_[a].slot < resident_[b].slot; });
+    groups_.clear();
+    for (uint32_t a = 0; a < nj;) {
+        uint32_t b = a + 1;
+        while (b < nj && b - a < cu::kGatherTokens && resident_[by_slot_[b]].slot == resident_[by_slot_[a]].slot) ++b;
+        groups_.emplace_back(a, b);
+        a = b;
+    }
+    const size_t ng = groups_.size();
+    // Every expert serving one token (decode): one-token jobs, a quarter of the bytes to copy.
+    const bool one_token = ng == nj;
+    for (size_t g = 0; g < ng && !one_token; ++g) {
+        const auto [a, b] = groups_[g];
+        const uint8_t* slot = slots_ + static_cast<size_t>(resident_[by_slot_[a]].slot) * slot_bytes;
+        const int32_t n = static_cast<int32_t>(b - a);
+        cu::matvec_gather_job& gate = h_jobs_.data()[g] = {slot + layout_.gate[mi], xn, gate_.data(), {}, {}, n};
+        cu::matvec_gather_job& up = h_jobs_.data()[ng + g] = {slot + layout_.up[mi], xn, up_.data(), {}, {}, n};
+        cu::matvec_gather_job& down = h_jobs_.data()[2 * ng + g] = {slot + layout_.down[mi], gate_.data(), y_.data(),
+                                                                     {}, {}, n};
+        for (int32_t i = 0; i < n; ++i) {
+            const uint32_t j = by_slot_[a + static_cast<uint32_t>(i)];
+            gate.x_row[i] = up.x_row[i] = resident_[j].token;
+            gate.y_row[i] = up.y_row[i] = down.x_row[i] = down.y_row[i] = static_cast<int32_t>(j);
+        }
+    }
+    for (size_t j = 0; j < nj && one_token; ++j) {
         const resident_job& r = resident_[j];
         const uint8_t* slot = slots_ + static_cast<size_t>(r.slot) * slot_bytes;
         const float* xt = xn + static_cast<size_t>(r.token) * static_cast<size_t>(n_embd);
         float* g = gate_.data() + j * static_cast<size_t>(n_ff);
-        h_jobs_.data()[j] = {slot + layout_.gate[mi], xt, g};
-        h_jobs_.data()[nj + j] = {slot + layout_.up[mi], xt, up_.data() + j * static_cast<size_t>(n_ff)};
-        h_jobs_.data()[2 * nj + j] = {slot + layout_.down[mi], g, y_.data() + j * static_cast<size_t>(n_embd)};
-        h_job_weight_.data()[j] = r.weight;
-        ++h_job_begin_.data()[r.token + 1];
+        h_token_jobs_.data()[j] = {slot + layout_.gate[mi], xt, g};
+        h_token_jobs_.data()[nj + j] = {slot + layout_.up[mi], xt, up_.data() + j * static_cast<size_t>(n_ff)};
+        h_token_jobs_.data()[2 * nj + j] = {slot + layout_.down[mi], g, y_.data() + j * static_cast<size_t>(n_embd)};
     }
-    for (size_t t = 0; t < nt; ++t) h_job_begin_.data()[t + 1] += h_job_begin_.data()[t];
 
     // 4. Resident experts and the shared expert on the expert stream.
     check(cudaStreamWaitEvent(experts_, ev.routed, 0), "cudaStreamWaitEvent");
     ev.gpu_start.record(experts_);
     if (n_jobs > 0) {
         const arenas::moe_layer& el = layers_[mi];
-        copy_to_device(jobs_.data(), h_jobs_.data(), 3 * nj, experts_);
+        if (one_token)
+            copy_to_device(token_jobs_.data(), h_token_jobs_.data(), 3 * nj, experts_);
+        else
+            copy_to_device(jobs_.data(), h_jobs_.data(), 3 * ng, experts_);
         copy_to_device(job_weight_.data(), h_job_weight_.data(), nj, experts_);
         copy_to_device(job_begin_.data(), h_job_begin_.data(), nt + 1, experts_);
         jobs_copied_.record(experts_);
         jobs_in_flight_ = true;
-        cu::matvec_batched(el.gate.type, n_ff, n_embd, layout_.gate_stride[mi], jobs_.data(), n_jobs, experts_.raw());
-        cu::matvec_batched(el.up.type, n_ff, n_embd, layout_.up_stride[mi], jobs_.data() + nj, n_jobs, experts_.raw());
-        cu::silu_mul(gate_.data(), up_.data(), static_cast<int64_t>(nj) * n_ff, gate_.data(), experts_.raw());
-        cu::matvec_batched(el.down.type, n_embd, n_ff, layout_.down_stride[mi], jobs_.data() + 2 * nj, n_jobs,
-                           experts_.raw());
+        const int g = static_cast<int>(ng);
+        void* es = experts_.raw();
+        if (one_token) {
+            const cu::matvec_job* tj = token_jobs_.data();
+            cu::matvec_batched(el.gate.type, n_ff, n_embd, layout_.gate_stride[mi], tj, n_jobs, es);
+            cu::matvec_batched(el.up.type, n_ff, n_embd, layout_.up_stride[mi], tj + nj, n_jobs, es);
+        } else if (el.gate.type == el.up.type && layout_.gate_stride[mi] == layout_.up_stride[mi]) {  // one launch
+            cu::matvec_gathered(el.gate.type, n_ff, n_embd, layout_.gate_stride[mi], n_embd, n_ff, jobs_.data(), 2 * g, es);
+        } else {
+            cu::matvec_gathered(el.gate.type, n_ff, n_embd, layout_.gate_stride[mi], n_embd, n_ff, jobs_.data(), g, es);
+            cu::matvec_gathered(el.up.type, n_ff, n_embd, layout_.up_stride[mi], n_embd, n_ff, jobs_.data() + ng, g, es);
+        }
+        cu::silu_mul(gate_.data(), up_.data(), static_cast<int64_t>(nj) * n_ff, gate_.data(), es);
+        if (one_token)
+            cu::matvec_batched(el.down.type, n_embd, n_ff, layout_.down_stride[mi], token_jobs_.data() + 2 * nj, n_jobs,
+                               es);
+        else
+            cu::matvec_gathered(el.down.type, n_embd, n_ff, layout_.down_stride[mi], n_ff, n_embd, jobs_.data() + 2 * ng,
+                                g, es);
         cu::weighted_sum(y_.data(), job_weight_.data(), job_begin_.data(), n_tok, n_embd, gpu_out_.data(),
                          experts_.raw());
     } else {

@@ -72,6 +72,8 @@ private:
     stream compute_ = stream::create(), experts_ = stream::create(), copy_ = stream::create();
     std::vector<layer_events> events_;   // [n_layer]
     std::vector<resident_job> resident_;
+    std::vector<uint32_t> by_slot_;      // resident_ indices ordered by slot, token order kept
+    std::vector<std::pair<uint32_t, uint32_t>> groups_;  // [begin, end) of by_slot_ per gathered job
     event jobs_copied_ = event::create();  // the pinned job arrays may be rewritten once this is done
     bool jobs_in_flight_ = false;
     int hits_ = 0, lookups_ = 0;
@@ -80,7 +82,8 @@ private:
     device_buffer<float> logits_;        // [max_tok][n_expert]
     device_buffer<int32_t> ids_;         // [max_tok][k]
     device_buffer<float> weights_;       // [max_tok][k]
-    device_buffer<kernels::cuda::matvec_job> jobs_;  // gate [J], up [J], down [J]; J = max_tok * k
+    device_buffer<kernels::cuda::matvec_gather_job> jobs_;  // gate [G], up [G], down [G]; G <= J = max_tok * k
+    device_buffer<kernels::cuda::matvec_job> token_jobs_;   // gate [J], up [J], down [J]: one token per expert
     device_buffer<float> job_weight_;    // [J]
     device_buffer<int32_t> job_begin_;   // [max_tok + 1]
     device_buffer<float> gate_, up_;     // [J][n_ff]
@@ -95,7 +98,8 @@ private:
     std::span<float> h_weights_;         // [max_tok][k]
     std::span<int32_t> h_complement_;    // [max_tok][k], -1 where resident
     std::span<float> h_cpu_out_;         // [max_tok][n_embd]
-    std::span<kernels::cuda::matvec_job> h_jobs_;  // [3 J]
+    std::span<kernels::cuda::matvec_gather_job> h_jobs_;  // [3 J]
+    std::span<kernels::cuda::matvec_job> h_token_jobs_;   // [3 J]
     std::span<float> h_job_weight_;      // [J]
     std::span<int32_t> h_job_begin_;     // [max_tok + 1]
     host_pool staging_;                  // holds the arrays above

@@ -52,6 +52,22 @@ struct matvec_job {
 void matvec_batched(ggml_type type, int64_t n_rows, int64_t n_cols, size_t row_stride, const matvec_job* jobs,
                     int n_jobs, stream_t stream);
 
+// Many matvecs of one shape and type in one launch, each applying one matrix to up to 8 gathered rows
+// of activations: y[y_row[t] * y_stride + r] = W . x[x_row[t] * x_stride + :] for t < n_tok. The
+// resident experts of a batch: the tokens routed to one expert share a job, so its weights are read
+// once per 8 tokens. Each token's sums are those matvec_batched computes for it, bit for bit.
+constexpr int kGatherTokens = 8;
+struct matvec_gather_job {
+    const void* w;                    // [n_rows][row_stride]
+    const float* x;                   // activation rows, x_stride floats apart
+    float* y;                         // output rows, y_stride floats apart
+    int32_t x_row[kGatherTokens];
+    int32_t y_row[kGatherTokens];
+    int32_t n_tok;                    // 1 .. kGatherTokens
+};
+void matvec_gathered(ggml_type type, int64_t n_rows, int64_t n_cols, size_t row_stride, int64_t x_stride,
+                     int64_t y_stride, const matvec_gather_job* jobs, int n_jobs, stream_t stream);
+
 // out: [n_rows][n_cols] f16 (IEEE half bits), row-major: the dequantised matrix, for cuBLAS.
 void dequantize_f16(const weight_view& w, uint16_t* out, stream_t stream);
 // out[i] = half(x[i]) for i < n.

@@ -31,10 +31,22 @@ __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
     }
 }
 
+// Token t's activations: x + t * x_stride, or a gathered row.
+struct strided_rows {
+    const float* x;
+    int64_t stride;
+    __device__ const float* operator()(int t) const { return x + t * stride; }
+};
+struct gathered_rows {
+    const float* x;
+    int64_t stride;
+    const int32_t* row;
+    __device__ const float* operator()(int t) const { return x + row[t] * stride; }
+};
+
 // sum[t] = row . x_t for t < n_tok (n_tok <= kTok), reduced over the warp (every lane holds it).
-template <class F, bool Vec>
-__device__ void row_dot(const uint8_t* row, int64_t n_cols, const float* x, int64_t x_stride, int n_tok,
-                        float (&sum)[kTok]) {
+template <class F, bool Vec, class Rows>
+__device__ void row_dot(const uint8_t* row, int64_t n_cols, Rows xrow, int n_tok, float (&sum)[kTok]) {
     constexpr int kGroups = F::qk / 8;            // groups of 8 per block
     constexpr int kBlocks = kWarp / kGroups;      // blocks per pass of the warp
     static_assert(kGroups * kBlocks == kWarp, "a block's groups must divide the warp");
@@ -47,12 +59,12 @@ __device__ void row_dot(const uint8_t* row, int64_t n_cols, const float* x, int6
     for (int64_t ib = lane / kGroups; ib < n_blocks; ib += kBlocks) {
         float w[8];
         F::group(blocks[ib], g, w);
-        const float* xc = x + ib * F::qk + 8 * g;
+        const int64_t col = ib * F::qk + 8 * g;
 #pragma unroll
         for (int t = 0; t < kTok; ++t) {
             if (t >= n_tok) break;
             float xv[8];
-            load8<Vec>(xc + t * x_stride, xv);
+            load8<Vec>(xrow(t) + col, xv);
 #pragma unroll
             for (int j = 0; j < 8; ++j) sum[t] += w[j] * xv[j];
         }
@@ -69,7 +81,7 @@ __global__ void matvec_kernel(const uint8_t* w, size_t row_stride, int64_t n_row
     for (int t0 = 0; t0 < n_tok; t0 += kTok) {
         float sum[kTok];
         const int n = min(kTok, n_tok - t0);
-        row_dot<F, Vec>(w + r * row_stride, n_cols, x + t0 * x_stride, x_stride, n, sum);
+        row_dot<F, Vec>(w + r * row_stride, n_cols, strided_rows{x + t0 * x_stride, x_stride}, n, sum);
         if (threadIdx.x == 0)
             for (int t = 0; t < n; ++t) y[(t0 + t) * y_stride + r] = sum[t];
     }
@@ -83,10 +95,28 @@ __global__ void matvec_batched_kernel(int64_t n_rows, int64_t n_cols, size_t row
     const uint8_t* row = static_cast<const uint8_t*>(job.w) + r * row_stride;
     float sum[kTok];
     if (reinterpret_cast<uintptr_t>(job.x) % 16 == 0)  // the same for the whole warp
-        row_dot<F, true>(row, n_cols, job.x, 0, 1, sum);
+        row_dot<F, true>(row, n_cols, strided_rows{job.x, 0}, 1, sum);
     else
-        row_dot<F, false>(row, n_cols, job.x, 0, 1, sum);
+        row_dot<F, false>(row, n_cols, strided_rows{job.x, 0}, 1, sum);
     if (threadIdx.x == 0) job.y[r] = sum[0];
+}
+
+template <class F>
+__global__ void matvec_gathered_kernel(int64_t n_rows, int64_t n_cols, size_t row_stride, int64_t x_stride,
+                                       int64_t y_stride, const matvec_gather_job* jobs) {
+    const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.y;
+    if (r >= n_rows) return;
+    const matvec_gather_job& job = jobs[blockIdx.y];
+    const int n = job.n_tok;
+    const uint8_t* row = static_cast<const uint8_t*>(job.w) + r * row_stride;
+    const gathered_rows rows{job.x, x_stride, job.x_row};
+    float sum[kTok];
+    if (reinterpret_cast<uintptr_t>(job.x) % 16 == 0 && x_stride % 4 == 0)  // the same for the whole block
+        row_dot<F, true>(row, n_cols, rows, n, sum);
+    else
+        row_dot<F, false>(row, n_cols, rows, n, sum);
+    if (threadIdx.x == 0)
+        for (int t = 0; t < n; ++t) job.y[job.y_row[t] * y_stride + r] = sum[t];
 }
 
 // One thread per (row, block): writes the block's qk elements as halves.
@@ -124,6 +154,14 @@ void launch_matvec_batched(int64_t n_rows, int64_t n_cols, size_t row_stride, co
                            cudaStream_t s) {
     const dim3 grid(grid_for(n_rows, kRowsPerBlock), static_cast<unsigned>(n_jobs));
     STRATA_LAUNCH(matvec_batched_kernel<F>, grid, dim3(kWarp, kRowsPerBlock), s)(n_rows, n_cols, row_stride, jobs);
+}
+
+template <class F>
+void launch_matvec_gathered(int64_t n_rows, int64_t n_cols, size_t row_stride, int64_t x_stride, int64_t y_stride,
+                            const matvec_gather_job* jobs, int n_jobs, cudaStream_t s) {
+    const dim3 grid(grid_for(n_rows, kRowsPerBlock), static_cast<unsigned>(n_jobs));
+    STRATA_LAUNCH(matvec_gathered_kernel<F>, grid, dim3(kWarp, kRowsPerBlock), s)(n_rows, n_cols, row_stride,
+                                                                                 x_stride, y_stride, jobs);
 }
 
 template <class F>
@@ -169,6 +207,8 @@ void dispatch(ggml_type type, const char* what, Fn&& fn) {
 #define STRATA_CUDA_MATVEC_FORMAT(F)                                                                              \
     template void launch_matvec<F>(const weight_view&, const float*, int64_t, int, float*, int64_t, cudaStream_t); \
     template void launch_matvec_batched<F>(int64_t, int64_t, size_t, const matvec_job*, int, cudaStream_t);       \
+    template void launch_matvec_gathered<F>(int64_t, int64_t, size_t, int64_t, int64_t, const matvec_gather_job*,  \
+                                            int, cudaStream_t);                                                    \
     template void launch_dequantize<F>(const weight_view&, uint16_t*, cudaStream_t);
 STRATA_CUDA_MATVEC_FORMAT(fmt_f32)
 STRATA_CUDA_MATVEC_FORMAT(fmt_f16)
@@ -232,6 +272,17 @@ void matvec_batched(ggml_type type, int64_t n_rows, int64_t n_cols, size_t row_s
         launch_matvec_batched<decltype(fmt)>(n_rows, n_cols, row_stride, jobs, n_jobs, as_stream(stream));
     });
     check_launch("matvec_batched");
+}
+
+void matvec_gathered(ggml_type type, int64_t n_rows, int64_t n_cols, size_t row_stride, int64_t x_stride,
+                     int64_t y_stride, const matvec_gather_job* jobs, int n_jobs, stream_t stream) {
+    if (n_jobs <= 0) return;
+    dispatch(type, "matvec_gathered", [&](auto fmt) {
+        check_cols<decltype(fmt)>(n_cols, "matvec_gathered");
+        launch_matvec_gathered<decltype(fmt)>(n_rows, n_cols, row_stride, x_stride, y_stride, jobs, n_jobs,
+                                              as_stream(stream));
+    });
+    check_launch("matvec_gathered");
 }
 
 void dequantize_f16(const weight_view& w, uint16_t* out, stream_t stream) {

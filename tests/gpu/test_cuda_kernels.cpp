@@ -158,6 +158,58 @@ TEST_P(MatvecFormat, BatchedJobsAndDequantiseToF16) {
         ASSERT_NEAR(formats::fp16_to_fp32(hv[i]), a.values[i], std::abs(a.values[i]) / 1024 + 1e-7f) << "element " << i;
 }
 
+// The gathered jobs (tokens of one expert together, at most 8 per job) give every token's sums bit for
+// bit as one-token batched jobs do, whatever rows they gather and scatter.
+TEST_P(MatvecFormat, GatheredJobsAreBitwiseTheBatchedOnes) {
+    STRATA_REQUIRE_GPU();
+    const ggml_type type = GetParam();
+    const int64_t n_rows = 33, n_cols = 256;
+    const int n_tok = 11, n_expert = 3;
+    std::vector<quantized> experts;
+    for (int e = 0; e < n_expert; ++e) experts.push_back(make_weights(type, n_rows, n_cols, 40 + e));
+    std::vector<device_buffer<uint8_t>> dw;
+    for (const quantized& q : experts) dw.push_back(upload(q.bytes));
+    const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * n_cols), 1.0f, 9);
+    const auto dx = upload(x);
+    // Pairs (token, expert): expert 0 takes every token (two jobs), 1 the even ones, 2 tokens 3 and 7.
+    std::vector<std::pair<int, int>> pairs;
+    for (int t = 0; t < n_tok; ++t) {
+        pairs.push_back({t, 0});
+        if (t % 2 == 0) pairs.push_back({t, 1});
+        if (t == 3 || t == 7) pairs.push_back({t, 2});
+    }
+    const size_t n_pairs = pairs.size();
+    device_buffer<float> y_batched(n_pairs * n_rows), y_gathered(n_pairs * n_rows);
+    std::vector<matvec_job> one;
+    for (size_t p = 0; p < n_pairs; ++p)
+        one.push_back({dw[static_cast<size_t>(pairs[p].second)].data(), dx.data() + pairs[p].first * n_cols,
+                       y_batched.data() + p * n_rows});
+    const auto d_one = upload(one);
+    matvec_batched(type, n_rows, n_cols, experts[0].row_size, d_one.data(), static_cast<int>(n_pairs), nullptr);
+    std::vector<matvec_gather_job> gathered;
+    for (int e = 0; e < n_expert; ++e) {
+        matvec_gather_job job{dw[static_cast<size_t>(e)].data(), dx.data(), y_gathered.data(), {}, {}, 0};
+        for (size_t p = 0; p < n_pairs; ++p) {
+            if (pairs[p].second != e) continue;
+            job.x_row[job.n_tok] = pairs[p].first;
+            job.y_row[job.n_tok] = static_cast<int32_t>(p);
+            if (++job.n_tok == kGatherTokens) {
+                gathered.push_back(job);
+                job.n_tok = 0;
+            }
+        }
+        if (job.n_tok > 0) gathered.push_back(job);
+    }
+    ASSERT_EQ(gathered.size(), 4u);  // 11 tokens of expert 0 need two jobs
+    const auto d_gathered = upload(gathered);
+    matvec_gathered(type, n_rows, n_cols, experts[0].row_size, n_cols, n_rows, d_gathered.data(),
+                    static_cast<int>(gathered.size()), nullptr);
+    const std::vector<float> a = download(y_batched), b = download(y_gathered);
+    for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_EQ(a[i], b[i]) << "pair " << i / n_rows << " (token " << pairs[i / n_rows].first << ", expert "
+                              << pairs[i / n_rows].second << ") row " << i % n_rows;
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, MatvecFormat,
                          ::testing::Values(ggml_type::F32, ggml_type::F16, ggml_type::BF16, ggml_type::Q4_0,
                                            ggml_type::Q8_0, ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K,
