@@ -7,6 +7,20 @@
 
 namespace strata::engine {
 
+namespace {
+
+class attention_kind final : public mixer_kind {
+public:
+    const char* name() const override { return "attention"; }
+};
+
+}  // namespace
+
+const mixer_kind& attention_mixer::layer_kind() {
+    static const attention_kind k;
+    return k;
+}
+
 namespace cpu = kernels::cpu;
 
 namespace {

@@ -75,7 +75,7 @@ public:
     forward_pass(arenas::expert_pool& pool, const hparams& hp, const model_weights& w, const arenas::expert_rows& rows);
 
     // Runs tokens at positions [pos0, pos0 + n); every position below pos0 must already be in `kv`
-    // (and kv.recurrent() be at pos0). With a recurrent state, batches also end at multiples of the
+    // (and kv.state_pos() be pos0 or -1). With a recurrent state, batches also end at multiples of the
     // checkpoint interval, where the state is checkpointed.
     // Throws kv_cache_full, before evaluating anything, when the positions do not fit the cache.
     // logits: [n_vocab] for the last token, or [n][n_vocab] when all_logits. Splits the tokens into

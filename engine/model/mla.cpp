@@ -19,6 +19,20 @@
 
 namespace strata::engine {
 
+namespace {
+
+class latent_attention_kind final : public mixer_kind {
+public:
+    const char* name() const override { return "latent attention"; }
+};
+
+}  // namespace
+
+const mixer_kind& latent_attention_mixer::layer_kind() {
+    static const latent_attention_kind k;
+    return k;
+}
+
 namespace cpu = kernels::cpu;
 
 namespace {

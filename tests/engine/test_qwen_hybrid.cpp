@@ -277,17 +277,41 @@ TEST(HybridForward, CheckpointsRestoreTheStateExactly) {
     kv_cache state = make_sequence_state(m->hp, 256, kv_type::f16);
     std::vector<float> first(tokens.size() * nv), again(tokens.size() * nv);
     fwd.eval(all, 0, state, first.data(), true, 512);
-    ASSERT_EQ(state.recurrent().pos(), 150);
-    ASSERT_EQ(state.recurrent().checkpoints().size(), 2u);  // at 64 and 128
-    EXPECT_EQ(state.recurrent().checkpoint_bytes(), 2 * recurrent_state_bytes(m->hp));
-    EXPECT_EQ(state.recurrent().cut_back(100), 64);
-    EXPECT_EQ(state.recurrent().checkpoints().size(), 1u);
+    ASSERT_EQ(state.state<recurrent_state>().pos(), 150);
+    ASSERT_EQ(state.state<recurrent_state>().checkpoints().size(), 2u);  // at 64 and 128
+    EXPECT_EQ(state.state<recurrent_state>().checkpoint_bytes(), 2 * recurrent_state_bytes(m->hp));
+    EXPECT_EQ(state.state<recurrent_state>().cut_back(100), 64);
+    EXPECT_EQ(state.state<recurrent_state>().checkpoints().size(), 1u);
     fwd.eval(all.subspan(64), 64, state, again.data() + 64 * nv, true, 512);
     EXPECT_EQ(0, std::memcmp(first.data() + 64 * nv, again.data() + 64 * nv, (150 - 64) * nv * sizeof(float)));
-    EXPECT_EQ(state.recurrent().cut_back(30), 0);
+    EXPECT_EQ(state.state<recurrent_state>().cut_back(30), 0);
     fwd.eval(all, 0, state, again.data(), true, 7);
     EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * sizeof(float)));
     EXPECT_THROW(fwd.eval(all.first(1), 3, state, again.data(), false, 512), std::logic_error);
+}
+
+// A sequence's state beside the rows: one part per mixer kind that keeps one (the DeltaNet layers'
+// recurrent state here, nothing for a pure-attention family), parked and restored through kv_cache.
+TEST(HybridState, OnePartPerMixerKindThatKeepsOne) {
+    auto m = test::load(make_model::build_model(make_model::preset("tiny", arch::qwen35moe)));
+    kv_cache state = make_sequence_state(m->hp, 64, kv_type::f16);
+    ASSERT_EQ(state.states().size(), 1u);
+    EXPECT_STREQ(state.states()[0]->kind(), "gated DeltaNet recurrent state");
+    EXPECT_EQ(&state.state<recurrent_state>(), state.states()[0].get());
+    EXPECT_EQ(mixer_kind_of(m->hp, 0).state_bytes(m->hp), recurrent_state_bytes(m->hp));
+    EXPECT_EQ(mixer_kind_of(m->hp, 3).state_bytes(m->hp), 0u);  // the attention layer
+    EXPECT_STREQ(mixer_kind_of(m->hp, 3).name(), "attention");
+    state.state<recurrent_state>().set_pos(5);
+    const parked_state p = state.park_state(5);
+    EXPECT_EQ(p.n_states(), 1u);
+    EXPECT_EQ(p.bytes(), recurrent_state_bytes(m->hp));
+    EXPECT_THROW(state.restore_state(p, 3), std::logic_error);  // nothing parked at 3
+    kv_cache plain = make_sequence_state(test::load(make_model::build_model(make_model::preset("tiny", arch::qwen3moe)))->hp,
+                                         64, kv_type::f16);
+    EXPECT_TRUE(plain.states().empty());
+    EXPECT_EQ(plain.state_pos(), -1);
+    EXPECT_THROW(plain.restore_state(p, 5), std::logic_error);  // parts of another model
+    EXPECT_THROW(plain.state<recurrent_state>(), std::logic_error);
 }
 
 }  // namespace
