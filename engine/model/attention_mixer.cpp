@@ -12,6 +12,7 @@ namespace {
 class attention_kind final : public mixer_kind {
 public:
     const char* name() const override { return "attention"; }
+    kv_rows rows(const hparams& hp) const override { return {hp.n_head_kv, hp.head_dim, false}; }
 };
 
 }  // namespace

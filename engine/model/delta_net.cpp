@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "cpu/delta_net.hpp"
 #include "cpu/kernels.hpp"
 #include "model/forward.hpp"
@@ -148,6 +150,15 @@ namespace {
 class delta_net_kind final : public mixer_kind {
 public:
     const char* name() const override { return "gated DeltaNet"; }
+    kv_rows rows(const hparams& hp) const override {
+        (void)hp;
+        return {};
+    }
+    bool recurrent() const override { return true; }
+    std::string gpu_unsupported(const hparams& hp) const override {
+        return fmt::format("the GPU hybrid does not run {}'s gated DeltaNet layers and their recurrent state yet",
+                           hp.arch.name);
+    }
     std::unique_ptr<state_part> make_state(const hparams& hp) const override {
         return std::make_unique<recurrent_state>(hp);
     }

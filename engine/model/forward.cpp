@@ -29,17 +29,55 @@ const mixer_kind& mixer_kind_of(const hparams& hp, int il) {
     return attention_mixer::layer_kind();
 }
 
-kv_cache make_sequence_state(const hparams& hp, int n_ctx, kv_type kv) {
-    kv_cache c(hp.n_kv_layer(), n_ctx, hp.kv_heads(), hp.kv_head_dim(), kv, hp.mla());
-    // Each mixer kind's part beside the rows, once per kind, in the order of the layers.
+namespace {
+
+// hp's mixer kinds, each once, in the order of the layers.
+std::vector<const mixer_kind*> mixer_kinds(const hparams& hp) {
     std::vector<const mixer_kind*> kinds;
-    for (int il = 0; il < hp.n_layer; ++il) {
-        const mixer_kind& k = mixer_kind_of(hp, il);
-        if (std::find(kinds.begin(), kinds.end(), &k) != kinds.end()) continue;
-        kinds.push_back(&k);
-        if (std::unique_ptr<state_part> part = k.make_state(hp)) c.add_state(std::move(part));
-    }
+    for (int il = 0; il < hp.n_layer; ++il)
+        if (const mixer_kind* k = &mixer_kind_of(hp, il); std::find(kinds.begin(), kinds.end(), k) == kinds.end())
+            kinds.push_back(k);
+    return kinds;
+}
+
+}  // namespace
+
+kv_rows sequence_rows(const hparams& hp) {
+    for (const mixer_kind* k : mixer_kinds(hp))
+        if (const kv_rows r = k->rows(hp); r.n_head_kv > 0) return r;
+    return attention_mixer::layer_kind().rows(hp);
+}
+
+int n_recurrent_layers(const hparams& hp) {
+    int n = 0;
+    for (int il = 0; il < hp.n_layer; ++il) n += mixer_kind_of(hp, il).recurrent() ? 1 : 0;
+    return n;
+}
+
+size_t sequence_state_bytes(const hparams& hp) {
+    size_t n = 0;
+    for (const mixer_kind* k : mixer_kinds(hp)) n += k->state_bytes(hp);
+    return n;
+}
+
+std::string gpu_unsupported(const hparams& hp) {
+    for (const mixer_kind* k : mixer_kinds(hp))
+        if (std::string why = k->gpu_unsupported(hp); !why.empty()) return why;
+    return {};
+}
+
+kv_cache make_sequence_state(const hparams& hp, int n_ctx, kv_type kv) {
+    const kv_rows rows = sequence_rows(hp);
+    kv_cache c(hp.n_kv_layer(), n_ctx, rows.n_head_kv, rows.head_dim, kv, rows.latent);
+    // Each mixer kind's part beside the rows, once per kind.
+    for (const mixer_kind* k : mixer_kinds(hp))
+        if (std::unique_ptr<state_part> part = k->make_state(hp)) c.add_state(std::move(part));
     return c;
+}
+
+kv_cache make_mtp_state(const hparams& hp, int n_ctx, kv_type kv) {
+    const kv_rows rows = sequence_rows(hp);
+    return kv_cache(1, n_ctx, rows.n_head_kv, rows.head_dim, kv, rows.latent);
 }
 
 std::vector<arenas::moe_layer> moe_layers(const model_weights& w) {

@@ -36,11 +36,28 @@ class recurrent_state;
 struct step_segment;
 class residual_stream;
 
+// A layer kind's positioned rows in a sequence's kv_cache: n_head_kv heads of head_dim keys and
+// values, or one latent row of head_dim per position (n_head_kv 1); n_head_kv 0: none.
+struct kv_rows {
+    int n_head_kv = 0;
+    int head_dim = 0;
+    bool latent = false;
+};
+
 // A token mixer kind as a sequence's state sees it, from the file's hyper-parameters alone.
 class mixer_kind {
 public:
     virtual ~mixer_kind() = default;
     virtual const char* name() const = 0;
+    // Its rows in the sequence's kv_cache.
+    virtual kv_rows rows(const hparams& hp) const = 0;
+    // Whether its part of the state goes back only to checkpoints (a recurrent state).
+    virtual bool recurrent() const { return false; }
+    // Why the GPU hybrid does not run it yet, or empty.
+    virtual std::string gpu_unsupported(const hparams& hp) const {
+        (void)hp;
+        return {};
+    }
     // Its part of a sequence's state beside the KV rows (sequence_state.hpp), or null when it keeps
     // none: made once per sequence for all the layers of the kind.
     virtual std::unique_ptr<state_part> make_state(const hparams& hp) const {
@@ -56,6 +73,13 @@ public:
 
 // Layer il's mixer kind, from the file's hyper-parameters: the one place they choose it.
 const mixer_kind& mixer_kind_of(const hparams& hp, int il);
+// Questions about all of hp's layers, asked of their kinds: the rows of the layers that keep any (the
+// KV cache's layout, the MTP block's too), the layers with a recurrent state, the bytes of the state
+// beside the rows per sequence, and why the GPU hybrid cannot run the model (empty: it can).
+kv_rows sequence_rows(const hparams& hp);
+int n_recurrent_layers(const hparams& hp);
+size_t sequence_state_bytes(const hparams& hp);
+std::string gpu_unsupported(const hparams& hp);
 
 // A layer's token mixer: forward_pass::xn_ [n_tok][n_embd] -> forward_pass::att_, the input of wo.
 class token_mixer {
@@ -237,6 +261,8 @@ public:
     virtual bool counts_block_bytes() const { return true; }
     // Whether one pass may hold several sequences' rows.
     virtual bool batches_sequences() const { return true; }
+    // Why the file's MTP block does not draft under this residual, or empty (then other reasons apply).
+    virtual std::string mtp_refusal() const { return {}; }
 
 protected:
     forward_pass& f_;
@@ -266,6 +292,7 @@ public:
     void finish(std::span<const step_segment> segs, int n_tok) override;
     bool counts_block_bytes() const override { return false; }
     bool batches_sequences() const override { return false; }
+    std::string mtp_refusal() const override { return "it has no nextn.hc_head_* output mixer"; }
 };
 
 }  // namespace strata::engine

@@ -47,6 +47,7 @@ namespace {
 class sparse_attention_kind final : public mixer_kind {
 public:
     const char* name() const override { return "sparse attention"; }
+    kv_rows rows(const hparams& hp) const override { return attention_mixer::layer_kind().rows(hp); }
     std::unique_ptr<state_part> make_state(const hparams& hp) const override {
         (void)hp;
         return std::make_unique<indexer_keys>();

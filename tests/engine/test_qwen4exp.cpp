@@ -351,6 +351,8 @@ TEST(Qwen4Forward, CheckpointsRestoreTheStateExactly) {
     ASSERT_EQ(state.states().size(), 2u);
     EXPECT_STREQ(state.states()[0]->kind(), "gated DeltaNet recurrent state");
     EXPECT_STREQ(state.states()[1]->kind(), "QSA indexer keys");
+    ASSERT_FALSE(fwd.has_mtp());  // no MTP block in this file: the hc residual's reason comes first
+    EXPECT_EQ(fwd.mtp_refusal(), "it has no nextn.hc_head_* output mixer");
     fwd.eval(all, 0, state, first.data(), true, 512);
     EXPECT_EQ(state.state<recurrent_state>().bytes(), recurrent_state_bytes(m->hp));
     ASSERT_EQ(state.state<recurrent_state>().cut_back(70), 64);

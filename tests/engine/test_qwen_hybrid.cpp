@@ -314,5 +314,36 @@ TEST(HybridState, OnePartPerMixerKindThatKeepsOne) {
     EXPECT_THROW(plain.state<recurrent_state>(), std::logic_error);
 }
 
+// What the session and the engine's accounting ask of the layer kinds instead of the architecture.
+TEST(HybridState, TheLayerKindsAnswerForTheModel) {
+    auto m = test::load(make_model::build_model(make_model::preset("tiny", arch::qwen35moe)));
+    const hparams& hp = m->hp;
+    EXPECT_EQ(n_recurrent_layers(hp), 3);
+    EXPECT_EQ(sequence_state_bytes(hp), recurrent_state_bytes(hp));
+    const kv_rows rows = sequence_rows(hp);
+    EXPECT_EQ(rows.n_head_kv, hp.n_head_kv);
+    EXPECT_EQ(rows.head_dim, hp.head_dim);
+    EXPECT_FALSE(rows.latent);
+    EXPECT_NE(gpu_unsupported(hp).find("gated DeltaNet"), std::string::npos);
+    const kv_cache mtp = make_mtp_state(hp, 64, kv_type::f16);
+    EXPECT_EQ(mtp.n_layer(), 1);
+    EXPECT_TRUE(mtp.states().empty());
+    auto pool = test::make_pool("off", 1);
+    forward_pass fwd(*pool, hp, m->w, *m->rows);
+    EXPECT_FALSE(fwd.has_mtp());
+    EXPECT_EQ(fwd.mtp_refusal(), "not implemented for qwen35moe");
+
+    auto d = test::load(make_model::build_model(make_model::preset("tiny", arch::deepseek2)));
+    const kv_rows latent = sequence_rows(d->hp);
+    EXPECT_TRUE(latent.latent);
+    EXPECT_EQ(latent.n_head_kv, 1);
+    EXPECT_EQ(latent.head_dim, d->hp.n_lora_kv + d->hp.n_rot);
+    EXPECT_EQ(n_recurrent_layers(d->hp), 0);
+    EXPECT_EQ(sequence_state_bytes(d->hp), 0u);
+    EXPECT_NE(gpu_unsupported(d->hp).find("multi-head latent attention"), std::string::npos);
+    EXPECT_TRUE(make_mtp_state(d->hp, 64, kv_type::f16).latent());
+    EXPECT_EQ(gpu_unsupported(test::load(make_model::build_model(make_model::preset("tiny", arch::qwen3moe)))->hp), "");
+}
+
 }  // namespace
 }  // namespace strata::engine
