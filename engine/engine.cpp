@@ -111,17 +111,19 @@ model_info describe(const model::impl& m, const arenas::pool_plan& plan) {
     i.kv_type = engine::kv_type_name(m.kv);
     i.chat_format = m.chat ? std::string(m.chat->name()) : "";
     i.file_bytes = m.file.file_size();
-    i.kv_bytes_per_session = engine::kv_cache::bytes_needed(hp.n_kv_layer(), m.options.n_ctx, hp.kv_heads(),
-                                                               hp.kv_head_dim(), m.kv, hp.mla());
+    const engine::kv_rows rows = engine::sequence_rows(hp);
+    i.kv_bytes_per_session = engine::kv_cache::bytes_needed(hp.n_kv_layer(), m.options.n_ctx, rows.n_head_kv,
+                                                               rows.head_dim, m.kv, rows.latent);
     i.kv_chunk_tokens = engine::kv_cache::chunk_tokens;
     if (m.hybrid) {  // the keys and values live in VRAM
         i.kv_bytes_per_session = m.hybrid->kv_bytes_max();
         i.kv_chunk_tokens = engine::gpu::hybrid_options{}.kv_grow_tokens;
     }
-    i.kv_bytes_per_token = engine::kv_cache::bytes_per_token(hp.n_kv_layer(), hp.kv_heads(), hp.kv_head_dim(), m.kv, hp.mla());
-    i.n_recurrent_layers = hp.hybrid() ? hp.n_recurrent() : 0;
-    i.state_bytes_per_session = engine::recurrent_state_bytes(hp);
-    i.state_checkpoint_interval = hp.hybrid() ? m.options.state_checkpoint_interval : 0;
+    i.kv_bytes_per_token = engine::kv_cache::bytes_per_token(hp.n_kv_layer(), rows.n_head_kv, rows.head_dim, m.kv,
+                                                             rows.latent);
+    i.n_recurrent_layers = engine::n_recurrent_layers(hp);
+    i.state_bytes_per_session = engine::sequence_state_bytes(hp);
+    i.state_checkpoint_interval = i.n_recurrent_layers > 0 ? m.options.state_checkpoint_interval : 0;
     i.pool_split = plan.split;
     i.pool_test_mode = plan.test_mode;
     i.pool_reason = plan.reason;
@@ -261,15 +263,8 @@ model_options checked(model_options o, int n_ctx_train) {
     return o;
 }
 
-// What the GPU hybrid does not run yet (deepseek2's latent attention), or empty.
-std::string hybrid_unsupported(const engine::hparams& hp) {
-    if (hp.mla())
-        return fmt::format("the GPU hybrid does not run {}'s multi-head latent attention yet", hp.arch.name);
-    if (hp.hybrid())
-        return fmt::format("the GPU hybrid does not run {}'s gated DeltaNet layers and their recurrent state yet",
-                           hp.arch.name);
-    return {};
-}
+// What the GPU hybrid does not run yet (a layer kind's reason), or empty.
+std::string hybrid_unsupported(const engine::hparams& hp) { return engine::gpu_unsupported(hp); }
 
 // The file's next-token-prediction layers are not evaluated by the trunk: one log line saying so, and
 // whether the first drafts for speculation.
@@ -435,12 +430,12 @@ std::shared_ptr<model> model::load(const model_options& options) {
     r.budget = std::make_unique<engine::memory_budget>(engine::memory_budget_bytes(r.options.mem_budget_mib));
     r.conversations = std::make_unique<engine::conversation_cache>(cache_budget, *r.hot, r.budget.get());
     r.info = describe(r, r.pool->plan());
-    if (r.hp.hybrid())
+    if (r.info.n_recurrent_layers > 0)
         logger("engine")->info("{} of the {} layers are gated DeltaNet layers: each session keeps their recurrent "
                                "state, {:.2f} MiB, beside a KV cache of the {} attention layers ({:.2f} KiB per "
                                "token); a checkpoint of the state (as large) every {} tokens and where prompts' new "
                                "tokens start and end, at most {} per session.",
-                               r.hp.n_recurrent(), r.hp.n_layer, double(r.info.state_bytes_per_session) / (1 << 20),
+                               r.info.n_recurrent_layers, r.hp.n_layer, double(r.info.state_bytes_per_session) / (1 << 20),
                                r.hp.n_kv_layer(), double(r.info.kv_bytes_per_token) / 1024,
                                r.options.state_checkpoint_interval, engine::recurrent_state::default_max_checkpoints);
     logger("engine")->info("Loaded {} ({}, {} layers, {} experts of which {} used, {:.1f} MiB); context {} tokens, "

@@ -130,9 +130,7 @@ size_t session::impl::reuse_prefix(std::span<const int32_t> prompt, std::string_
 namespace {
 
 void check_speculation(const speculation_options& so, const model::impl& m) {
-    const std::string why = m.hp.qwen4()                     ? "it has no nextn.hc_head_* output mixer"
-                            : !m.weights.nextn_error.empty() ? "it could not be bound: " + m.weights.nextn_error
-                                                             : fmt::format("not implemented for {}", m.hp.arch.name);
+    const std::string why = m.forward ? m.forward->mtp_refusal() : m.weights.nextn_error;
     if (so.type == "mtp" && !(m.forward && m.forward->has_mtp()))
         throw request_error(m.hp.n_layer_nextn > 0
                                 ? fmt::format("the file's MTP block cannot draft ({}); use the spec type ngram, "

@@ -30,8 +30,7 @@ struct session::impl {
     // mtp_kv, made empty on first use (one layer of kv's shape and type).
     engine::kv_cache& mtp_cache() {
         if (!mtp_kv) {
-            mtp_kv = std::make_unique<engine::kv_cache>(1, m.options.n_ctx, m.hp.kv_heads(), m.hp.kv_head_dim(), m.kv,
-                                                        m.hp.mla());
+            mtp_kv = std::make_unique<engine::kv_cache>(engine::make_mtp_state(m.hp, m.options.n_ctx, m.kv));
             mtp_filled = 0;
         }
         return *mtp_kv;

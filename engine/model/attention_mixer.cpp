@@ -7,6 +7,21 @@
 
 namespace strata::engine {
 
+namespace {
+
+class attention_kind final : public mixer_kind {
+public:
+    const char* name() const override { return "attention"; }
+    kv_rows rows(const hparams& hp) const override { return {hp.n_head_kv, hp.head_dim, false}; }
+};
+
+}  // namespace
+
+const mixer_kind& attention_mixer::layer_kind() {
+    static const attention_kind k;
+    return k;
+}
+
 namespace cpu = kernels::cpu;
 
 namespace {

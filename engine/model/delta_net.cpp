@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "cpu/delta_net.hpp"
 #include "cpu/kernels.hpp"
 #include "model/forward.hpp"
@@ -142,12 +144,40 @@ void delta_net_mixer::trace_conv(recurrent_state& state, int r, int n_tok, const
     }
 }
 
+namespace {
+
+// Its part of the state: the recurrent state of every DeltaNet layer (conv + SSM), checkpointed.
+class delta_net_kind final : public mixer_kind {
+public:
+    const char* name() const override { return "gated DeltaNet"; }
+    kv_rows rows(const hparams& hp) const override {
+        (void)hp;
+        return {};
+    }
+    bool recurrent() const override { return true; }
+    std::string gpu_unsupported(const hparams& hp) const override {
+        return fmt::format("the GPU hybrid does not run {}'s gated DeltaNet layers and their recurrent state yet",
+                           hp.arch.name);
+    }
+    std::unique_ptr<state_part> make_state(const hparams& hp) const override {
+        return std::make_unique<recurrent_state>(hp);
+    }
+    size_t state_bytes(const hparams& hp) const override { return recurrent_state_bytes(hp); }
+};
+
+}  // namespace
+
+const mixer_kind& gated_delta_net::layer_kind() {
+    static const delta_net_kind k;
+    return k;
+}
+
 gated_delta_net::gated_delta_net(forward_pass& f) : token_mixer(f), kernel_(f.pool_, f.hp_) {
     for (int il = 0, r = 0; il < f.hp_.n_layer; ++il) rec_index_.push_back(f.hp_.is_recurrent(il) ? r++ : -1);
 }
 
 void gated_delta_net::eval(int il, std::span<const step_segment> segs, int n_tok) {
-    run(il, n_tok, segs[0].kv->recurrent());
+    run(il, n_tok, segs[0].kv->state<recurrent_state>());
 }
 
 void gated_delta_net::run(int il, int n_tok, recurrent_state& state) {

@@ -22,10 +22,62 @@ uint64_t bytes_of(const weight_matrix& w) { return w.present() ? static_cast<uin
 
 }  // namespace
 
+const mixer_kind& mixer_kind_of(const hparams& hp, int il) {
+    if (hp.is_recurrent(il)) return gated_delta_net::layer_kind();
+    if (hp.mla()) return latent_attention_mixer::layer_kind();
+    if (hp.qwen4() && hp.qsa_ratio[static_cast<size_t>(il)] > 0) return sparse_attention_mixer::layer_kind();
+    return attention_mixer::layer_kind();
+}
+
+namespace {
+
+// hp's mixer kinds, each once, in the order of the layers.
+std::vector<const mixer_kind*> mixer_kinds(const hparams& hp) {
+    std::vector<const mixer_kind*> kinds;
+    for (int il = 0; il < hp.n_layer; ++il)
+        if (const mixer_kind* k = &mixer_kind_of(hp, il); std::find(kinds.begin(), kinds.end(), k) == kinds.end())
+            kinds.push_back(k);
+    return kinds;
+}
+
+}  // namespace
+
+kv_rows sequence_rows(const hparams& hp) {
+    for (const mixer_kind* k : mixer_kinds(hp))
+        if (const kv_rows r = k->rows(hp); r.n_head_kv > 0) return r;
+    return attention_mixer::layer_kind().rows(hp);
+}
+
+int n_recurrent_layers(const hparams& hp) {
+    int n = 0;
+    for (int il = 0; il < hp.n_layer; ++il) n += mixer_kind_of(hp, il).recurrent() ? 1 : 0;
+    return n;
+}
+
+size_t sequence_state_bytes(const hparams& hp) {
+    size_t n = 0;
+    for (const mixer_kind* k : mixer_kinds(hp)) n += k->state_bytes(hp);
+    return n;
+}
+
+std::string gpu_unsupported(const hparams& hp) {
+    for (const mixer_kind* k : mixer_kinds(hp))
+        if (std::string why = k->gpu_unsupported(hp); !why.empty()) return why;
+    return {};
+}
+
 kv_cache make_sequence_state(const hparams& hp, int n_ctx, kv_type kv) {
-    kv_cache c(hp.n_kv_layer(), n_ctx, hp.kv_heads(), hp.kv_head_dim(), kv, hp.mla());
-    c.recurrent() = recurrent_state(hp);
+    const kv_rows rows = sequence_rows(hp);
+    kv_cache c(hp.n_kv_layer(), n_ctx, rows.n_head_kv, rows.head_dim, kv, rows.latent);
+    // Each mixer kind's part beside the rows, once per kind.
+    for (const mixer_kind* k : mixer_kinds(hp))
+        if (std::unique_ptr<state_part> part = k->make_state(hp)) c.add_state(std::move(part));
     return c;
+}
+
+kv_cache make_mtp_state(const hparams& hp, int n_ctx, kv_type kv) {
+    const kv_rows rows = sequence_rows(hp);
+    return kv_cache(1, n_ctx, rows.n_head_kv, rows.head_dim, kv, rows.latent);
 }
 
 std::vector<arenas::moe_layer> moe_layers(const model_weights& w) {
@@ -54,13 +106,14 @@ forward_pass::forward_pass(arenas::expert_pool& pool, const hparams& hp, const m
         residual_ = std::make_unique<plain_residual>(*this);
     for (int il = 0; il < hp.n_layer; ++il) {
         layer_kind k;
-        if (hp.is_recurrent(il)) {
+        const mixer_kind& mk = mixer_kind_of(hp, il);
+        if (&mk == &gated_delta_net::layer_kind()) {
             if (!delta_net_) delta_net_ = std::make_unique<gated_delta_net>(*this);
             k.mixer = delta_net_.get();
-        } else if (hp.mla()) {
+        } else if (&mk == &latent_attention_mixer::layer_kind()) {
             if (!latent_attention_) latent_attention_ = std::make_unique<latent_attention_mixer>(*this);
             k.mixer = latent_attention_.get();
-        } else if (hp.qwen4() && hp.qsa_ratio[static_cast<size_t>(il)] > 0) {
+        } else if (&mk == &sparse_attention_mixer::layer_kind()) {
             if (!sparse_attention_) sparse_attention_ = std::make_unique<sparse_attention_mixer>(*this, *attention_);
             k.mixer = sparse_attention_.get();
         } else {
@@ -142,11 +195,12 @@ void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv,
     if (pos0 < 0 || int64_t{pos0} + n > kv.n_ctx())
         throw kv_cache_full(fmt::format("positions {}..{} do not fit the context of {}", pos0, int64_t{pos0} + n - 1,
                                         kv.n_ctx()));
-    recurrent_state& rs = kv.recurrent();
-    if (!rs.empty() && rs.pos() != pos0)
-        throw std::logic_error(fmt::format("the recurrent state holds {} positions, the batch starts at {}", rs.pos(), pos0));
+    const bool positioned = kv.state_pos() >= 0;  // a part beside the rows holds a position of its own
+    if (positioned && kv.state_pos() != pos0)
+        throw std::logic_error(fmt::format("the recurrent state holds {} positions, the batch starts at {}",
+                                           kv.state_pos(), pos0));
     kv.reserve(pos0 + n);
-    const int every = rs.empty() ? 0 : checkpoint_interval_;
+    const int every = positioned ? checkpoint_interval_ : 0;
     for (int first = 0, n_tok = 0; first < n; first += n_tok) {
         n_tok = std::min(n_batch, n - first);
         if (every > 0) n_tok = std::min(n_tok, every - (pos0 + first) % every);
@@ -158,9 +212,9 @@ void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv,
             out = logits;
         eval_batch(tokens.data() + first, n_tok, pos0 + first, kv, out, all_logits,
                    hidden ? hidden + static_cast<size_t>(first) * hp_.residual_width() : nullptr);
-        if (rs.empty()) continue;
-        rs.set_pos(pos0 + first + n_tok);
-        if (every > 0 && rs.pos() % every == 0) rs.checkpoint();
+        if (!positioned) continue;
+        kv.set_state_pos(pos0 + first + n_tok);
+        if (every > 0 && (pos0 + first + n_tok) % every == 0) kv.checkpoint();
     }
 }
 
@@ -234,7 +288,7 @@ void forward_pass::eval_layers(std::span<const step_segment> segs) {
     for (int il = 0; il < hp_.n_layer; ++il) {
         const layer_weights& l = w_.layers[static_cast<size_t>(il)];
         const layer_kind& kind = layers_[static_cast<size_t>(il)];
-        if (kind.ple) ple_block(l, tok_.data(), n_tok, segs[0].kv->recurrent());
+        if (kind.ple) ple_block(l, tok_.data(), n_tok, segs[0].kv->state<recurrent_state>());
         res.block_input(l, false, n_tok);
         kind.mixer->eval(il, segs, n_tok);
         {

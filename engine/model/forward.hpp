@@ -75,7 +75,7 @@ public:
     forward_pass(arenas::expert_pool& pool, const hparams& hp, const model_weights& w, const arenas::expert_rows& rows);
 
     // Runs tokens at positions [pos0, pos0 + n); every position below pos0 must already be in `kv`
-    // (and kv.recurrent() be at pos0). With a recurrent state, batches also end at multiples of the
+    // (and kv.state_pos() be pos0 or -1). With a recurrent state, batches also end at multiples of the
     // checkpoint interval, where the state is checkpointed.
     // Throws kv_cache_full, before evaluating anything, when the positions do not fit the cache.
     // logits: [n_vocab] for the last token, or [n][n_vocab] when all_logits. Splits the tokens into
@@ -115,6 +115,8 @@ public:
     // the hc streams, eh_proj applied to each, the block's mixers over them and its own output mixer
     // (nextn.hc_head_*) before the head (qwen4exp_forward.cpp).
     bool has_mtp() const { return mtp_moe_ != nullptr; }
+    // Why the file's MTP block does not draft (when has_mtp() is false).
+    std::string mtp_refusal() const;
     void mtp(const int32_t* tokens, const float* h, int n_tok, int pos0, kv_cache& kv, float* h_out, float* logits,
              bool all_logits = false, bool chained = false);
 
@@ -225,6 +227,8 @@ private:
 // A sequence's state for hp: the KV cache of its attention layers (kv heads, or deepseek2's latent rows)
 // and, for the hybrid families, the recurrent state of its DeltaNet layers.
 kv_cache make_sequence_state(const hparams& hp, int n_ctx, kv_type kv);
+// The MTP block's own cache: one layer of the trunk's rows (the block runs the trunk's attention kind).
+kv_cache make_mtp_state(const hparams& hp, int n_ctx, kv_type kv);
 
 // The routed experts of every MoE layer in layer order, as the pool reads them: the pool's layer
 // il - hp.n_layer_dense_lead is the model's layer il (leading dense layers have no experts).

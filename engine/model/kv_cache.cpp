@@ -292,50 +292,99 @@ kernels::cpu::kv_tile kv_cache::latent_tile(int layer, int chunk, int n_pos, int
 }
 
 size_t parked_state::usable(size_t n) const {
-    if (recurrent.empty()) return n;
-    size_t best = 0;
-    for (const state_checkpoint& c : recurrent)
-        if (static_cast<size_t>(c.pos) <= n) best = std::max(best, static_cast<size_t>(c.pos));
-    return best;
-}
-
-size_t parked_state::bytes() const {
-    size_t n = n_states() * state_bytes();
-    for (const std::vector<float>& k : indexer_keys) n += k.size() * sizeof(float);
+    for (const auto& p : parts) n = static_cast<size_t>(p->usable(static_cast<int>(n)));
     return n;
 }
 
-int kv_cache::usable(int n_pos) const { return recurrent_.empty() ? n_pos : recurrent_.usable(n_pos); }
+size_t parked_state::bytes() const {
+    size_t n = 0;
+    for (const auto& p : parts) n += p->parked_bytes();
+    return n;
+}
 
-int kv_cache::cut_back(int n_pos) { return recurrent_.empty() ? n_pos : recurrent_.cut_back(n_pos); }
+size_t parked_state::n_states() const {
+    size_t n = 0;
+    for (const auto& p : parts) n += p->n_states();
+    return n;
+}
 
-void kv_cache::checkpoint() { recurrent_.checkpoint(); }
+size_t parked_state::state_bytes() const {
+    for (const auto& p : parts)
+        if (p->n_states() > 0) return p->state_bytes();
+    return 0;
+}
+
+int kv_cache::usable(int n_pos) const {
+    for (const auto& p : parts_) n_pos = p->usable(n_pos);
+    return n_pos;
+}
+
+int kv_cache::cut_back(int n_pos) {
+    for (const auto& p : parts_) n_pos = p->cut_back(n_pos);
+    return n_pos;
+}
+
+void kv_cache::checkpoint() {
+    for (const auto& p : parts_) p->checkpoint();
+}
+
+size_t kv_cache::n_checkpoints() const {
+    size_t n = 0;
+    for (const auto& p : parts_) n += p->n_checkpoints();
+    return n;
+}
+
+size_t kv_cache::checkpoint_bytes() const {
+    size_t n = 0;
+    for (const auto& p : parts_) n += p->checkpoint_bytes();
+    return n;
+}
+
+void kv_cache::reset_state() {
+    for (const auto& p : parts_) p->reset();
+}
+
+int kv_cache::state_pos() const {
+    for (const auto& p : parts_)
+        if (p->pos() >= 0) return p->pos();
+    return -1;
+}
+
+void kv_cache::set_state_pos(int pos) {
+    for (const auto& p : parts_) p->set_pos(pos);
+}
 
 parked_state kv_cache::park_state(int n_pos) const {
     if (state_pos() >= 0 && state_pos() != n_pos)
         throw std::logic_error(fmt::format("parking {} positions with a recurrent state at {}", n_pos, state_pos()));
     parked_state p;
-    if (!recurrent_.empty()) {
-        for (const state_checkpoint& c : recurrent_.checkpoints())
-            if (c.pos < recurrent_.pos()) p.recurrent.push_back(c);
-        p.recurrent.push_back({recurrent_.pos(), std::vector<float>(recurrent_.data().begin(), recurrent_.data().end())});
-    }
-    p.indexer_keys = indexer_keys_;
+    for (const auto& part : parts_) p.parts.push_back(part->park());
     return p;
 }
 
 void kv_cache::restore_state(const parked_state& p, int to) {
-    if (!p.recurrent.empty()) {
-        const auto at = std::find_if(p.recurrent.begin(), p.recurrent.end(),
-                                     [&](const state_checkpoint& c) { return c.pos == to; });
-        if (at == p.recurrent.end()) throw std::logic_error(fmt::format("no recurrent state parked at {}", to));
-        std::vector<state_checkpoint> before;
-        for (const state_checkpoint& c : p.recurrent)
-            if (c.pos < to) before.push_back(c);
-        recurrent_.assign(*at, std::move(before));
-    }
-    // The stores hold every parked position; those past `to` are rewritten before they are read.
-    if (!p.indexer_keys.empty()) indexer_keys_ = p.indexer_keys;
+    if (p.parts.size() != parts_.size())
+        throw std::logic_error(fmt::format("a sequence state of {} parts restored from a parked one of {}",
+                                           parts_.size(), p.parts.size()));
+    for (size_t i = 0; i < parts_.size(); ++i) parts_[i]->restore(*p.parts[i], to);
+}
+
+void kv_cache::start_trace(int n) {
+    for (const auto& p : parts_) p->start_trace(n);
+}
+
+void kv_cache::stop_trace() {
+    for (const auto& p : parts_) p->stop_trace();
+}
+
+bool kv_cache::back_to_traced(int n_pos) {
+    for (const auto& p : parts_)
+        if (!p->back_to_traced(n_pos)) return false;
+    return true;
+}
+
+void kv_cache::release_trace() {
+    for (const auto& p : parts_) p->release_trace();
 }
 
 }  // namespace strata::engine

@@ -18,11 +18,12 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "cpu/attention.hpp"
 #include "formats/blocks.hpp"
-#include "model/recurrent_state.hpp"
+#include "model/sequence_state.hpp"
 
 namespace strata::engine {
 
@@ -30,19 +31,6 @@ enum class kv_type { f16, int8 };
 
 kv_type parse_kv_type(const std::string& name);  // "f16" | "int8"; throws listing both
 const char* kv_type_name(kv_type t);
-
-// The part of a sequence's state that is not positioned rows, as parked beside them (a conversation
-// snapshot): each mixer kind's own state, copied whole.
-struct parked_state {
-    std::vector<state_checkpoint> recurrent;       // gated DeltaNet: states by position, the last at the parked one
-    std::vector<std::vector<float>> indexer_keys;  // QSA: the indexer's stores
-
-    // The newest position at or before n it can be restored at (n when every part cuts back anywhere).
-    size_t usable(size_t n) const;
-    size_t bytes() const;
-    size_t n_states() const { return recurrent.size(); }  // whole-state copies (each state_bytes())
-    size_t state_bytes() const { return recurrent.empty() ? 0 : recurrent.front().data.size() * sizeof(float); }
-};
 
 // The cache cannot hold a position: past its context, or out of memory while growing. The message
 // names the numbers; what the cache held stays intact.
@@ -101,20 +89,22 @@ public:
     void write_rows(int layer, int chunk, int t, int r0, int r1, const uint8_t* rows);
 
     // The sequence's state as the session, the conversation cache and speculation see it, whatever mixer
-    // kinds the model has. The positioned rows (keys and values, latent rows, indexer keys) go back to any
-    // position by being rewritten; a recurrent state only to one of its checkpoints.
+    // kinds the model has: the positioned rows (keys and values, latent rows) go back to any position by
+    // being rewritten, and each part beside them (sequence_state.hpp) says how it goes back.
     // The position that going back to n_pos reaches (n_pos, or the newest checkpoint at or before it).
     int usable(int n_pos) const;
     // Goes back to usable(n_pos) and returns it.
     int cut_back(int n_pos);
-    // Keeps a copy of the state at its position where a kind cannot cut back (nothing for the others).
+    // Keeps a copy of the state at its position where a part cannot cut back (nothing for the others).
     void checkpoint();
-    size_t n_checkpoints() const { return recurrent_.checkpoints().size(); }
-    size_t checkpoint_bytes() const { return recurrent_.checkpoint_bytes(); }
+    size_t n_checkpoints() const;
+    size_t checkpoint_bytes() const;
     // The state at position 0 (the rows are rewritten as positions are evaluated again).
-    void reset_state() { recurrent_.reset(); }
-    // The position the state beside the rows is at, or -1 where it follows the rows (no recurrent state).
-    int state_pos() const { return recurrent_.empty() ? -1 : recurrent_.pos(); }
+    void reset_state();
+    // The position the parts beside the rows are at, or -1 where they follow the rows; the forward pass
+    // moves it on after each batch.
+    int state_pos() const;
+    void set_state_pos(int pos);
     // The state beside the rows for parking the first n_pos positions (state_pos() must be n_pos or -1),
     // and back: the state at `to` (a position p.usable() gave) with p's checkpoints before it.
     // Throws std::logic_error when they do not match.
@@ -124,22 +114,21 @@ public:
     // a rejected draft goes back to) until stop_trace(); back_to_traced(n_pos) goes back to the one
     // after position n_pos - 1 without evaluating (false: none kept there; true where the state
     // follows the rows); release_trace() gives the copies' memory back.
-    void start_trace(int n) {
-        if (!recurrent_.empty()) recurrent_.start_trace(n);
+    void start_trace(int n);
+    void stop_trace();
+    bool back_to_traced(int n_pos);
+    void release_trace();
+
+    // The parts beside the rows, one per mixer kind that keeps one (make_sequence_state adds them).
+    void add_state(std::unique_ptr<state_part> part) { parts_.push_back(std::move(part)); }
+    const std::vector<std::unique_ptr<state_part>>& states() const { return parts_; }
+    // The part of type T (a mixer kind's own), for that kind's code; throws std::logic_error when absent.
+    template <class T>
+    T& state() const {
+        for (const auto& p : parts_)
+            if (auto* t = dynamic_cast<T*>(p.get())) return *t;
+        throw std::logic_error(std::string("the sequence's state has no ") + typeid(T).name());
     }
-    void stop_trace() { recurrent_.stop_trace(); }
-    bool back_to_traced(int n_pos) { return recurrent_.empty() || recurrent_.restore_traced(n_pos); }
-    void release_trace() { recurrent_.release_trace(); }
-
-    // The sequence's recurrent state beside its keys and values (hybrid families; empty elsewhere):
-    // the cache holds the attention layers, this the DeltaNet layers.
-    recurrent_state& recurrent() { return recurrent_; }
-    const recurrent_state& recurrent() const { return recurrent_; }
-
-    // qwen4exp's QSA indexer keys, f32, tracked position for position with the attention layers:
-    // [qsa layer][pos][indexer key_length] (empty elsewhere; model/qsa.hpp).
-    std::vector<std::vector<float>>& indexer_keys() { return indexer_keys_; }
-    const std::vector<std::vector<float>>& indexer_keys() const { return indexer_keys_; }
 
 private:
     // The first byte of tile t of a chunk (read_rows's numbering).
@@ -182,8 +171,7 @@ private:
     size_t head_row_bytes_;   // one position of one kv head
     int n_chunks_ = 0;
     std::vector<slab> slabs_;  // [n_chunks]
-    recurrent_state recurrent_;
-    std::vector<std::vector<float>> indexer_keys_;
+    std::vector<std::unique_ptr<state_part>> parts_;
 };
 
 }  // namespace strata::engine

@@ -9,11 +9,14 @@
 //     dense_ffn (ffn_dense.cpp), moe_ffn: routed experts and the shared expert (ffn_moe.cpp)
 //   residuals: plain_residual (one stream, RMS norms; residual.cpp), hc_residual (qwen4exp's hc streams
 //     mixed by hyper-connections; qwen4exp_forward.cpp)
+// Each mixer kind also has a mixer_kind: what it keeps per sequence, known from the hyper-parameters
+// alone (mixer_kind_of), so that sequences are made and their memory counted without a forward pass.
 // They work on forward_pass's buffers (xn_, att_, tmp_, ...) and helpers (matmul, the pool, the phase
 // clock), so the pass's bits, pool dispatches, timing and bytes are those of one loop over them.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -21,6 +24,8 @@
 
 #include "expert_pool.hpp"
 #include "model/delta_net.hpp"
+#include "model/hparams.hpp"
+#include "model/sequence_state.hpp"
 #include "model/weights.hpp"
 
 namespace strata::engine {
@@ -30,6 +35,51 @@ class kv_cache;
 class recurrent_state;
 struct step_segment;
 class residual_stream;
+
+// A layer kind's positioned rows in a sequence's kv_cache: n_head_kv heads of head_dim keys and
+// values, or one latent row of head_dim per position (n_head_kv 1); n_head_kv 0: none.
+struct kv_rows {
+    int n_head_kv = 0;
+    int head_dim = 0;
+    bool latent = false;
+};
+
+// A token mixer kind as a sequence's state sees it, from the file's hyper-parameters alone.
+class mixer_kind {
+public:
+    virtual ~mixer_kind() = default;
+    virtual const char* name() const = 0;
+    // Its rows in the sequence's kv_cache.
+    virtual kv_rows rows(const hparams& hp) const = 0;
+    // Whether its part of the state goes back only to checkpoints (a recurrent state).
+    virtual bool recurrent() const { return false; }
+    // Why the GPU hybrid does not run it yet, or empty.
+    virtual std::string gpu_unsupported(const hparams& hp) const {
+        (void)hp;
+        return {};
+    }
+    // Its part of a sequence's state beside the KV rows (sequence_state.hpp), or null when it keeps
+    // none: made once per sequence for all the layers of the kind.
+    virtual std::unique_ptr<state_part> make_state(const hparams& hp) const {
+        (void)hp;
+        return nullptr;
+    }
+    // Bytes of that part per sequence that do not grow with the positions (each checkpoint as many).
+    virtual size_t state_bytes(const hparams& hp) const {
+        (void)hp;
+        return 0;
+    }
+};
+
+// Layer il's mixer kind, from the file's hyper-parameters: the one place they choose it.
+const mixer_kind& mixer_kind_of(const hparams& hp, int il);
+// Questions about all of hp's layers, asked of their kinds: the rows of the layers that keep any (the
+// KV cache's layout, the MTP block's too), the layers with a recurrent state, the bytes of the state
+// beside the rows per sequence, and why the GPU hybrid cannot run the model (empty: it can).
+kv_rows sequence_rows(const hparams& hp);
+int n_recurrent_layers(const hparams& hp);
+size_t sequence_state_bytes(const hparams& hp);
+std::string gpu_unsupported(const hparams& hp);
 
 // A layer's token mixer: forward_pass::xn_ [n_tok][n_embd] -> forward_pass::att_, the input of wo.
 class token_mixer {
@@ -61,6 +111,7 @@ protected:
 class attention_mixer final : public token_mixer {
 public:
     using token_mixer::token_mixer;
+    static const mixer_kind& layer_kind();
     const char* kind() const override { return "attention"; }
     void eval(int il, std::span<const step_segment> segs, int n_tok) override;
     void eval_weights(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok) override {
@@ -82,6 +133,7 @@ private:
 class sparse_attention_mixer final : public token_mixer {
 public:
     sparse_attention_mixer(forward_pass& f, attention_mixer& dense);
+    static const mixer_kind& layer_kind();
     const char* kind() const override { return "sparse attention"; }
     void eval(int il, std::span<const step_segment> segs, int n_tok) override;
     bool batches_sequences() const override { return false; }
@@ -89,7 +141,7 @@ public:
 private:
     void select(int il, int n_tok, int pos0, kv_cache& kv);
     attention_mixer& dense_;
-    std::vector<int> slot_;             // [n_layer] a QSA layer's index in kv.indexer_keys(), -1 otherwise
+    std::vector<int> slot_;             // [n_layer] a QSA layer's index among the indexer_keys stores, -1 otherwise
     std::vector<float> idx_q_, idx_k_;  // [n_tok][idx_n_head][idx_head_dim], [n_tok][idx_head_dim]
 };
 
@@ -97,6 +149,7 @@ private:
 class latent_attention_mixer final : public token_mixer {
 public:
     using token_mixer::token_mixer;
+    static const mixer_kind& layer_kind();
     const char* kind() const override { return "latent attention"; }
     void eval(int il, std::span<const step_segment> segs, int n_tok) override;
     bool batches_sequences() const override { return false; }
@@ -127,6 +180,7 @@ private:
 class gated_delta_net final : public token_mixer {
 public:
     explicit gated_delta_net(forward_pass& f);
+    static const mixer_kind& layer_kind();
     const char* kind() const override { return "gated DeltaNet"; }
     void eval(int il, std::span<const step_segment> segs, int n_tok) override;
     bool batches_sequences() const override { return false; }
@@ -207,6 +261,8 @@ public:
     virtual bool counts_block_bytes() const { return true; }
     // Whether one pass may hold several sequences' rows.
     virtual bool batches_sequences() const { return true; }
+    // Why the file's MTP block does not draft under this residual, or empty (then other reasons apply).
+    virtual std::string mtp_refusal() const { return {}; }
 
 protected:
     forward_pass& f_;
@@ -236,6 +292,7 @@ public:
     void finish(std::span<const step_segment> segs, int n_tok) override;
     bool counts_block_bytes() const override { return false; }
     bool batches_sequences() const override { return false; }
+    std::string mtp_refusal() const override { return "it has no nextn.hc_head_* output mixer"; }
 };
 
 }  // namespace strata::engine

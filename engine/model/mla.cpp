@@ -14,10 +14,30 @@
 #include <algorithm>
 #include <cstring>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "model/forward.hpp"
 #include "model/parallel.hpp"
 
 namespace strata::engine {
+
+namespace {
+
+class latent_attention_kind final : public mixer_kind {
+public:
+    const char* name() const override { return "latent attention"; }
+    kv_rows rows(const hparams& hp) const override { return {1, hp.n_lora_kv + hp.n_rot, true}; }
+    std::string gpu_unsupported(const hparams& hp) const override {
+        return fmt::format("the GPU hybrid does not run {}'s multi-head latent attention yet", hp.arch.name);
+    }
+};
+
+}  // namespace
+
+const mixer_kind& latent_attention_mixer::layer_kind() {
+    static const latent_attention_kind k;
+    return k;
+}
 
 namespace cpu = kernels::cpu;
 

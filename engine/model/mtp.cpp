@@ -8,12 +8,20 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "formats/quant.hpp"
 #include "model/forward.hpp"
 
 namespace strata::engine {
 
 namespace cpu = kernels::cpu;
+
+std::string forward_pass::mtp_refusal() const {
+    if (std::string why = residual_->mtp_refusal(); !why.empty()) return why;
+    if (!w_.nextn_error.empty()) return "it could not be bound: " + w_.nextn_error;
+    return fmt::format("not implemented for {}", hp_.arch.name);
+}
 
 void forward_pass::mtp(const int32_t* tokens, const float* h, int n_tok, int pos0, kv_cache& kv, float* h_out,
                        float* logits, bool all_logits, bool chained) {

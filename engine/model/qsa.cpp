@@ -4,12 +4,29 @@
 #include <cmath>
 #include <numeric>
 
+#include <stdexcept>
+
+#include <spdlog/fmt/fmt.h>
+
 #include "formats/quant.hpp"
 #include "model/forward.hpp"
 
 namespace strata::engine {
 
 namespace cpu = kernels::cpu;
+
+void indexer_keys::restore(const state_part& parked, int to) {
+    (void)to;  // the stores hold every parked position; those past `to` are rewritten before they are read
+    const auto* p = dynamic_cast<const indexer_keys*>(&parked);
+    if (!p) throw std::logic_error(fmt::format("QSA indexer keys restored from a parked {}", parked.kind()));
+    if (!p->stores.empty()) stores = p->stores;
+}
+
+size_t indexer_keys::parked_bytes() const {
+    size_t n = 0;
+    for (const std::vector<float>& k : stores) n += k.size() * sizeof(float);
+    return n;
+}
 
 std::vector<int> qsa_pick_blocks(const float* scores, int n_blocks, int k) {
     std::vector<int> order(static_cast<size_t>(n_blocks));
@@ -22,6 +39,26 @@ std::vector<int> qsa_pick_blocks(const float* scores, int n_blocks, int k) {
         std::sort(order.begin(), order.end());
     }
     return order;
+}
+
+namespace {
+
+// Its part of the state: the indexer's key stores, which grow with the positions.
+class sparse_attention_kind final : public mixer_kind {
+public:
+    const char* name() const override { return "sparse attention"; }
+    kv_rows rows(const hparams& hp) const override { return attention_mixer::layer_kind().rows(hp); }
+    std::unique_ptr<state_part> make_state(const hparams& hp) const override {
+        (void)hp;
+        return std::make_unique<indexer_keys>();
+    }
+};
+
+}  // namespace
+
+const mixer_kind& sparse_attention_mixer::layer_kind() {
+    static const sparse_attention_kind k;
+    return k;
 }
 
 sparse_attention_mixer::sparse_attention_mixer(forward_pass& f, attention_mixer& dense) : token_mixer(f), dense_(dense) {
@@ -47,7 +84,7 @@ void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
     const int budget = hp.idx_top_k / r, slot = slot_[static_cast<size_t>(il)];
     // Per QSA layer two stores: the raw key of every position, and the key of every complete block
     // (pooled, normed, rotated), kept as blocks complete and cut back with the positions.
-    auto& stores = kv.indexer_keys();
+    auto& stores = kv.state<indexer_keys>().stores;
     if (stores.size() < 2 * static_cast<size_t>(slot) + 2) stores.resize(2 * static_cast<size_t>(slot) + 2);
     std::vector<float>& keys = stores[2 * static_cast<size_t>(slot)];
     std::vector<float>& bk = stores[2 * static_cast<size_t>(slot) + 1];

@@ -4,9 +4,26 @@
 // to the top_k / ratio best blocks (ties: the earlier block) and the incomplete tail block.
 #pragma once
 
+#include <memory>
 #include <vector>
 
+#include "model/sequence_state.hpp"
+
 namespace strata::engine {
+
+// The QSA mixer kind's part of a sequence's state: per QSA layer two f32 stores, the raw indexer key of
+// every position [pos][key_length] and the key of every complete block [block][key_length]. They are
+// rewritten with the positions (a cut back store is overwritten before it is read), so the part follows
+// the rows; parked and restored whole.
+class indexer_keys final : public state_part {
+public:
+    const char* kind() const override { return "QSA indexer keys"; }
+    std::unique_ptr<state_part> park() const override { return std::make_unique<indexer_keys>(*this); }
+    void restore(const state_part& parked, int to) override;
+    size_t parked_bytes() const override;
+
+    std::vector<std::vector<float>> stores;  // [2 * qsa layer + (0: raw keys, 1: block keys)]
+};
 
 // The blocks kept of n_blocks scored ones, ascending: all when n_blocks <= k.
 std::vector<int> qsa_pick_blocks(const float* scores, int n_blocks, int k);

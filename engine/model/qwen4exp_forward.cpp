@@ -186,7 +186,7 @@ void hc_residual::finish(std::span<const step_segment> segs, int n_tok) {
     const hparams& hp = f.hp_;
     const step_segment& g = segs[0];
     const size_t nt = static_cast<size_t>(n_tok), dim = static_cast<size_t>(hp.hc_dim());
-    recurrent_state& st = g.kv->recurrent();
+    recurrent_state& st = g.kv->state<recurrent_state>();
     if (g.hidden) std::memcpy(g.hidden, f.hc_x_.data(), nt * dim * sizeof(float));
     std::memcpy(st.hc_last(), f.hc_x_.data() + (nt - 1) * dim, dim * sizeof(float));
     for (int t = 0; t < n_tok; ++t)

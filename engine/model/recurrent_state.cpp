@@ -94,6 +94,37 @@ void recurrent_state::assign(const state_checkpoint& c, std::vector<state_checkp
     while (checkpoints_.size() > max_checkpoints_) checkpoints_.erase(checkpoints_.begin());
 }
 
+std::unique_ptr<state_part> recurrent_state::park() const {
+    auto p = std::make_unique<recurrent_state>();
+    p->n_layer_ = n_layer_;
+    p->conv_floats_ = conv_floats_;
+    p->ssm_floats_ = ssm_floats_;
+    p->ple_conv_floats_ = ple_conv_floats_;
+    p->ple_window_floats_ = ple_window_floats_;
+    p->hc_floats_ = hc_floats_;
+    p->data_ = data_;
+    p->pos_ = pos_;
+    for (const state_checkpoint& c : checkpoints_)
+        if (c.pos < pos_) p->checkpoints_.push_back(c);
+    return p;
+}
+
+void recurrent_state::restore(const state_part& parked, int to) {
+    const auto* p = dynamic_cast<const recurrent_state*>(&parked);
+    if (!p) throw std::logic_error(fmt::format("a recurrent state restored from a parked {}", parked.kind()));
+    std::vector<state_checkpoint> before;
+    for (const state_checkpoint& c : p->checkpoints_)
+        if (c.pos < to) before.push_back(c);
+    if (p->pos_ == to) {
+        assign({p->pos_, p->data_}, std::move(before));
+        return;
+    }
+    const auto at = std::find_if(p->checkpoints_.begin(), p->checkpoints_.end(),
+                                 [&](const state_checkpoint& c) { return c.pos == to; });
+    if (at == p->checkpoints_.end()) throw std::logic_error(fmt::format("no recurrent state parked at {}", to));
+    assign(*at, std::move(before));
+}
+
 size_t recurrent_state_bytes(const hparams& hp) {
     if (!hp.hybrid()) return 0;
     const size_t conv = static_cast<size_t>(hp.ssm_conv_kernel - 1) * static_cast<size_t>(hp.ssm_conv_dim());

@@ -347,9 +347,15 @@ TEST(Qwen4Forward, CheckpointsRestoreTheStateExactly) {
     fwd.set_checkpoint_interval(32);
     kv_cache state = make_sequence_state(m->hp, 128, kv_type::f16);
     std::vector<float> first(tokens.size() * nv), again(tokens.size() * nv);
+    // The DeltaNet layers' recurrent state, then the QSA layers' indexer keys.
+    ASSERT_EQ(state.states().size(), 2u);
+    EXPECT_STREQ(state.states()[0]->kind(), "gated DeltaNet recurrent state");
+    EXPECT_STREQ(state.states()[1]->kind(), "QSA indexer keys");
+    ASSERT_FALSE(fwd.has_mtp());  // no MTP block in this file: the hc residual's reason comes first
+    EXPECT_EQ(fwd.mtp_refusal(), "it has no nextn.hc_head_* output mixer");
     fwd.eval(all, 0, state, first.data(), true, 512);
-    EXPECT_EQ(state.recurrent().bytes(), recurrent_state_bytes(m->hp));
-    ASSERT_EQ(state.recurrent().cut_back(70), 64);
+    EXPECT_EQ(state.state<recurrent_state>().bytes(), recurrent_state_bytes(m->hp));
+    ASSERT_EQ(state.state<recurrent_state>().cut_back(70), 64);
     fwd.eval(all.subspan(64), 64, state, again.data() + 64 * nv, true, 512);
     EXPECT_EQ(0, std::memcmp(first.data() + 64 * nv, again.data() + 64 * nv, (100 - 64) * nv * sizeof(float)));
 }

@@ -277,17 +277,72 @@ TEST(HybridForward, CheckpointsRestoreTheStateExactly) {
     kv_cache state = make_sequence_state(m->hp, 256, kv_type::f16);
     std::vector<float> first(tokens.size() * nv), again(tokens.size() * nv);
     fwd.eval(all, 0, state, first.data(), true, 512);
-    ASSERT_EQ(state.recurrent().pos(), 150);
-    ASSERT_EQ(state.recurrent().checkpoints().size(), 2u);  // at 64 and 128
-    EXPECT_EQ(state.recurrent().checkpoint_bytes(), 2 * recurrent_state_bytes(m->hp));
-    EXPECT_EQ(state.recurrent().cut_back(100), 64);
-    EXPECT_EQ(state.recurrent().checkpoints().size(), 1u);
+    ASSERT_EQ(state.state<recurrent_state>().pos(), 150);
+    ASSERT_EQ(state.state<recurrent_state>().checkpoints().size(), 2u);  // at 64 and 128
+    EXPECT_EQ(state.state<recurrent_state>().checkpoint_bytes(), 2 * recurrent_state_bytes(m->hp));
+    EXPECT_EQ(state.state<recurrent_state>().cut_back(100), 64);
+    EXPECT_EQ(state.state<recurrent_state>().checkpoints().size(), 1u);
     fwd.eval(all.subspan(64), 64, state, again.data() + 64 * nv, true, 512);
     EXPECT_EQ(0, std::memcmp(first.data() + 64 * nv, again.data() + 64 * nv, (150 - 64) * nv * sizeof(float)));
-    EXPECT_EQ(state.recurrent().cut_back(30), 0);
+    EXPECT_EQ(state.state<recurrent_state>().cut_back(30), 0);
     fwd.eval(all, 0, state, again.data(), true, 7);
     EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * sizeof(float)));
     EXPECT_THROW(fwd.eval(all.first(1), 3, state, again.data(), false, 512), std::logic_error);
+}
+
+// A sequence's state beside the rows: one part per mixer kind that keeps one (the DeltaNet layers'
+// recurrent state here, nothing for a pure-attention family), parked and restored through kv_cache.
+TEST(HybridState, OnePartPerMixerKindThatKeepsOne) {
+    auto m = test::load(make_model::build_model(make_model::preset("tiny", arch::qwen35moe)));
+    kv_cache state = make_sequence_state(m->hp, 64, kv_type::f16);
+    ASSERT_EQ(state.states().size(), 1u);
+    EXPECT_STREQ(state.states()[0]->kind(), "gated DeltaNet recurrent state");
+    EXPECT_EQ(&state.state<recurrent_state>(), state.states()[0].get());
+    EXPECT_EQ(mixer_kind_of(m->hp, 0).state_bytes(m->hp), recurrent_state_bytes(m->hp));
+    EXPECT_EQ(mixer_kind_of(m->hp, 3).state_bytes(m->hp), 0u);  // the attention layer
+    EXPECT_STREQ(mixer_kind_of(m->hp, 3).name(), "attention");
+    state.state<recurrent_state>().set_pos(5);
+    const parked_state p = state.park_state(5);
+    EXPECT_EQ(p.n_states(), 1u);
+    EXPECT_EQ(p.bytes(), recurrent_state_bytes(m->hp));
+    EXPECT_THROW(state.restore_state(p, 3), std::logic_error);  // nothing parked at 3
+    kv_cache plain = make_sequence_state(test::load(make_model::build_model(make_model::preset("tiny", arch::qwen3moe)))->hp,
+                                         64, kv_type::f16);
+    EXPECT_TRUE(plain.states().empty());
+    EXPECT_EQ(plain.state_pos(), -1);
+    EXPECT_THROW(plain.restore_state(p, 5), std::logic_error);  // parts of another model
+    EXPECT_THROW(plain.state<recurrent_state>(), std::logic_error);
+}
+
+// What the session and the engine's accounting ask of the layer kinds instead of the architecture.
+TEST(HybridState, TheLayerKindsAnswerForTheModel) {
+    auto m = test::load(make_model::build_model(make_model::preset("tiny", arch::qwen35moe)));
+    const hparams& hp = m->hp;
+    EXPECT_EQ(n_recurrent_layers(hp), 3);
+    EXPECT_EQ(sequence_state_bytes(hp), recurrent_state_bytes(hp));
+    const kv_rows rows = sequence_rows(hp);
+    EXPECT_EQ(rows.n_head_kv, hp.n_head_kv);
+    EXPECT_EQ(rows.head_dim, hp.head_dim);
+    EXPECT_FALSE(rows.latent);
+    EXPECT_NE(gpu_unsupported(hp).find("gated DeltaNet"), std::string::npos);
+    const kv_cache mtp = make_mtp_state(hp, 64, kv_type::f16);
+    EXPECT_EQ(mtp.n_layer(), 1);
+    EXPECT_TRUE(mtp.states().empty());
+    auto pool = test::make_pool("off", 1);
+    forward_pass fwd(*pool, hp, m->w, *m->rows);
+    EXPECT_FALSE(fwd.has_mtp());
+    EXPECT_EQ(fwd.mtp_refusal(), "not implemented for qwen35moe");
+
+    auto d = test::load(make_model::build_model(make_model::preset("tiny", arch::deepseek2)));
+    const kv_rows latent = sequence_rows(d->hp);
+    EXPECT_TRUE(latent.latent);
+    EXPECT_EQ(latent.n_head_kv, 1);
+    EXPECT_EQ(latent.head_dim, d->hp.n_lora_kv + d->hp.n_rot);
+    EXPECT_EQ(n_recurrent_layers(d->hp), 0);
+    EXPECT_EQ(sequence_state_bytes(d->hp), 0u);
+    EXPECT_NE(gpu_unsupported(d->hp).find("multi-head latent attention"), std::string::npos);
+    EXPECT_TRUE(make_mtp_state(d->hp, 64, kv_type::f16).latent());
+    EXPECT_EQ(gpu_unsupported(test::load(make_model::build_model(make_model::preset("tiny", arch::qwen3moe)))->hp), "");
 }
 
 }  // namespace
