@@ -226,11 +226,9 @@ struct iq3_s_dec {
     }
 };
 
-// IQ1 grid entries as 8 (g + 1) per byte (0, 8, 16) (iq/tables.cpp).
-
-// IQ1_S enters as u = 8 (g + 1) (0, 8, 16) per weight, w = 8 g + delta = u + (delta - 8): the maddubs takes u
-// unsigned (no sign operand), and sum (delta - 8) (2 s + 1) a per 32 comes in from the activation's
-// 16-element sums (bsums).
+// IQ1_S enters as u = 8 (g + 1) (0, 8, 16) per weight (iq1_u_grid(), iq/tables.cpp), w = 8 g + delta =
+// u + (delta - 8): the maddubs takes u unsigned (no sign operand), and sum (delta - 8) (2 s + 1) a per 32
+// comes in from the activation's 16-element sums (bsums).
 struct iq1_s_dec {
     using block = block_iq1_s;
     static constexpr float unit = 0.125f;
