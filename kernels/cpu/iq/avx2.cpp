@@ -14,6 +14,7 @@
 #include "formats/blocks.hpp"
 #include "formats/iq_grids.hpp"
 #include "cpu/iq/gemm_rows.hpp"
+#include "cpu/iq/tables.hpp"
 
 namespace strata::kernels::cpu::detail {
 namespace {
@@ -225,24 +226,9 @@ struct iq3_s_dec {
     }
 };
 
-// IQ1 grid entries as 8 (g + 1) per byte (0, 8, 16), filled by iq1_u_init() at the entry of each IQ1 kernel.
-static uint64_t iq1_u_grid[2048];
-static void iq1_u_init() {
-    static const bool done = [] {
-        for (size_t e = 0; e < 2048; ++e) {
-            uint64_t v = 0;
-            for (int j = 0; j < 8; ++j)
-                v |= uint64_t{static_cast<uint8_t>(8 * (static_cast<int8_t>(iq1s_grid[e] >> (8 * j)) + 1))} << (8 * j);
-            iq1_u_grid[e] = v;
-        }
-        return true;
-    }();
-    (void)done;
-}
-
-// IQ1_S enters as u = 8 (g + 1) (0, 8, 16) per weight, w = 8 g + delta = u + (delta - 8): the maddubs takes u
-// unsigned (no sign operand), and sum (delta - 8) (2 s + 1) a per 32 comes in from the activation's
-// 16-element sums (bsums).
+// IQ1_S enters as u = 8 (g + 1) (0, 8, 16) per weight (iq1_u_grid(), iq/tables.cpp), w = 8 g + delta =
+// u + (delta - 8): the maddubs takes u unsigned (no sign operand), and sum (delta - 8) (2 s + 1) a per 32
+// comes in from the activation's 16-element sums (bsums).
 struct iq1_s_dec {
     using block = block_iq1_s;
     static constexpr float unit = 0.125f;
@@ -273,7 +259,7 @@ struct iq1_s_dec {
         _mm256_store_si256(reinterpret_cast<__m256i*>(p.sc), _mm256_setr_m128i(_mm_unpacklo_epi16(s, s), _mm_unpackhi_epi16(s, s)));
     }
     static void sub(const block&, const pre& p, int ib, __m256i& mag, __m256i&, __m256i& sc) {
-        mag = grid4(iq1_u_grid, p.ix + 4 * ib);
+        mag = grid4(iq1_u_grid(), p.ix + 4 * ib);
         sc = bcast16(p.sc + 2 * ib);
     }
 };
@@ -328,7 +314,7 @@ struct iq1_m_dec {
         std::memcpy(&dv, p.dp + 4 * ib, 4);
         const __m256i dp = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(dv)),
                                                _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll));
-        mag = _mm256_add_epi8(grid4(iq1_u_grid, p.ix + 4 * ib), dp);
+        mag = _mm256_add_epi8(grid4(iq1_u_grid(), p.ix + 4 * ib), dp);
         sc = scale_halves(p.sc + 2 * ib);
     }
 };
@@ -545,21 +531,17 @@ void gemm_rows_iq3_s_avx2(int64_t n, const void* w, size_t row_stride, int64_t n
     gemm_rows<iq_avx2_gemm<iq3_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq1_s_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    iq1_u_init();
     call_with_tokens<iq_avx2<iq1_s_dec>::kernel>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq1_s_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    iq1_u_init();
     gemm_rows<iq_avx2_gemm<iq1_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq1_m_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    iq1_u_init();
     call_with_tokens<iq_avx2<iq1_m_dec>::kernel>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq1_m_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                         float* y, int64_t y_stride) {
-    iq1_u_init();
     gemm_rows<iq_avx2_gemm<iq1_m_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_mxfp4_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {

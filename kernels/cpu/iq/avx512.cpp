@@ -12,6 +12,7 @@
 #include "formats/blocks.hpp"
 #include "formats/iq_grids.hpp"
 #include "cpu/iq/gemm_rows.hpp"
+#include "cpu/iq/tables.hpp"
 
 namespace strata::kernels::cpu::detail {
 namespace {
@@ -188,21 +189,7 @@ struct iq3_s_dec {
 };
 
 // IQ1: u = w + 9 = 8 (g + 1) + (delta + 1), g in -1..1 (a grid byte), delta +-1 per 32 (IQ1_S) or 8 (IQ1_M).
-// iq1_u_grid holds 8 (g + 1) per byte, so a gathered entry needs only the delta step. Filled by
-// iq1_u_init() at the entry of each IQ1 kernel (this file's code runs only where the CPU has AVX-512).
-static uint64_t iq1_u_grid[2048];
-static void iq1_u_init() {
-    static const bool done = [] {
-        for (size_t e = 0; e < 2048; ++e) {
-            uint64_t v = 0;
-            for (int j = 0; j < 8; ++j)
-                v |= uint64_t{static_cast<uint8_t>(8 * (static_cast<int8_t>(iq1s_grid[e] >> (8 * j)) + 1))} << (8 * j);
-            iq1_u_grid[e] = v;
-        }
-        return true;
-    }();
-    (void)done;
-}
+// iq1_u_grid() (iq/tables.cpp) holds 8 (g + 1) per byte, so a gathered entry needs only the delta step.
 static inline __m512i iq1_u(__m512i g8, __mmask64 delta_plus) {
     return _mm512_mask_add_epi8(g8, delta_plus, g8, _mm512_set1_epi8(2));
 }
@@ -229,7 +216,7 @@ struct iq1_s_dec {
         const __m256i high = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(h)), _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25));
         const __m256i ix = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * p))),
                                            _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(7)), 8));
-        const __m512i g = grid8x64(iq1_u_grid, ix);
+        const __m512i g = grid8x64(iq1_u_grid(), ix);
         const uint64_t plus = (h & 0x8000 ? 0 : 0xFFFFFFFFull) | (h & 0x80000000u ? 0 : 0xFFFFFFFF00000000ull);
         u = iq1_u(g, plus);
     }
@@ -263,7 +250,7 @@ struct iq1_m_dec {
         const __m256i high = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(h)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
         const __m256i ix = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))),
                                            _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(7)), 8));
-        u = grid8x64(iq1_u_grid, ix);
+        u = grid8x64(iq1_u_grid(), ix);
         // delta = +1 where bit 3 of the group's nibble is clear
         const uint64_t plus = _pdep_u64(_pext_u32(~h, 0x88888888u), 0x0101010101010101ull) * 0xFF;
         u = iq1_u(u, plus);
@@ -272,6 +259,21 @@ struct iq1_m_dec {
 
 template <class F>
 struct iq_avx512 {
+    // Pair p (64 weights) of a super-block into the int32 sums of tokens t < NT.
+    template <int NT>
+    [[gnu::always_inline]] static inline void pair_step(const typename F::block& b, int p, __m512i index,
+                                                        __m512i sc_all, const block_q8_K* const y[NT], int64_t i,
+                                                        __m512i sumi[NT]) {
+        __m512i u;
+        __mmask64 neg = 0;
+        F::pair(b, p, u, neg);
+        const __m512i sc = _mm512_permutexvar_epi16(index, sc_all);
+        for (int t = 0; t < NT; ++t) {
+            __m512i q8 = _mm512_loadu_si512(y[t][i].qs + 64 * p);
+            if constexpr (!F::bsum_term) q8 = _mm512_mask_sub_epi8(q8, neg, _mm512_setzero_si512(), q8);
+            sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(u, q8), sc);
+        }
+    }
     template <int NT>
     struct kernel {
         static void run(int64_t n, const void* w, const void* const* a, float* out) {
@@ -292,17 +294,9 @@ struct iq_avx512 {
                 } else {
                     for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
                 }
-                for (int p = 0; p < QK_K / 64; ++p) {
-                    __m512i u;
-                    __mmask64 neg = 0;
-                    F::pair(x[i], p, u, neg);
-                    const __m512i sc = _mm512_permutexvar_epi16(index[p], sc_all);
-                    for (int t = 0; t < NT; ++t) {
-                        __m512i q8 = _mm512_loadu_si512(y[t][i].qs + 64 * p);
-                        if constexpr (!F::bsum_term) q8 = _mm512_mask_sub_epi8(q8, neg, _mm512_setzero_si512(), q8);
-                        sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(u, q8), sc);
-                    }
-                }
+                // Unrolled: GCC then keeps the sums and masks in registers.
+                _Pragma("GCC unroll 4") for (int p = 0; p < QK_K / 64; ++p)
+                    pair_step<NT>(x[i], p, index[p], sc_all, y, i, sumi);
                 const float d = F::d(x[i]);
                 for (int t = 0; t < NT; ++t)
                     acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * y[t][i].d), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
@@ -403,21 +397,17 @@ void gemm_rows_iq3_s_avx512(int64_t n, const void* w, size_t row_stride, int64_t
     gemm_rows<iq_avx512_gemm<iq3_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq1_s_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    iq1_u_init();
     call_with_tokens<iq_avx512<iq1_s_dec>::kernel, 8>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq1_s_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                           float* y, int64_t y_stride) {
-    iq1_u_init();
     gemm_rows<iq_avx512_gemm<iq1_s_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void dot_iq1_m_avx512(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    iq1_u_init();
     call_with_tokens<iq_avx512<iq1_m_dec>::kernel, 8>(n, w, a, n_tok, out);
 }
 void gemm_rows_iq1_m_avx512(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                           float* y, int64_t y_stride) {
-    iq1_u_init();
     gemm_rows<iq_avx512_gemm<iq1_m_dec>>(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 
