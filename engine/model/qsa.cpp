@@ -6,10 +6,17 @@
 
 #include "formats/quant.hpp"
 #include "model/forward.hpp"
+#include "model/parallel.hpp"
 
 namespace strata::engine {
 
 namespace cpu = kernels::cpu;
+
+namespace {
+
+constexpr int64_t kScoreGrain = 256;  // indexer blocks per work item of the block scoring
+
+}  // namespace
 
 std::vector<int> qsa_pick_blocks(const float* scores, int n_blocks, int k) {
     std::vector<int> order(static_cast<size_t>(n_blocks));
@@ -35,29 +42,21 @@ void sparse_attention_mixer::eval(int il, std::span<const step_segment> segs, in
     // A lone query that leaves blocks out needs no dense pass: its cost is the budget's.
     const bool sparse_only = n_tok == 1 && (g.pos0 + 1) / r > f_.hp_.idx_top_k / r;
     dense_.run(f_.w_.layers[static_cast<size_t>(il)], f_.hp_.kv_layer(il), segs, n_tok, !sparse_only);
-    arenas::scoped_seconds t(f_.seconds(phase_clock::attention));
     select(il, n_tok, g.pos0, *g.kv);
 }
 
-void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
-    forward_pass& f = f_;
-    const hparams& hp = f.hp_;
-    const layer_weights& l = f.w_.layers[static_cast<size_t>(il)];
-    const int r = hp.qsa_ratio[static_cast<size_t>(il)], d = hp.idx_head_dim, n_h = hp.idx_n_head;
-    const int budget = hp.idx_top_k / r, slot = slot_[static_cast<size_t>(il)];
-    // Per QSA layer two stores: the raw key of every position, and the key of every complete block
-    // (pooled, normed, rotated), kept as blocks complete and cut back with the positions.
+std::vector<float>& sparse_attention_mixer::store(kv_cache& kv, int il, bool blocks) const {
     auto& stores = kv.indexer_keys();
-    if (stores.size() < 2 * static_cast<size_t>(slot) + 2) stores.resize(2 * static_cast<size_t>(slot) + 2);
-    std::vector<float>& keys = stores[2 * static_cast<size_t>(slot)];
-    std::vector<float>& bk = stores[2 * static_cast<size_t>(slot) + 1];
-    const size_t need = static_cast<size_t>(pos0 + n_tok) * d;
-    if (keys.size() < need) keys.resize(need);
-    idx_k_.resize(static_cast<size_t>(n_tok) * d);
-    f.matmul(l.idx_k, n_tok, f.xn_.data(), idx_k_.data());
-    std::copy(idx_k_.begin(), idx_k_.end(), keys.begin() + static_cast<std::ptrdiff_t>(pos0) * d);
-    const int last = pos0 + n_tok - 1, n_blocks = (last + 1) / r;
-    bk.resize(std::min(bk.size(), static_cast<size_t>(pos0 / r) * d));
+    const size_t slot = static_cast<size_t>(slot_[static_cast<size_t>(il)]);
+    if (stores.size() < 2 * slot + 2) stores.resize(2 * slot + 2);
+    return stores[2 * slot + (blocks ? 1 : 0)];
+}
+
+void sparse_attention_mixer::complete_blocks(int il, const std::vector<float>& keys, std::vector<float>& bk,
+                                             int n_blocks) const {
+    const hparams& hp = f_.hp_;
+    const layer_weights& l = f_.w_.layers[static_cast<size_t>(il)];
+    const int r = hp.qsa_ratio[static_cast<size_t>(il)], d = hp.idx_head_dim;
     std::vector<float> cs(static_cast<size_t>(hp.n_rot));
     for (int b = static_cast<int>(bk.size() / static_cast<size_t>(d)); b < n_blocks; ++b) {
         bk.resize(static_cast<size_t>(b + 1) * d, 0.0f);
@@ -69,11 +68,59 @@ void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
         cpu::rope_angles(hp.n_rot, static_cast<int64_t>(b) * r, hp.rope, cs.data());
         cpu::rope_apply(k, 1, d, hp.n_rot, cs.data(), hp.arch.rope);
     }
+}
+
+void sparse_attention_mixer::fill_keys(kv_cache& kv, int il, std::vector<float> raw_keys, int n_pos) {
+    std::vector<float>& keys = store(kv, il, false);
+    std::vector<float>& bk = store(kv, il, true);
+    keys = std::move(raw_keys);
+    keys.resize(static_cast<size_t>(n_pos) * f_.hp_.idx_head_dim);
+    bk.clear();
+    complete_blocks(il, keys, bk, n_pos / f_.hp_.qsa_ratio[static_cast<size_t>(il)]);
+}
+
+void sparse_attention_mixer::score_blocks(const float* q, const float* bk, int n_blocks, float* scores) {
+    const int d = f_.hp_.idx_head_dim, n_h = f_.hp_.idx_n_head;
+    for (int b = 0; b < n_blocks; ++b) {
+        float s = 0;
+        for (int h = 0; h < n_h; ++h) {
+            float dot = 0;
+            for (int i = 0; i < d; ++i) dot += q[h * d + i] * bk[static_cast<size_t>(b) * d + i];
+            s += std::max(dot, 0.0f);
+        }
+        scores[b] = s / std::sqrt(static_cast<float>(d));
+    }
+}
+
+void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
+    forward_pass& f = f_;
+    const hparams& hp = f.hp_;
+    const layer_weights& l = f.w_.layers[static_cast<size_t>(il)];
+    const int r = hp.qsa_ratio[static_cast<size_t>(il)], d = hp.idx_head_dim, n_h = hp.idx_n_head;
+    const int budget = hp.idx_top_k / r;
+    // Per QSA layer two stores: the raw key of every position, and the key of every complete block
+    // (pooled, normed, rotated), kept as blocks complete and cut back with the positions.
+    std::vector<float>& keys = store(kv, il, false);
+    std::vector<float>& bk = store(kv, il, true);
+    const int last = pos0 + n_tok - 1, n_blocks = (last + 1) / r;
+    {
+        arenas::scoped_seconds t(f.seconds(phase_clock::indexer));
+        const size_t need = static_cast<size_t>(pos0 + n_tok) * d;
+        if (keys.size() < need) keys.resize(need);
+        idx_k_.resize(static_cast<size_t>(n_tok) * d);
+        f.matmul(l.idx_k, n_tok, f.xn_.data(), idx_k_.data());
+        std::copy(idx_k_.begin(), idx_k_.end(), keys.begin() + static_cast<std::ptrdiff_t>(pos0) * d);
+        bk.resize(std::min(bk.size(), static_cast<size_t>(pos0 / r) * d));
+        complete_blocks(il, keys, bk, n_blocks);
+    }
     // Queries whose complete blocks all fit the budget attend densely: attention() has done them.
     if (n_blocks <= budget) return;
 
-    idx_q_.resize(static_cast<size_t>(n_tok) * n_h * d);
-    f.matmul(l.idx_q, n_tok, f.xn_.data(), idx_q_.data());
+    {
+        arenas::scoped_seconds t(f.seconds(phase_clock::indexer));
+        idx_q_.resize(static_cast<size_t>(n_tok) * n_h * d);
+        f.matmul(l.idx_q, n_tok, f.xn_.data(), idx_q_.data());
+    }
     const int hd = hp.head_dim, n_q = hp.n_q(), group = hp.n_head / hp.n_head_kv, kvl = hp.kv_layer(il);
     const formats::ggml_type row_type = kv.type() == kv_type::f16 ? formats::ggml_type::F16 : formats::ggml_type::Q8_0;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -82,21 +129,19 @@ void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
     for (int t = 0; t < n_tok; ++t) {
         const int pos = pos0 + t, nb = (pos + 1) / r;
         if (nb <= budget) continue;
-        float* q = idx_q_.data() + static_cast<size_t>(t) * n_h * d;
-        for (int h = 0; h < n_h; ++h) cpu::rms_norm(q + h * d, l.idx_q_norm, hp.rms_eps, d, q + h * d);
-        cpu::rope_apply(q, n_h, d, hp.n_rot, f.rope_cs_.data() + static_cast<size_t>(t) * hp.n_rot, hp.arch.rope);
-        scores.assign(static_cast<size_t>(nb), 0.0f);
-        for (int b = 0; b < nb; ++b)
-            for (int h = 0; h < n_h; ++h) {
-                float dot = 0;
-                for (int i = 0; i < d; ++i) dot += q[h * d + i] * bk[static_cast<size_t>(b) * d + i];
-                scores[static_cast<size_t>(b)] += std::max(dot, 0.0f);
-            }
-        for (float& s : scores) s /= std::sqrt(static_cast<float>(d));
         std::vector<int> positions;
-        for (int b : qsa_pick_blocks(scores.data(), nb, budget))
-            for (int j = 0; j < r; ++j) positions.push_back(b * r + j);
-        for (int j = nb * r; j <= pos; ++j) positions.push_back(j);
+        {
+            arenas::scoped_seconds timer(f.seconds(phase_clock::indexer));
+            float* q = idx_q_.data() + static_cast<size_t>(t) * n_h * d;
+            for (int h = 0; h < n_h; ++h) cpu::rms_norm(q + h * d, l.idx_q_norm, hp.rms_eps, d, q + h * d);
+            cpu::rope_apply(q, n_h, d, hp.n_rot, f.rope_cs_.data() + static_cast<size_t>(t) * hp.n_rot, hp.arch.rope);
+            scores.resize(static_cast<size_t>(nb));
+            score_blocks(q, bk.data(), nb, scores.data());
+            for (int b : qsa_pick_blocks(scores.data(), nb, budget))
+                for (int j = 0; j < r; ++j) positions.push_back(b * r + j);
+            for (int j = nb * r; j <= pos; ++j) positions.push_back(j);
+        }
+        arenas::scoped_seconds timer(f.seconds(phase_clock::attention));
         // Attention of each head over the chosen positions, then the output gate as attention() applies it.
         for (int g = 0; g < hp.n_head_kv; ++g) {
             std::vector<std::vector<float>> ks, vs;

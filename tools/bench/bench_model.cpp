@@ -128,10 +128,11 @@ struct measured {
 // reuse). Each repeat then times -p new tokens after those D (prompt tok/s) and -n tokens decoded after
 // them (decode tok/s; the first comes from the prompt's logits, the other n - 1 each take a forward
 // pass at depth D + 1 .. D + n - 1). probe, when given, is called just before each timed decode: the
-// machine's read bandwidth at that moment, the base of that repeat's ratio.
+// machine's read bandwidth at that moment, the base of that repeat's ratio. synthetic: each depth's
+// context is not evaluated but filled with pseudo-random state (session::fill_synthetic).
 std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int n_gen, int reps,
                               const std::vector<int>& depths, const std::string& what,
-                              const std::function<double()>& probe) {
+                              const std::function<double()>& probe, bool synthetic) {
     const int threads = pool_threads(m->info());
     std::mt19937 rng(7);
     std::uniform_int_distribution<int32_t> tok(0, m->info().n_vocab - 1);
@@ -150,7 +151,10 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
         uint64_t cold_tokens = 0, cold_rows = 0, cold_faults = 0, cold_resident = 0, cold_mapped = 0;
         const std::span<const int32_t> before(context.data(), static_cast<size_t>(depth));
         go.max_tokens = 1;
-        if (depth > 0) {
+        if (depth > 0 && synthetic) {
+            std::fprintf(stderr, "\r%s: filling %d tokens of context synthetically ", what.c_str(), depth);
+            s.fill_synthetic(before);
+        } else if (depth > 0) {
             std::fprintf(stderr, "\r%s: evaluating %d tokens of context ", what.c_str(), depth);
             s.generate(before, go);
         }
@@ -228,6 +232,9 @@ int run(int argc, char** argv) {
         ("r,repetitions", "repeats per arm and depth", cxxopts::value<int>()->default_value("3"))
         ("d,depth", "comma list of context depths: tokens evaluated (untimed) before the timed prompt and decode",
          cxxopts::value<std::string>()->default_value("0"))
+        ("fill", "real | synthetic: how the depth's context is made: evaluated, or its KV, indexer keys and recurrent "
+                 "state written with pseudo-random values without computing them (CPU arms; times deep decode fast)",
+         cxxopts::value<std::string>()->default_value("real"))
         ("numa-pool", "comma list of --numa-pool values (auto, off, on, test, test:N)",
          cxxopts::value<std::string>()->default_value(""))
         ("pool-workers", "comma list of worker counts", cxxopts::value<std::string>()->default_value(""))
@@ -260,6 +267,11 @@ int run(int argc, char** argv) {
     if (residency_list.empty() && gpu >= 0) residency_list = "cpu,100,50,20";
     const bool hybrid = gpu >= 0;
     const std::vector<int> depths = parse_depths(a["depth"].as<std::string>());
+    const std::string fill = a["fill"].as<std::string>();
+    if (fill != "real" && fill != "synthetic")
+        throw std::invalid_argument("--fill takes real or synthetic, got '" + fill + "'");
+    const bool synthetic = fill == "synthetic";
+    if (synthetic && hybrid) throw std::invalid_argument("--fill synthetic runs CPU arms only (not with --gpu)");
 
     std::vector<arm> arms;
     std::vector<std::string> pools = split_list(a["numa-pool"].as<std::string>());
@@ -342,10 +354,10 @@ int run(int argc, char** argv) {
         const int probe_threads = std::max(pool_threads(m->info()), 1);
         std::function<double()> probe;
         if (!arm.residency) probe = [probe_threads] { return read_bandwidth_gbs(probe_threads); };
-        const std::vector<measured> runs = measure(m, n_prompt, n_gen, reps, depths, what, probe);
+        const std::vector<measured> runs = measure(m, n_prompt, n_gen, reps, depths, what, probe, synthetic);
         for (const measured& r : runs) {
             const figure &p = r.prompt, &g = r.decode;
-            nlohmann::ordered_json row = {{"arm", arm.label()}, {"depth", r.depth}, {"threads", r.threads},
+            nlohmann::ordered_json row = {{"arm", arm.label()}, {"depth", r.depth}, {"fill", fill}, {"threads", r.threads},
                                           {"prompt_tokens", n_prompt}, {"decode_tokens", n_gen},
                                           {"prompt_tps", {{"median", p.median}, {"min", p.lo}, {"max", p.hi}}},
                                           {"decode_tps", {{"median", g.median}, {"min", g.lo}, {"max", g.hi}}}};
@@ -472,6 +484,10 @@ int run(int argc, char** argv) {
     std::printf("model %s: %.1f MiB of weights read per decode token; KV cache read per token of context: %s",
                 path.c_str(), cpu_bytes_per_token / (1 << 20), kv_per_position.c_str());
     if (hybrid) std::printf("; routed experts %.1f MiB (residency = that share in VRAM)", expert_bytes / (1 << 20));
+    if (synthetic && depths.back() > 0)
+        std::printf("\ncontext at each depth: SYNTHETIC FILL (keys, values, indexer keys and recurrent state "
+                    "pseudo-random, not evaluated): the timed prompt and decode do their depth's real work, "
+                    "on logits that are not the model's");
     std::printf("\n\n%s%s", table.c_str(), breakdowns.c_str());
     for (const auto& n : notes) std::printf("%s\n", n.c_str());
     return 0;

@@ -442,6 +442,14 @@ public:
     // token only). For tests and tools; clears this session's cache.
     std::vector<float> evaluate(std::span<const int32_t> prompt, bool all = false);
 
+    // For benchmarks: this session's state as if `tokens` had been evaluated from position 0, without
+    // computing them: every key, value, QSA indexer key and recurrent state value is pseudo-random
+    // (seeded: the same every run), the positions advance and the tokens are kept for prefix reuse. A
+    // later prompt that starts with them evaluates only the rest, doing the real work of its depth, but
+    // the logits are not the model's. CPU only: throws request_error with the GPU hybrid, or when the
+    // tokens do not fit the context.
+    void fill_synthetic(std::span<const int32_t> tokens, uint64_t seed = 1);
+
     // Parks a copy of this session's KV state (its tokens and their keys and values) in the model's
     // conversation cache, which a later prompt of any session may restore; the session keeps its
     // state. Returns the snapshot's id, or 0 when nothing was parked (empty session, cache off, over
