@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include "formats/quant.hpp"
 #include "model/forward.hpp"
@@ -14,7 +16,10 @@ namespace cpu = kernels::cpu;
 
 namespace {
 
-constexpr int64_t kScoreGrain = 256;  // indexer blocks per work item of the block scoring
+constexpr int64_t kScoreGrain = 256;   // indexer blocks per work item of the block scoring
+constexpr int64_t kGatherGrain = 64;   // chosen positions per work item of the sparse attention
+constexpr int64_t kValueGrain = 16;    // value elements per work item of the weighted sum
+constexpr int kMaxHeadDim = 1024;      // a value row's scratch on the stack
 
 }  // namespace
 
@@ -34,6 +39,9 @@ std::vector<int> qsa_pick_blocks(const float* scores, int n_blocks, int k) {
 sparse_attention_mixer::sparse_attention_mixer(forward_pass& f, attention_mixer& dense) : token_mixer(f), dense_(dense) {
     for (int il = 0, r = 0; il < f.hp_.n_layer; ++il)
         slot_.push_back(f.hp_.qsa_ratio[static_cast<size_t>(il)] > 0 ? r++ : -1);
+    if (f.hp_.head_dim > kMaxHeadDim)
+        throw std::invalid_argument("QSA attention takes heads of at most " + std::to_string(kMaxHeadDim) +
+                                    " values, this model's are " + std::to_string(f.hp_.head_dim));
 }
 
 void sparse_attention_mixer::eval(int il, std::span<const step_segment> segs, int n_tok) {
@@ -81,15 +89,22 @@ void sparse_attention_mixer::fill_keys(kv_cache& kv, int il, std::vector<float> 
 
 void sparse_attention_mixer::score_blocks(const float* q, const float* bk, int n_blocks, float* scores) {
     const int d = f_.hp_.idx_head_dim, n_h = f_.hp_.idx_n_head;
-    for (int b = 0; b < n_blocks; ++b) {
-        float s = 0;
-        for (int h = 0; h < n_h; ++h) {
-            float dot = 0;
-            for (int i = 0; i < d; ++i) dot += q[h * d + i] * bk[static_cast<size_t>(b) * d + i];
-            s += std::max(dot, 0.0f);
+    const size_t row_bytes = sizeof(float) * static_cast<size_t>(d);
+    // The block keys as an f32 matrix and the heads' queries as its activation rows: every dot on the
+    // kernels' f32 path, the blocks split over the pool.
+    const cpu::matrix keys{formats::ggml_type::F32, bk, d, row_bytes};
+    dots_.resize(static_cast<size_t>(n_h) * static_cast<size_t>(n_blocks));
+    const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(d));
+    float* const dots = dots_.data();
+    parallel_rows(f_.pool_, n_blocks, kScoreGrain, [&](int64_t b0, int64_t b1) {
+        cpu::matmul(keys, b0, b1, q, row_bytes, n_h, dots + b0, n_blocks);
+        for (int64_t b = b0; b < b1; ++b) {
+            float s = 0;
+            for (int h = 0; h < n_h; ++h) s += std::max(dots[static_cast<size_t>(h) * n_blocks + b], 0.0f);
+            scores[b] = s * inv_sqrt_d;
         }
-        scores[b] = s / std::sqrt(static_cast<float>(d));
-    }
+    });
+    f_.add_bytes(phase_clock::indexer, static_cast<uint64_t>(n_blocks) * row_bytes);
 }
 
 void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
@@ -121,11 +136,7 @@ void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
         idx_q_.resize(static_cast<size_t>(n_tok) * n_h * d);
         f.matmul(l.idx_q, n_tok, f.xn_.data(), idx_q_.data());
     }
-    const int hd = hp.head_dim, n_q = hp.n_q(), group = hp.n_head / hp.n_head_kv, kvl = hp.kv_layer(il);
-    const formats::ggml_type row_type = kv.type() == kv_type::f16 ? formats::ggml_type::F16 : formats::ggml_type::Q8_0;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    std::vector<float> scores, kr(static_cast<size_t>(hd)), vr(static_cast<size_t>(hd)), p, acc(static_cast<size_t>(hd));
-    std::vector<uint8_t> row(kv.head_row_bytes());
+    std::vector<float> scores;
     for (int t = 0; t < n_tok; ++t) {
         const int pos = pos0 + t, nb = (pos + 1) / r;
         if (nb <= budget) continue;
@@ -142,36 +153,81 @@ void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
             for (int j = nb * r; j <= pos; ++j) positions.push_back(j);
         }
         arenas::scoped_seconds timer(f.seconds(phase_clock::attention));
-        // Attention of each head over the chosen positions, then the output gate as attention() applies it.
-        for (int g = 0; g < hp.n_head_kv; ++g) {
-            std::vector<std::vector<float>> ks, vs;
-            for (int j : positions) {
-                const int chunk = j / kv_cache::chunk_tokens, rr = j % kv_cache::chunk_tokens;
-                kv.read_rows(kvl, chunk, g, rr, rr + 1, row.data());
-                formats::dequantize_row(row_type, row.data(), kr.data(), hd);
-                kv.read_rows(kvl, chunk, hp.n_head_kv + g, rr, rr + 1, row.data());
-                formats::dequantize_row(row_type, row.data(), vr.data(), hd);
-                ks.push_back(kr);
-                vs.push_back(vr);
-            }
-            for (int h = g * group; h < (g + 1) * group; ++h) {
-                const float* qh = f.q_.data() + static_cast<size_t>(t) * n_q + static_cast<size_t>(h) * hd;
-                p.assign(positions.size(), 0.0f);
-                for (size_t j = 0; j < positions.size(); ++j) {
-                    float dot = 0;
-                    for (int i = 0; i < hd; ++i) dot += qh[i] * ks[j][static_cast<size_t>(i)];
-                    p[j] = dot * scale;
-                }
-                cpu::softmax(p.data(), static_cast<int64_t>(p.size()));
-                std::fill(acc.begin(), acc.end(), 0.0f);
-                for (size_t j = 0; j < positions.size(); ++j)
-                    for (int i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] += p[j] * vs[j][static_cast<size_t>(i)];
-                float* out = f.att_.data() + static_cast<size_t>(t) * n_q + static_cast<size_t>(h) * hd;
-                const float* gate = dense_.gate() + static_cast<size_t>(t) * n_q + static_cast<size_t>(h) * hd;
-                for (int i = 0; i < hd; ++i) out[i] = acc[static_cast<size_t>(i)] / (1.0f + std::exp(-gate[i]));
-            }
-        }
+        if (n_tok == 1)  // a lone query's attention reads the chosen rows only (a prompt's is counted dense)
+            f.add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, hp.n_head_kv, hp.head_dim, kv.type()) *
+                                                    static_cast<uint64_t>(positions.size()));
+        attend(il, t, positions, kv);
     }
+}
+
+void sparse_attention_mixer::attend(int il, int t, std::span<const int> positions, const kv_cache& kv) {
+    forward_pass& f = f_;
+    const hparams& hp = f.hp_;
+    const int hd = hp.head_dim, n_q = hp.n_q(), n_kv = hp.n_head_kv, group = hp.n_head / n_kv, kvl = hp.kv_layer(il);
+    const int64_t np = static_cast<int64_t>(positions.size());
+    const formats::ggml_type row_type = kv.type() == kv_type::f16 ? formats::ggml_type::F16 : formats::ggml_type::Q8_0;
+    const size_t row_bytes = kv.head_row_bytes(), f32_row = sizeof(float) * static_cast<size_t>(hd);
+    keys_.resize(static_cast<size_t>(n_kv * np) * hd);
+    values_t_.resize(static_cast<size_t>(n_kv * np) * hd);
+    probs_.resize(static_cast<size_t>(hp.n_head * np));
+    raw_.resize(static_cast<size_t>(2 * n_kv * np) * row_bytes);
+    // Item (g, j): kv head g's key of the j-th chosen position as an f32 row, its value into column j of
+    // values_t_ [g][head_dim][np] (the values as rows over the positions, for the weighted sum).
+    parallel_rows(f.pool_, n_kv * np, kGatherGrain, [&](int64_t i0, int64_t i1) {
+        float value[kMaxHeadDim];
+        for (int64_t i = i0; i < i1; ++i) {
+            const int g = static_cast<int>(i / np);
+            const int64_t j = i % np;
+            const int pos = positions[static_cast<size_t>(j)];
+            const int chunk = pos / kv_cache::chunk_tokens, r = pos % kv_cache::chunk_tokens;
+            uint8_t* raw = raw_.data() + static_cast<size_t>(2 * i) * row_bytes;
+            kv.read_rows(kvl, chunk, g, r, r + 1, raw);
+            formats::dequantize_row(row_type, raw, keys_.data() + static_cast<size_t>(i) * hd, hd);
+            kv.read_rows(kvl, chunk, n_kv + g, r, r + 1, raw + row_bytes);
+            formats::dequantize_row(row_type, raw + row_bytes, value, hd);
+            float* vt = values_t_.data() + static_cast<size_t>(g) * hd * np + j;
+            for (int e = 0; e < hd; ++e) vt[static_cast<size_t>(e) * np] = value[e];
+        }
+    });
+    // Scores of each kv head's query heads against its keys: probs_ [n_head][np].
+    const float* q = f.q_.data() + static_cast<size_t>(t) * n_q;
+    parallel_rows(f.pool_, n_kv * np, kGatherGrain, [&](int64_t i0, int64_t i1) {
+        while (i0 < i1) {
+            const int g = static_cast<int>(i0 / np);
+            const int64_t end = std::min<int64_t>(i1, int64_t{g + 1} * np);
+            const cpu::matrix keys{formats::ggml_type::F32, keys_.data() + static_cast<size_t>(g) * np * hd, hd, f32_row};
+            cpu::matmul(keys, i0 - int64_t{g} * np, end - int64_t{g} * np, q + static_cast<size_t>(g) * group * hd,
+                        f32_row, group, probs_.data() + static_cast<size_t>(g) * group * np + (i0 - int64_t{g} * np), np);
+            i0 = end;
+        }
+    });
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    for (int h = 0; h < hp.n_head; ++h) {
+        float* p = probs_.data() + static_cast<size_t>(h) * np;
+        for (int64_t j = 0; j < np; ++j) p[j] *= scale;
+        cpu::softmax(p, np);
+    }
+    // Each head's weighted sum of its values, then the output gate as attention() applies it.
+    float* out = f.att_.data() + static_cast<size_t>(t) * n_q;
+    const float* gate = dense_.gate() + static_cast<size_t>(t) * n_q;
+    const size_t prob_row = sizeof(float) * static_cast<size_t>(np);
+    parallel_rows(f.pool_, int64_t{n_kv} * hd, kValueGrain, [&](int64_t i0, int64_t i1) {
+        while (i0 < i1) {
+            const int g = static_cast<int>(i0 / hd);
+            const int64_t end = std::min<int64_t>(i1, int64_t{g + 1} * hd), e0 = i0 - int64_t{g} * hd;
+            const cpu::matrix values{formats::ggml_type::F32, values_t_.data() + static_cast<size_t>(g) * hd * np, np,
+                                     prob_row};
+            float* o = out + static_cast<size_t>(g) * group * hd;
+            cpu::matmul(values, e0, end - int64_t{g} * hd, probs_.data() + static_cast<size_t>(g) * group * np,
+                        prob_row, group, o + e0, hd);
+            for (int k = 0; k < group; ++k)
+                for (int64_t e = e0; e < end - int64_t{g} * hd; ++e) {
+                    const size_t at = static_cast<size_t>(k) * hd + static_cast<size_t>(e);
+                    o[at] /= 1.0f + std::exp(-gate[static_cast<size_t>(g) * group * hd + at]);
+                }
+            i0 = end;
+        }
+    });
 }
 
 }  // namespace strata::engine
