@@ -172,7 +172,9 @@ void sparse_attention_mixer::attend(int il, int t, std::span<const int> position
     probs_.resize(static_cast<size_t>(hp.n_head * np));
     raw_.resize(static_cast<size_t>(2 * n_kv * np) * row_bytes);
     // Item (g, j): kv head g's key of the j-th chosen position as an f32 row, its value into column j of
-    // values_t_ [g][head_dim][np] (the values as rows over the positions, for the weighted sum).
+    // values_t_ [g][head_dim][np] (the values as rows over the positions, for the weighted sum); then
+    // the item range's scores for kv head g's query heads: probs_ [n_head][np].
+    const float* q = f.q_.data() + static_cast<size_t>(t) * n_q;
     parallel_rows(f.pool_, n_kv * np, kGatherGrain, [&](int64_t i0, int64_t i1) {
         float value[kMaxHeadDim];
         for (int64_t i = i0; i < i1; ++i) {
@@ -188,16 +190,12 @@ void sparse_attention_mixer::attend(int il, int t, std::span<const int> position
             float* vt = values_t_.data() + static_cast<size_t>(g) * hd * np + j;
             for (int e = 0; e < hd; ++e) vt[static_cast<size_t>(e) * np] = value[e];
         }
-    });
-    // Scores of each kv head's query heads against its keys: probs_ [n_head][np].
-    const float* q = f.q_.data() + static_cast<size_t>(t) * n_q;
-    parallel_rows(f.pool_, n_kv * np, kGatherGrain, [&](int64_t i0, int64_t i1) {
-        while (i0 < i1) {
+        while (i0 < i1) {  // a range may hold the end of one kv head's positions and the start of the next's
             const int g = static_cast<int>(i0 / np);
-            const int64_t end = std::min<int64_t>(i1, int64_t{g + 1} * np);
+            const int64_t end = std::min<int64_t>(i1, int64_t{g + 1} * np), j0 = i0 - int64_t{g} * np;
             const cpu::matrix keys{formats::ggml_type::F32, keys_.data() + static_cast<size_t>(g) * np * hd, hd, f32_row};
-            cpu::matmul(keys, i0 - int64_t{g} * np, end - int64_t{g} * np, q + static_cast<size_t>(g) * group * hd,
-                        f32_row, group, probs_.data() + static_cast<size_t>(g) * group * np + (i0 - int64_t{g} * np), np);
+            cpu::matmul(keys, j0, end - int64_t{g} * np, q + static_cast<size_t>(g) * group * hd, f32_row, group,
+                        probs_.data() + static_cast<size_t>(g) * group * np + j0, np);
             i0 = end;
         }
     });

@@ -121,7 +121,21 @@ struct measured {
     std::vector<double> read_each;    // CPU arms: the read bandwidth probed just before each repeat's decode
     // qwen4exp: the cold PLE table during the timed decodes (deltas), and its residency after them.
     uint64_t cold_tokens = 0, cold_rows = 0, cold_faults = 0, cold_resident = 0, cold_mapped = 0;
+    std::vector<phase_time> prompt_phases;  // --breakdown: the timed prompts of every repeat, by part
+    int prompt_tokens = 0;
 };
+
+// sum += more, part by part.
+void add_phases(std::vector<phase_time>& sum, const std::vector<phase_time>& more) {
+    if (sum.empty()) {
+        sum = more;
+        return;
+    }
+    for (size_t i = 0; i < sum.size() && i < more.size(); ++i) {
+        sum[i].ms += more[i].ms;
+        sum[i].bytes += more[i].bytes;
+    }
+}
 
 // Figures at each depth (ascending) on one session: the context at depth D is the first D tokens of
 // one random sequence, evaluated untimed (only the tokens past the previous depth, thanks to prefix
@@ -146,8 +160,8 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
     session s(m);
     std::vector<measured> out;
     for (const int depth : depths) {
-        std::vector<phase_time> phases;
-        int passes = 0;
+        std::vector<phase_time> phases, prompt_phases;
+        int passes = 0, prompt_tokens = 0;
         uint64_t cold_tokens = 0, cold_rows = 0, cold_faults = 0, cold_resident = 0, cold_mapped = 0;
         const std::span<const int32_t> before(context.data(), static_cast<size_t>(depth));
         go.max_tokens = 1;
@@ -170,6 +184,8 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
                 throw std::logic_error(fmt::format("depth {}: the session reused {} tokens of context", depth,
                                                    pr.time.cache_n));
             pp.push_back(pr.time.prompt_per_second());
+            add_phases(prompt_phases, pr.time.prompt_phases);
+            prompt_tokens += pr.time.prompt_n;
             prompt.resize(before.size());
             prompt.push_back(tok(rng));
             go.max_tokens = n_gen;
@@ -184,12 +200,7 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
                 cold_mapped = c1.bytes_mapped;
             }
             tg.push_back((dr.time.predicted_n - 1) * 1000.0 / dr.time.predicted_ms);
-            if (phases.empty()) phases = dr.time.decode_phases;
-            else
-                for (size_t i = 0; i < phases.size() && i < dr.time.decode_phases.size(); ++i) {
-                    phases[i].ms += dr.time.decode_phases[i].ms;
-                    phases[i].bytes += dr.time.decode_phases[i].bytes;
-                }
+            add_phases(phases, dr.time.decode_phases);
             passes += dr.time.decode_passes;
         }
         measured d{depth, threads, summarize(pp), summarize(tg), std::nullopt, std::move(phases), passes, tg, rd,
@@ -199,6 +210,8 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
             const uint64_t lookups = stats1.expert_lookups - stats0.expert_lookups;
             d.hit_rate = lookups ? double(stats1.vram_hits - stats0.vram_hits) / double(lookups) : 0.0;
         }
+        d.prompt_phases = std::move(prompt_phases);
+        d.prompt_tokens = prompt_tokens;
         out.push_back(d);
     }
     return out;
@@ -444,6 +457,20 @@ int run(int argc, char** argv) {
                     row["ple_table"] = {{"rows_per_token", double(r.cold_rows) * per},
                                         {"page_faults_per_token", double(r.cold_faults) * per},
                                         {"bytes_resident", r.cold_resident}, {"bytes_mapped", r.cold_mapped}};
+                }
+                if (r.prompt_tokens > 0 && !r.prompt_phases.empty()) {
+                    double prompt_ms = 0;
+                    for (const auto& ph : r.prompt_phases) prompt_ms += ph.ms;
+                    t += fmt::format("\nprompt by part: {}, depth {}, {} tokens ({:.2f} ms per token)\n\n"
+                                     "| part | ms per token | share |\n|---|---|---|\n",
+                                     arm.label(), r.depth, r.prompt_tokens, prompt_ms / r.prompt_tokens);
+                    nlohmann::ordered_json prompt_parts = nlohmann::ordered_json::array();
+                    for (const auto& ph : r.prompt_phases) {
+                        t += fmt::format("| {} | {:.3f} | {:.1f} % |\n", ph.name, ph.ms / r.prompt_tokens,
+                                         prompt_ms > 0 ? 100.0 * ph.ms / prompt_ms : 0.0);
+                        prompt_parts.push_back({{"part", ph.name}, {"ms_per_token", ph.ms / r.prompt_tokens}});
+                    }
+                    row["prompt_breakdown"] = prompt_parts;
                 }
                 breakdowns += t;
                 row["breakdown"] = parts;

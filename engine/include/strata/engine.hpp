@@ -181,6 +181,8 @@ struct timings {
     // by part, in forward order; "other" is what no part covers (embedding, norms, residual adds).
     std::vector<phase_time> decode_phases;
     int decode_passes = 0;
+    // The same for the prompt's passes that ran alone in their step (prompt_n tokens when alone).
+    std::vector<phase_time> prompt_phases;
     // Speculative decoding: tokens drafted, drafts the model accepted, verification batches run.
     int spec_drafted = 0;
     int spec_accepted = 0;
