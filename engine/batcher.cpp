@@ -71,6 +71,7 @@ struct generation {
     clock_type::time_point t0, t1;
     engine::gpu::cache_stats before;
     engine::phase_clock parts;  // decode passes by part (model_options::phase_timing, alone in a step)
+    engine::phase_clock prompt_parts;  // the prompt's passes by part (the same, while alone in a step)
     // Speculative decoding: the next step's tokens (the sampled token, then its drafts), the drafts of
     // the last verification and their logits [k + 1][n_vocab], the row the next token is drawn from,
     // and how many positions of the cache are final (past them: drafts not accepted yet).
@@ -240,12 +241,12 @@ bool step_batcher::step() {
     bool timed_step = false;
     if (!segs.empty()) {
         // Phase timing describes one generation's decode passes: only while it is alone in the step.
-        generation* timed = m_.options.phase_timing && !m_.hybrid && owners.size() == 1 && owners[0]->decoding
-                                ? owners[0] : nullptr;
+        generation* timed = m_.options.phase_timing && !m_.hybrid && owners.size() == 1 ? owners[0] : nullptr;
         // Steps of several decode rows are timed into step_parts_ (batch_stats::step_phases).
         timed_step = m_.options.phase_timing && !m_.hybrid && owners.size() > 1 && n_decode == rows;
         if (timed_step) pass_parts_ = {};
-        if (timed || timed_step) m_.forward->set_clock(timed ? &timed->parts : &pass_parts_);
+        if (timed || timed_step)
+            m_.forward->set_clock(!timed ? &pass_parts_ : timed->decoding ? &timed->parts : &timed->prompt_parts);
         struct detach {
             engine::forward_pass* f;
             ~detach() {
@@ -580,6 +581,9 @@ void step_batcher::finish(generation& g, bool flush) {
         for (int p = 0; p < engine::phase_clock::n_parts; ++p)
             r.time.decode_phases.push_back({engine::phase_clock::name(p), 1e3 * g.parts.seconds[p], g.parts.bytes[p]});
         r.time.decode_passes = g.parts.passes;
+        for (int p = 0; p < engine::phase_clock::n_parts; ++p)
+            r.time.prompt_phases.push_back(
+                {engine::phase_clock::name(p), 1e3 * g.prompt_parts.seconds[p], g.prompt_parts.bytes[p]});
     }
     const engine::gpu::cache_stats after = g.s.expert_cache_stats();
     r.time.expert_lookups = after.lookups - g.before.lookups;

@@ -194,6 +194,24 @@ std::vector<float> session::evaluate(std::span<const int32_t> prompt, bool all) 
     return out;
 }
 
+void session::fill_synthetic(std::span<const int32_t> tokens, uint64_t seed) {
+    if (!tokens.empty()) impl_->check_prompt(tokens);
+    if (impl_->m.hybrid || !impl_->m.forward)
+        throw request_error("a synthetic fill needs the CPU forward pass; this model runs on the GPU hybrid");
+    if (impl_->busy.load()) throw std::logic_error("session::fill_synthetic: a generation of this session is in flight");
+    impl_->m.thread.run([&] {
+        impl_->cached.clear();
+        impl_->n_cached.store(0);
+        impl_->mtp_filled = 0;
+        impl_->kv.reset_state();
+        impl_->grow(static_cast<int>(tokens.size()));
+        impl_->m.forward->fill_synthetic(tokens, impl_->kv, seed);
+        impl_->cached.assign(tokens.begin(), tokens.end());
+        impl_->n_cached.store(impl_->cached.size());
+        impl_->account();
+    });
+}
+
 uint64_t session::park() {
     uint64_t id = 0;
     impl_->m.thread.run([&] {

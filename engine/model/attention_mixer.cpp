@@ -59,8 +59,9 @@ void attention_mixer::run(const layer_weights& l, int kvl, std::span<const step_
     arenas::scoped_seconds t(f.seconds(phase_clock::attention));
     for (int row0 = 0; const step_segment& g : segs) {
         kv_cache& kv = *g.kv;
-        f.add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, hp.n_head_kv, hd, kv.type()) *
-                                                static_cast<uint64_t>(g.pos0 + g.n_tok));
+        if (dense)  // else the caller counts what it reads
+            f.add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, hp.n_head_kv, hd, kv.type()) *
+                                                    static_cast<uint64_t>(g.pos0 + g.n_tok));
         for (int t = row0; t < row0 + g.n_tok; ++t) {
             float* q = f.q_.data() + static_cast<size_t>(t) * n_q;
             float* k = f.k_.data() + static_cast<size_t>(t) * n_kv;

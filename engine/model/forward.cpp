@@ -139,7 +139,7 @@ forward_pass::forward_pass(arenas::expert_pool& pool, const hparams& hp, const m
 const char* phase_clock::name(int p) {
     static const char* const names[n_parts] = {"attention projections", "attention", "router", "experts: quantize",
                                                "experts: gate+up", "experts: down", "shared expert", "dense FFN",
-                                               "output head", "PLE rows (cold table)",
+                                               "output head", "PLE rows (cold table)", "QSA indexer",
                                                "other"};
     return p >= 0 && p < n_parts ? names[p] : "?";
 }

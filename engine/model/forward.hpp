@@ -46,6 +46,7 @@ struct phase_clock {
         dense_ffn,         // the FFN of leading dense layers
         head,              // output norm and matmul
         ple_gather,        // qwen4exp: PLE table rows gathered from the mapped file
+        indexer,           // qwen4exp: the QSA indexer (its projections, block keys, block scores and choice)
         other,             // the rest of the pass: embedding, norms, residual adds
         n_parts
     };
@@ -117,6 +118,12 @@ public:
     bool has_mtp() const { return mtp_moe_ != nullptr; }
     // Why the file's MTP block does not draft (when has_mtp() is false).
     std::string mtp_refusal() const;
+
+    // Benchmarks: puts `kv` (at position 0) where evaluating `tokens` from position 0 would, without
+    // computing them: every KV row, QSA indexer key and recurrent state value is pseudo-random (unit
+    // scale; seeded, so the same every run), positions advance, and the PLE n-gram window holds the
+    // tokens' last ids. The work of a later pass over it is the real one; its logits are not the model's.
+    void fill_synthetic(std::span<const int32_t> tokens, kv_cache& kv, uint64_t seed);
     void mtp(const int32_t* tokens, const float* h, int n_tok, int pos0, kv_cache& kv, float* h_out, float* logits,
              bool all_logits = false, bool chained = false);
 

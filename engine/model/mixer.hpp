@@ -137,12 +137,30 @@ public:
     const char* kind() const override { return "sparse attention"; }
     void eval(int il, std::span<const step_segment> segs, int n_tok) override;
     bool batches_sequences() const override { return false; }
+    // Benchmarks (forward_pass::fill_synthetic): layer il's indexer stores as if positions [0, n_pos)
+    // had been evaluated, from raw keys [n_pos][idx_head_dim] (the block keys derived as select() does).
+    void fill_keys(kv_cache& kv, int il, std::vector<float> raw_keys, int n_pos);
 
 private:
     void select(int il, int n_tok, int pos0, kv_cache& kv);
+    // Layer il's store in kv: its raw keys [pos][idx_head_dim], or its block keys [block][idx_head_dim].
+    std::vector<float>& store(kv_cache& kv, int il, bool blocks) const;
+    // Appends the block keys of blocks bk.size() / idx_head_dim .. n_blocks - 1 from the raw keys.
+    void complete_blocks(int il, const std::vector<float>& keys, std::vector<float>& bk, int n_blocks) const;
+    // scores[b] = sum over heads of relu(q_h . bk[b]) / sqrt(idx_head_dim): q [idx_n_head][idx_head_dim]
+    // (normed, rotated), bk [n_blocks][idx_head_dim].
+    void score_blocks(const float* q, const float* bk, int n_blocks, float* scores);
+    // Row t's attention over the chosen positions of layer il (keys and values of kv): att_ from q_,
+    // gated by attention_mixer's gate, on the pool with the kernels' f32 matmul.
+    void attend(int il, int t, std::span<const int> positions, const kv_cache& kv);
     attention_mixer& dense_;
     std::vector<int> slot_;             // [n_layer] a QSA layer's index among the indexer_keys stores, -1 otherwise
     std::vector<float> idx_q_, idx_k_;  // [n_tok][idx_n_head][idx_head_dim], [n_tok][idx_head_dim]
+    std::vector<float> dots_;           // [idx_n_head][n_blocks] a query's dot with every block key
+    std::vector<float> keys_;           // [n_head_kv][n_chosen][head_dim] the chosen keys as f32
+    std::vector<float> values_t_;       // [n_head_kv][head_dim][n_chosen] the chosen values, transposed
+    std::vector<float> probs_;          // [n_head][n_chosen] scores, then softmax weights
+    std::vector<uint8_t> raw_;          // [n_head_kv][n_chosen][2][head row bytes] rows as the cache holds them
 };
 
 // deepseek2's multi-head latent attention over one latent row per position. One segment per pass.

@@ -243,7 +243,7 @@ TEST(EngineApi, PhaseTimingCoversTheDecodePassesByPart) {
     const auto prompt = m->tokenize("Hello there");
     const generation_result r = session(m).generate(prompt, greedy(5));
     EXPECT_EQ(r.time.decode_passes, 4);
-    ASSERT_EQ(r.time.decode_phases.size(), 11u);
+    ASSERT_EQ(r.time.decode_phases.size(), 12u);
     double ms = 0;
     uint64_t attention = 0, gate_up = 0, down = 0;
     for (const auto& p : r.time.decode_phases) {
@@ -259,8 +259,21 @@ TEST(EngineApi, PhaseTimingCoversTheDecodePassesByPart) {
     EXPECT_EQ(attention, m->info().kv_bytes_per_token * (4 * p0 + 1 + 2 + 3 + 4));
     EXPECT_EQ(gate_up, 2 * down);  // gate and up have down's shape transposed, per routed expert
     EXPECT_GT(down, 0u);
+    // The prompt's pass, by the same parts: its attention read the prompt's positions' KV rows.
+    ASSERT_EQ(r.time.prompt_phases.size(), 12u);
+    double prompt_ms = 0;
+    for (const auto& p : r.time.prompt_phases) {
+        prompt_ms += p.ms;
+        if (p.name == "attention") {
+            EXPECT_EQ(p.bytes, m->info().kv_bytes_per_token * p0) << "prompt";
+        }
+    }
+    EXPECT_GT(prompt_ms, 0.0);
+    EXPECT_LE(prompt_ms, r.time.prompt_ms);
 
-    EXPECT_TRUE(session(load()).generate(prompt, greedy(3)).time.decode_phases.empty());  // off by default
+    const generation_result plain = session(load()).generate(prompt, greedy(3));  // off by default
+    EXPECT_TRUE(plain.time.decode_phases.empty());
+    EXPECT_TRUE(plain.time.prompt_phases.empty());
 }
 
 // glm4moe on the CPU: decode timing has a dense FFN part for its leading dense layer.

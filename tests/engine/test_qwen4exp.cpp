@@ -360,6 +360,78 @@ TEST(Qwen4Forward, CheckpointsRestoreTheStateExactly) {
     EXPECT_EQ(0, std::memcmp(first.data() + 64 * nv, again.data() + 64 * nv, (100 - 64) * nv * sizeof(float)));
 }
 
+// A synthetic fill (strata-bench model --fill synthetic) leaves the state a real evaluation of the tokens
+// would in all but the values: positions, indexer stores and the PLE window; the same values for the
+// same seed; and a decode step over it takes the sparse path to finite logits.
+TEST(Qwen4Forward, SyntheticFillIsAStateDecodeContinues) {
+    auto m = test::load(quick_writer());
+    auto pool = test::make_pool("off", 2);
+    forward_pass fwd(*pool, m->hp, m->w, *m->rows);
+    const auto tokens = some_tokens(m->hp.n_vocab, 100);
+    std::vector<float> logits(static_cast<size_t>(m->hp.n_vocab));
+    kv_cache real = make_sequence_state(m->hp, 128, kv_type::f16);
+    fwd.eval(tokens, 0, real, logits.data());
+    kv_cache a = make_sequence_state(m->hp, 128, kv_type::f16), b = make_sequence_state(m->hp, 128, kv_type::f16),
+             c = make_sequence_state(m->hp, 128, kv_type::f16);
+    fwd.fill_synthetic(tokens, a, 7);
+    fwd.fill_synthetic(tokens, b, 7);
+    fwd.fill_synthetic(tokens, c, 8);
+    EXPECT_EQ(a.recurrent().pos(), 100);
+    EXPECT_GE(a.capacity(), 100);
+    ASSERT_FALSE(real.indexer_keys().empty());
+    ASSERT_EQ(a.indexer_keys().size(), real.indexer_keys().size());
+    for (size_t i = 0; i < a.indexer_keys().size(); ++i) EXPECT_EQ(a.indexer_keys()[i].size(), real.indexer_keys()[i].size()) << i;
+    const size_t window = static_cast<size_t>(m->hp.ple_ngram - 1) * sizeof(float);
+    EXPECT_EQ(0, std::memcmp(a.recurrent().ple_window(), real.recurrent().ple_window(), window));
+    EXPECT_TRUE(std::ranges::equal(a.recurrent().data(), b.recurrent().data()));
+    EXPECT_EQ(a.indexer_keys(), b.indexer_keys());
+    EXPECT_NE(a.indexer_keys(), c.indexer_keys());
+    // The last position's values are written, seeded.
+    std::vector<uint8_t> row_a(a.head_row_bytes()), row_b(a.head_row_bytes()), row_c(a.head_row_bytes()), zero(a.head_row_bytes());
+    a.read_rows(0, 0, a.n_head_kv(), 99, 100, row_a.data());
+    b.read_rows(0, 0, b.n_head_kv(), 99, 100, row_b.data());
+    c.read_rows(0, 0, c.n_head_kv(), 99, 100, row_c.data());
+    EXPECT_EQ(row_a, row_b);
+    EXPECT_NE(row_a, row_c);
+    EXPECT_NE(row_a, zero);
+
+    // More complete blocks than the budget holds: the decode step is sparse.
+    const int ratio = m->hp.qsa_ratio[static_cast<size_t>(m->hp.n_layer - 1)];
+    ASSERT_GT(ratio, 0);
+    ASSERT_GT(100 / ratio, m->hp.idx_top_k / ratio);
+    const int32_t next = tokens[0];
+    fwd.eval(std::span(&next, 1), 100, a, logits.data());
+    EXPECT_TRUE(std::ranges::all_of(logits, [](float x) { return std::isfinite(x); }));
+    EXPECT_EQ(a.recurrent().pos(), 101);
+    EXPECT_EQ(a.indexer_keys()[0].size(), 101u * static_cast<size_t>(m->hp.idx_head_dim));
+}
+
+// session::fill_synthetic keeps the tokens for prefix reuse: a prompt that extends them evaluates the rest.
+TEST(Qwen4Generate, SyntheticFillIsReusedAsAPrefix) {
+    const std::string path = ::testing::TempDir() + "qwen4exp_synthetic.gguf";
+    quick_writer().write_file(path);
+    model_options o;
+    o.path = path;
+    o.numa_pool = "off";
+    o.n_ctx = 256;
+    o.cache_ram_mib = 0;
+    const auto m = model::load(o);
+    session s(m);
+    std::vector<int32_t> tokens = some_tokens(m->info().n_vocab, 120);
+    s.fill_synthetic(std::span(tokens).first(100));
+    EXPECT_EQ(s.cached_tokens(), 100u);
+    generation_options g;
+    g.max_tokens = 3;
+    g.sampling.temperature = 0;
+    g.ignore_eos = true;
+    const generation_result r = s.generate(tokens, g);
+    EXPECT_EQ(r.time.cache_n, 100);
+    EXPECT_EQ(r.tokens.size(), 3u);
+    EXPECT_EQ(s.cached_tokens(), 122u);
+    EXPECT_THROW(s.fill_synthetic(std::vector<int32_t>(256, 1)), request_error);
+    std::remove(path.c_str());
+}
+
 TEST(Qwen4Generate, PresetsWriteLoadableFiles) {
     for (const char* preset : {"tiny", "demo"}) {
         make_model::model_spec s = make_model::preset(preset, arch::qwen4exp);

@@ -121,17 +121,32 @@ struct measured {
     std::vector<double> read_each;    // CPU arms: the read bandwidth probed just before each repeat's decode
     // qwen4exp: the cold PLE table during the timed decodes (deltas), and its residency after them.
     uint64_t cold_tokens = 0, cold_rows = 0, cold_faults = 0, cold_resident = 0, cold_mapped = 0;
+    std::vector<phase_time> prompt_phases;  // --breakdown: the timed prompts of every repeat, by part
+    int prompt_tokens = 0;
 };
+
+// sum += more, part by part.
+void add_phases(std::vector<phase_time>& sum, const std::vector<phase_time>& more) {
+    if (sum.empty()) {
+        sum = more;
+        return;
+    }
+    for (size_t i = 0; i < sum.size() && i < more.size(); ++i) {
+        sum[i].ms += more[i].ms;
+        sum[i].bytes += more[i].bytes;
+    }
+}
 
 // Figures at each depth (ascending) on one session: the context at depth D is the first D tokens of
 // one random sequence, evaluated untimed (only the tokens past the previous depth, thanks to prefix
 // reuse). Each repeat then times -p new tokens after those D (prompt tok/s) and -n tokens decoded after
 // them (decode tok/s; the first comes from the prompt's logits, the other n - 1 each take a forward
 // pass at depth D + 1 .. D + n - 1). probe, when given, is called just before each timed decode: the
-// machine's read bandwidth at that moment, the base of that repeat's ratio.
+// machine's read bandwidth at that moment, the base of that repeat's ratio. synthetic: each depth's
+// context is not evaluated but filled with pseudo-random state (session::fill_synthetic).
 std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int n_gen, int reps,
                               const std::vector<int>& depths, const std::string& what,
-                              const std::function<double()>& probe) {
+                              const std::function<double()>& probe, bool synthetic) {
     const int threads = pool_threads(m->info());
     std::mt19937 rng(7);
     std::uniform_int_distribution<int32_t> tok(0, m->info().n_vocab - 1);
@@ -145,12 +160,15 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
     session s(m);
     std::vector<measured> out;
     for (const int depth : depths) {
-        std::vector<phase_time> phases;
-        int passes = 0;
+        std::vector<phase_time> phases, prompt_phases;
+        int passes = 0, prompt_tokens = 0;
         uint64_t cold_tokens = 0, cold_rows = 0, cold_faults = 0, cold_resident = 0, cold_mapped = 0;
         const std::span<const int32_t> before(context.data(), static_cast<size_t>(depth));
         go.max_tokens = 1;
-        if (depth > 0) {
+        if (depth > 0 && synthetic) {
+            std::fprintf(stderr, "\r%s: filling %d tokens of context synthetically ", what.c_str(), depth);
+            s.fill_synthetic(before);
+        } else if (depth > 0) {
             std::fprintf(stderr, "\r%s: evaluating %d tokens of context ", what.c_str(), depth);
             s.generate(before, go);
         }
@@ -166,6 +184,8 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
                 throw std::logic_error(fmt::format("depth {}: the session reused {} tokens of context", depth,
                                                    pr.time.cache_n));
             pp.push_back(pr.time.prompt_per_second());
+            add_phases(prompt_phases, pr.time.prompt_phases);
+            prompt_tokens += pr.time.prompt_n;
             prompt.resize(before.size());
             prompt.push_back(tok(rng));
             go.max_tokens = n_gen;
@@ -180,12 +200,7 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
                 cold_mapped = c1.bytes_mapped;
             }
             tg.push_back((dr.time.predicted_n - 1) * 1000.0 / dr.time.predicted_ms);
-            if (phases.empty()) phases = dr.time.decode_phases;
-            else
-                for (size_t i = 0; i < phases.size() && i < dr.time.decode_phases.size(); ++i) {
-                    phases[i].ms += dr.time.decode_phases[i].ms;
-                    phases[i].bytes += dr.time.decode_phases[i].bytes;
-                }
+            add_phases(phases, dr.time.decode_phases);
             passes += dr.time.decode_passes;
         }
         measured d{depth, threads, summarize(pp), summarize(tg), std::nullopt, std::move(phases), passes, tg, rd,
@@ -195,6 +210,8 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
             const uint64_t lookups = stats1.expert_lookups - stats0.expert_lookups;
             d.hit_rate = lookups ? double(stats1.vram_hits - stats0.vram_hits) / double(lookups) : 0.0;
         }
+        d.prompt_phases = std::move(prompt_phases);
+        d.prompt_tokens = prompt_tokens;
         out.push_back(d);
     }
     return out;
@@ -228,6 +245,9 @@ int run(int argc, char** argv) {
         ("r,repetitions", "repeats per arm and depth", cxxopts::value<int>()->default_value("3"))
         ("d,depth", "comma list of context depths: tokens evaluated (untimed) before the timed prompt and decode",
          cxxopts::value<std::string>()->default_value("0"))
+        ("fill", "real | synthetic: how the depth's context is made: evaluated, or its KV, indexer keys and recurrent "
+                 "state written with pseudo-random values without computing them (CPU arms; times deep decode fast)",
+         cxxopts::value<std::string>()->default_value("real"))
         ("numa-pool", "comma list of --numa-pool values (auto, off, on, test, test:N)",
          cxxopts::value<std::string>()->default_value(""))
         ("pool-workers", "comma list of worker counts", cxxopts::value<std::string>()->default_value(""))
@@ -260,6 +280,11 @@ int run(int argc, char** argv) {
     if (residency_list.empty() && gpu >= 0) residency_list = "cpu,100,50,20";
     const bool hybrid = gpu >= 0;
     const std::vector<int> depths = parse_depths(a["depth"].as<std::string>());
+    const std::string fill = a["fill"].as<std::string>();
+    if (fill != "real" && fill != "synthetic")
+        throw std::invalid_argument("--fill takes real or synthetic, got '" + fill + "'");
+    const bool synthetic = fill == "synthetic";
+    if (synthetic && hybrid) throw std::invalid_argument("--fill synthetic runs CPU arms only (not with --gpu)");
 
     std::vector<arm> arms;
     std::vector<std::string> pools = split_list(a["numa-pool"].as<std::string>());
@@ -342,10 +367,10 @@ int run(int argc, char** argv) {
         const int probe_threads = std::max(pool_threads(m->info()), 1);
         std::function<double()> probe;
         if (!arm.residency) probe = [probe_threads] { return read_bandwidth_gbs(probe_threads); };
-        const std::vector<measured> runs = measure(m, n_prompt, n_gen, reps, depths, what, probe);
+        const std::vector<measured> runs = measure(m, n_prompt, n_gen, reps, depths, what, probe, synthetic);
         for (const measured& r : runs) {
             const figure &p = r.prompt, &g = r.decode;
-            nlohmann::ordered_json row = {{"arm", arm.label()}, {"depth", r.depth}, {"threads", r.threads},
+            nlohmann::ordered_json row = {{"arm", arm.label()}, {"depth", r.depth}, {"fill", fill}, {"threads", r.threads},
                                           {"prompt_tokens", n_prompt}, {"decode_tokens", n_gen},
                                           {"prompt_tps", {{"median", p.median}, {"min", p.lo}, {"max", p.hi}}},
                                           {"decode_tps", {{"median", g.median}, {"min", g.lo}, {"max", g.hi}}}};
@@ -433,6 +458,20 @@ int run(int argc, char** argv) {
                                         {"page_faults_per_token", double(r.cold_faults) * per},
                                         {"bytes_resident", r.cold_resident}, {"bytes_mapped", r.cold_mapped}};
                 }
+                if (r.prompt_tokens > 0 && !r.prompt_phases.empty()) {
+                    double prompt_ms = 0;
+                    for (const auto& ph : r.prompt_phases) prompt_ms += ph.ms;
+                    t += fmt::format("\nprompt by part: {}, depth {}, {} tokens ({:.2f} ms per token)\n\n"
+                                     "| part | ms per token | share |\n|---|---|---|\n",
+                                     arm.label(), r.depth, r.prompt_tokens, prompt_ms / r.prompt_tokens);
+                    nlohmann::ordered_json prompt_parts = nlohmann::ordered_json::array();
+                    for (const auto& ph : r.prompt_phases) {
+                        t += fmt::format("| {} | {:.3f} | {:.1f} % |\n", ph.name, ph.ms / r.prompt_tokens,
+                                         prompt_ms > 0 ? 100.0 * ph.ms / prompt_ms : 0.0);
+                        prompt_parts.push_back({{"part", ph.name}, {"ms_per_token", ph.ms / r.prompt_tokens}});
+                    }
+                    row["prompt_breakdown"] = prompt_parts;
+                }
                 breakdowns += t;
                 row["breakdown"] = parts;
             }
@@ -472,6 +511,10 @@ int run(int argc, char** argv) {
     std::printf("model %s: %.1f MiB of weights read per decode token; KV cache read per token of context: %s",
                 path.c_str(), cpu_bytes_per_token / (1 << 20), kv_per_position.c_str());
     if (hybrid) std::printf("; routed experts %.1f MiB (residency = that share in VRAM)", expert_bytes / (1 << 20));
+    if (synthetic && depths.back() > 0)
+        std::printf("\ncontext at each depth: SYNTHETIC FILL (keys, values, indexer keys and recurrent state "
+                    "pseudo-random, not evaluated): the timed prompt and decode do their depth's real work, "
+                    "on logits that are not the model's");
     std::printf("\n\n%s%s", table.c_str(), breakdowns.c_str());
     for (const auto& n : notes) std::printf("%s\n", n.c_str());
     return 0;

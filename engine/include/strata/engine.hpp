@@ -181,6 +181,8 @@ struct timings {
     // by part, in forward order; "other" is what no part covers (embedding, norms, residual adds).
     std::vector<phase_time> decode_phases;
     int decode_passes = 0;
+    // The same for the prompt's passes that ran alone in their step (prompt_n tokens when alone).
+    std::vector<phase_time> prompt_phases;
     // Speculative decoding: tokens drafted, drafts the model accepted, verification batches run.
     int spec_drafted = 0;
     int spec_accepted = 0;
@@ -441,6 +443,14 @@ public:
     // Logits after evaluating `prompt` from position 0 ([n_vocab] per token when all, else of the last
     // token only). For tests and tools; clears this session's cache.
     std::vector<float> evaluate(std::span<const int32_t> prompt, bool all = false);
+
+    // For benchmarks: this session's state as if `tokens` had been evaluated from position 0, without
+    // computing them: every key, value, QSA indexer key and recurrent state value is pseudo-random
+    // (seeded: the same every run), the positions advance and the tokens are kept for prefix reuse. A
+    // later prompt that starts with them evaluates only the rest, doing the real work of its depth, but
+    // the logits are not the model's. CPU only: throws request_error with the GPU hybrid, or when the
+    // tokens do not fit the context.
+    void fill_synthetic(std::span<const int32_t> tokens, uint64_t seed = 1);
 
     // Parks a copy of this session's KV state (its tokens and their keys and values) in the model's
     // conversation cache, which a later prompt of any session may restore; the session keeps its
