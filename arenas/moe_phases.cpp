@@ -271,24 +271,25 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
         }
     });
 
-    // Phase 3: items are blocks of the slice's n_embd rows; each sums the experts per token in routing
-    // order (a fixed order: bitwise reproducible).
-    for (size_t s = 0; s < n_slices; ++s) n_items[s] = row_blocks[s];
-    run_small(n_items, row_block * n_tok * k, [&](int s, size_t begin, size_t end) {
+    // Phase 3: items are tokens; each sums its experts over the slice's n_embd rows in routing order (a
+    // fixed order: bitwise reproducible). A token's rows are whole runs of y, read as streams.
+    int64_t slice_rows = 0;
+    for (size_t s = 0; s < n_slices; ++s) {
+        n_items[s] = static_cast<size_t>(n_tok);
+        slice_rows = std::max(slice_rows, embd_ranges_[s].end - embd_ranges_[s].begin);
+    }
+    run_small(n_items, slice_rows * k, [&](int s, size_t begin, size_t end) {
         const row_range range = embd_ranges_[static_cast<size_t>(s)];
-        for (size_t item = begin; item < end; ++item) {
-            const int64_t r0 = range.begin + static_cast<int64_t>(item) * row_block;
-            const int64_t n = std::min(row_block, range.end - r0);
-            for (int t = 0; t < n_tok; ++t) {
-                float* o = out + static_cast<size_t>(t) * n_embd + r0;
-                std::fill(o, o + n, 0.0f);
-                for (int j = 0; j < k; ++j) {
-                    const int32_t pos = pos_of_slot_[static_cast<size_t>(t * k + j)];
-                    if (pos < 0) continue;
-                    const float w = weights[t * k + j];
-                    const float* y = y_.data() + static_cast<size_t>(pos) * n_embd + r0;
-                    for (int64_t r = 0; r < n; ++r) o[r] += w * y[r];
-                }
+        const int64_t n = range.end - range.begin;
+        for (size_t t = begin; t < end; ++t) {
+            float* o = out + t * static_cast<size_t>(n_embd) + range.begin;
+            std::fill(o, o + n, 0.0f);
+            for (size_t j = 0; j < static_cast<size_t>(k); ++j) {
+                const int32_t pos = pos_of_slot_[t * static_cast<size_t>(k) + j];
+                if (pos < 0) continue;
+                const float w = weights[t * static_cast<size_t>(k) + j];
+                const float* y = y_.data() + static_cast<size_t>(pos) * n_embd + range.begin;
+                for (int64_t r = 0; r < n; ++r) o[r] += w * y[r];
             }
         }
     });
