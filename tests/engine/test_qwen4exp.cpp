@@ -376,16 +376,18 @@ TEST(Qwen4Forward, SyntheticFillIsAStateDecodeContinues) {
     fwd.fill_synthetic(tokens, a, 7);
     fwd.fill_synthetic(tokens, b, 7);
     fwd.fill_synthetic(tokens, c, 8);
-    EXPECT_EQ(a.recurrent().pos(), 100);
+    EXPECT_EQ(a.state<recurrent_state>().pos(), 100);
     EXPECT_GE(a.capacity(), 100);
-    ASSERT_FALSE(real.indexer_keys().empty());
-    ASSERT_EQ(a.indexer_keys().size(), real.indexer_keys().size());
-    for (size_t i = 0; i < a.indexer_keys().size(); ++i) EXPECT_EQ(a.indexer_keys()[i].size(), real.indexer_keys()[i].size()) << i;
+    const auto& real_keys = real.state<indexer_keys>().stores;
+    const auto& a_keys = a.state<indexer_keys>().stores;
+    ASSERT_FALSE(real_keys.empty());
+    ASSERT_EQ(a_keys.size(), real_keys.size());
+    for (size_t i = 0; i < a_keys.size(); ++i) EXPECT_EQ(a_keys[i].size(), real_keys[i].size()) << i;
     const size_t window = static_cast<size_t>(m->hp.ple_ngram - 1) * sizeof(float);
-    EXPECT_EQ(0, std::memcmp(a.recurrent().ple_window(), real.recurrent().ple_window(), window));
-    EXPECT_TRUE(std::ranges::equal(a.recurrent().data(), b.recurrent().data()));
-    EXPECT_EQ(a.indexer_keys(), b.indexer_keys());
-    EXPECT_NE(a.indexer_keys(), c.indexer_keys());
+    EXPECT_EQ(0, std::memcmp(a.state<recurrent_state>().ple_window(), real.state<recurrent_state>().ple_window(), window));
+    EXPECT_TRUE(std::ranges::equal(a.state<recurrent_state>().data(), b.state<recurrent_state>().data()));
+    EXPECT_EQ(a.state<indexer_keys>().stores, b.state<indexer_keys>().stores);
+    EXPECT_NE(a.state<indexer_keys>().stores, c.state<indexer_keys>().stores);
     // The last position's values are written, seeded.
     std::vector<uint8_t> row_a(a.head_row_bytes()), row_b(a.head_row_bytes()), row_c(a.head_row_bytes()), zero(a.head_row_bytes());
     a.read_rows(0, 0, a.n_head_kv(), 99, 100, row_a.data());
@@ -402,8 +404,8 @@ TEST(Qwen4Forward, SyntheticFillIsAStateDecodeContinues) {
     const int32_t next = tokens[0];
     fwd.eval(std::span(&next, 1), 100, a, logits.data());
     EXPECT_TRUE(std::ranges::all_of(logits, [](float x) { return std::isfinite(x); }));
-    EXPECT_EQ(a.recurrent().pos(), 101);
-    EXPECT_EQ(a.indexer_keys()[0].size(), 101u * static_cast<size_t>(m->hp.idx_head_dim));
+    EXPECT_EQ(a.state<recurrent_state>().pos(), 101);
+    EXPECT_EQ(a.state<indexer_keys>().stores[0].size(), 101u * static_cast<size_t>(m->hp.idx_head_dim));
 }
 
 // session::fill_synthetic keeps the tokens for prefix reuse: a prompt that extends them evaluates the rest.
