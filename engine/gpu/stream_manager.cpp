@@ -109,20 +109,24 @@ void stream_manager::moe_layer(int il, int n_tok, const float* xn, float* x, boo
     }
     for (size_t t = 0; t < nt; ++t) h_job_begin_.data()[t + 1] += h_job_begin_.data()[t];
     // One gathered job per expert and up to kGatherTokens of its tokens, so a batch reads an expert once
-    // per kGatherTokens tokens; output rows stay in resident_ order (token-major) for weighted_sum.
-    by_slot_.resize(nj);
-    for (size_t j = 0; j < nj; ++j) by_slot_[j] = static_cast<uint32_t>(j);
-    std::stable_sort(by_slot_.begin(), by_slot_.end(),
-                     [&](uint32_t a, uint32_t b) { return resident_[a].slot < resident_[b].slot; });
+    // per kGatherTokens tokens; output rows stay in resident_ order (token-major) for weighted_sum. A
+    // one-token step (decode) needs no grouping: each expert serves that token alone.
     groups_.clear();
-    for (uint32_t a = 0; a < nj;) {
-        uint32_t b = a + 1;
-        while (b < nj && b - a < cu::kGatherTokens && resident_[by_slot_[b]].slot == resident_[by_slot_[a]].slot) ++b;
-        groups_.emplace_back(a, b);
-        a = b;
+    if (nt > 1) {
+        by_slot_.resize(nj);
+        for (size_t j = 0; j < nj; ++j) by_slot_[j] = static_cast<uint32_t>(j);
+        std::stable_sort(by_slot_.begin(), by_slot_.end(),
+                         [&](uint32_t a, uint32_t b) { return resident_[a].slot < resident_[b].slot; });
+        for (uint32_t a = 0; a < nj;) {
+            uint32_t b = a + 1;
+            while (b < nj && b - a < cu::kGatherTokens && resident_[by_slot_[b]].slot == resident_[by_slot_[a]].slot)
+                ++b;
+            groups_.emplace_back(a, b);
+            a = b;
+        }
     }
-    const size_t ng = groups_.size();
-    // Every expert serving one token (decode): one-token jobs, a quarter of the bytes to copy.
+    const size_t ng = nt > 1 ? groups_.size() : nj;
+    // Every expert serving one token: one-token jobs, a quarter of the bytes to copy.
     const bool one_token = ng == nj;
     for (size_t g = 0; g < ng && !one_token; ++g) {
         const auto [a, b] = groups_[g];

@@ -122,11 +122,17 @@ public:
     // The parts beside the rows, one per mixer kind that keeps one (make_sequence_state adds them).
     void add_state(std::unique_ptr<state_part> part) { parts_.push_back(std::move(part)); }
     const std::vector<std::unique_ptr<state_part>>& states() const { return parts_; }
-    // The part of type T (a mixer kind's own), for that kind's code; throws std::logic_error when absent.
+    // The part of type T (a mixer kind's own), or nullptr when the model's layers keep none.
+    template <class T>
+    T* find_state() const {
+        for (const auto& p : parts_)
+            if (auto* t = dynamic_cast<T*>(p.get())) return t;
+        return nullptr;
+    }
+    // The same, for that kind's code; throws std::logic_error when absent.
     template <class T>
     T& state() const {
-        for (const auto& p : parts_)
-            if (auto* t = dynamic_cast<T*>(p.get())) return *t;
+        if (T* t = find_state<T>()) return *t;
         throw std::logic_error(std::string("the sequence's state has no ") + typeid(T).name());
     }
 

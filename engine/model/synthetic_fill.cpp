@@ -64,9 +64,7 @@ void forward_pass::fill_synthetic(std::span<const int32_t> tokens, kv_cache& kv,
             rnd.fill(keys.data(), keys.size(), 1.0f);
             sparse_attention_->fill_keys(kv, il, std::move(keys), n);
         }
-    recurrent_state* found = nullptr;
-    for (const auto& part : kv.states())
-        if (auto* r = dynamic_cast<recurrent_state*>(part.get())) found = r;
+    recurrent_state* found = kv.find_state<recurrent_state>();
     if (!found || found->empty()) return;
     recurrent_state& rs = *found;
     // [DeltaNet conv | ssm] per layer and qwen4exp's PLE conv inputs, then its n-gram window (the

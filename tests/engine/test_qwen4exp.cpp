@@ -408,15 +408,22 @@ TEST(Qwen4Forward, SyntheticFillIsAStateDecodeContinues) {
     EXPECT_EQ(a.state<indexer_keys>().stores[0].size(), 101u * static_cast<size_t>(m->hp.idx_head_dim));
 }
 
-// session::fill_synthetic keeps the tokens for prefix reuse: a prompt that extends them evaluates the rest.
-TEST(Qwen4Generate, SyntheticFillIsReusedAsAPrefix) {
-    const std::string path = ::testing::TempDir() + "qwen4exp_synthetic.gguf";
+// quick_writer()'s file at `path`, loaded through the engine: no NUMA split, 256 positions, no
+// conversation cache.
+model_options quick_model(const std::string& path) {
     quick_writer().write_file(path);
     model_options o;
     o.path = path;
     o.numa_pool = "off";
     o.n_ctx = 256;
     o.cache_ram_mib = 0;
+    return o;
+}
+
+// session::fill_synthetic keeps the tokens for prefix reuse: a prompt that extends them evaluates the rest.
+TEST(Qwen4Generate, SyntheticFillIsReusedAsAPrefix) {
+    const std::string path = ::testing::TempDir() + "qwen4exp_synthetic.gguf";
+    model_options o = quick_model(path);
     const auto m = model::load(o);
     session s(m);
     std::vector<int32_t> tokens = some_tokens(m->info().n_vocab, 120);
@@ -479,12 +486,7 @@ TEST(Qwen4Generate, LargeSparsePleTable) {
 // in the region map), and what the passes gather from it is counted, in the counters and --breakdown.
 TEST(Qwen4Cold, PleTableIsAColdRegionWithItsReads) {
     const std::string path = ::testing::TempDir() + "qwen4exp_cold.gguf";
-    quick_writer().write_file(path);
-    model_options o;
-    o.path = path;
-    o.numa_pool = "off";
-    o.n_ctx = 256;
-    o.cache_ram_mib = 0;
+    model_options o = quick_model(path);
     o.phase_timing = true;
     const auto m = model::load(o);
     const uint64_t table = 4096 * 34;  // 4096 Q8_0 rows of 32
