@@ -22,6 +22,8 @@ namespace {
 // state restored from a checkpoint or a snapshot continues exactly as an uninterrupted one; on the CPU
 // it is also the faster form (kernels/cpu/delta_net.hpp, docs/ARCHITECTURE.md).
 constexpr int kChunk = 0;
+// Channels per work item of the causal conv.
+constexpr int64_t kConvGrain = 256;
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // ggml's threshold
@@ -44,8 +46,12 @@ void delta_net_mixer::run(const layer_weights& l, int r, recurrent_state& state,
     const bool trace = state.traced(static_cast<int>(pos0), state.conv(r)) != nullptr;
     const size_t hist = static_cast<size_t>(hp_.ssm_conv_kernel - 1) * static_cast<size_t>(conv_dim);
     if (trace) conv_prev_.assign(state.conv(r), state.conv(r) + hist);
-    cpu::causal_conv1d_silu(state.conv(r), qkv, conv_dim, l.ssm_conv1d, n_tok, conv_dim, hp_.ssm_conv_kernel,
-                            conv_out_.data(), conv_dim);
+    // Channels split between the workers (each channel's sums are the same however they are split).
+    parallel_rows(pool_, conv_dim, kConvGrain, [&](int64_t c0, int64_t c1) {
+        cpu::causal_conv1d_silu(state.conv(r) + c0, qkv + c0, conv_dim, l.ssm_conv1d + c0 * hp_.ssm_conv_kernel, n_tok,
+                                static_cast<int>(c1 - c0), hp_.ssm_conv_kernel, conv_out_.data() + c0, conv_dim,
+                                conv_dim);
+    });
     if (trace) trace_conv(state, r, n_tok, qkv);
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
     for (size_t t = 0; t < nt; ++t) {

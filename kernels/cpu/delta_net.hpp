@@ -74,9 +74,10 @@ void delta_rule_run(float* S, int64_t pos0, int d_k, int d_v, int n_tok, const f
 // conv_state: [kernel-1][channels], the previous kernel-1 inputs, oldest first; updated to the last
 // kernel-1 inputs (the call's tokens and, when n_tok < kernel-1, older state rows).
 // x: n_tok rows of [channels], x_stride floats apart; w: [channels][kernel] (GGUF ssm_conv1d, ne = {kernel,
-// channels}); y: n_tok rows of [channels], y_stride apart. y may not overlap x.
+// channels}); y: n_tok rows of [channels], y_stride apart. y may not overlap x. state_stride: floats between
+// conv_state's rows (0: channels), so callers can split the channels of a wider state between threads.
 void causal_conv1d_silu(float* conv_state, const float* x, ptrdiff_t x_stride, const float* w, int n_tok, int channels,
-                        int kernel, float* y, ptrdiff_t y_stride);
+                        int kernel, float* y, ptrdiff_t y_stride, ptrdiff_t state_stride = 0);
 
 // In place on n_rows rows of dim floats, stride apart: x <- x * scale / max(|x|_2, eps) (ggml_l2_norm, then a
 // scale: 1 for k, 1/sqrt(d_k) for q).

@@ -9,7 +9,7 @@ namespace {
 
 struct vec256 {
     using type = __m256;
-    static constexpr int width = 8, seq_nb = 3, gemm_nb = 2;
+    static constexpr int width = 8, seq_nb = 3, seq1_na = 8, seq1_nb = 4, gemm_nb = 2;
     static type zero() { return _mm256_setzero_ps(); }
     static type set1(float x) { return _mm256_set1_ps(x); }
     static type load(const float* p) { return _mm256_loadu_ps(p); }

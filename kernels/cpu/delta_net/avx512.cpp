@@ -9,7 +9,7 @@ namespace {
 
 struct vec512 {
     using type = __m512;
-    static constexpr int width = 16, seq_nb = 4, gemm_nb = 4;
+    static constexpr int width = 16, seq_nb = 4, seq1_na = 8, seq1_nb = 8, gemm_nb = 4;
     static type zero() { return _mm512_setzero_ps(); }
     static type set1(float x) { return _mm512_set1_ps(x); }
     static type load(const float* p) { return _mm512_loadu_ps(p); }

@@ -80,13 +80,14 @@ void delta_rule_run(float* S, int64_t pos0, int d_k, int d_v, int n_tok, const f
 }
 
 void causal_conv1d_silu(float* conv_state, const float* x, ptrdiff_t x_stride, const float* w, int n_tok, int channels,
-                        int kernel, float* y, ptrdiff_t y_stride) {
+                        int kernel, float* y, ptrdiff_t y_stride, ptrdiff_t state_stride) {
     if (kernel < 1 || kernel > 16 || channels < 1 || n_tok < 0)
         throw std::invalid_argument("causal conv: kernel " + std::to_string(kernel) + " must be in 1..16, channels " +
                                     std::to_string(channels) + " >= 1 and n_tok " + std::to_string(n_tok) + " >= 0.");
     const int hist = kernel - 1;
+    const ptrdiff_t ss = state_stride > 0 ? state_stride : channels;
     // Input row r of the window (r < hist: the state's rows, then the tokens).
-    auto row = [&](int r) { return r < hist ? conv_state + static_cast<ptrdiff_t>(r) * channels : x + (r - hist) * x_stride; };
+    auto row = [&](int r) { return r < hist ? conv_state + r * ss : x + (r - hist) * x_stride; };
     // Channels in blocks whose weights are first transposed to [kernel][block], so the inner loops run
     // over consecutive channels; each channel sums its taps in order j = 0..kernel-1.
     constexpr int block = 256;
@@ -109,9 +110,9 @@ void causal_conv1d_silu(float* conv_state, const float* x, ptrdiff_t x_stride, c
     // The last hist inputs become the state (rows still from the old state move up first).
     for (int r = 0; r < hist; ++r) {
         const int src = n_tok + r;  // window row of new state row r
-        float* dst = conv_state + static_cast<ptrdiff_t>(r) * channels;
+        float* dst = conv_state + r * ss;
         if (src < hist)
-            std::memmove(dst, conv_state + static_cast<ptrdiff_t>(src) * channels, sizeof(float) * static_cast<size_t>(channels));
+            std::memmove(dst, conv_state + src * ss, sizeof(float) * static_cast<size_t>(channels));
         else
             std::memcpy(dst, x + (src - hist) * x_stride, sizeof(float) * static_cast<size_t>(channels));
     }

@@ -2,7 +2,8 @@
 // delta_net/avx2.cpp and avx512.cpp (each compiled with its own flags; everything here has internal
 // linkage so the two instantiations never meet at link time). V provides: type, width (floats), zero,
 // set1, load, store, mul, fmadd (a*b+c), fnmadd (c-a*b), and the register blocking seq_nb (state vectors
-// per column block of the sequential form) and gemm_nb (vectors per row of a GEMM tile).
+// per column block of the sequential form), seq1_na / seq1_nb (the one-token form's read block and update
+// sub-block) and gemm_nb (vectors per row of a GEMM tile).
 //
 // Lanes are always columns of the state (the value dim) or of a [chunk][chunk] matrix, so every sum runs
 // over its index in order in one lane: no horizontal sums, and results independent of the blocking.
@@ -83,11 +84,56 @@ void seq_block(float* S, const delta_io& io, int n_tok, int j0) {
     }
 }
 
+// One token (decode), no copy to a buffer: a column block of NA vectors is read from memory once for
+// S^T k, then updated in place from cache in sub-blocks of NB vectors. seq_block's operations in its
+// order, so the same bits; whole rows per block keep the read from memory contiguous.
+template <class V, int NA, int NB>
+void seq_one_block(float* S, const delta_io& io, int j0) {
+    using vec = typename V::type;
+    constexpr int W = V::width;
+    static_assert(NA % NB == 0);
+    const int dk = io.d_k;
+    const ptrdiff_t dv = io.d_v;
+    float* base = S + j0;
+    vec sk[NA];
+    for (int b = 0; b < NA; ++b) sk[b] = V::zero();
+    for (int i = 0; i < dk; ++i) {
+        const vec ki = V::set1(io.k[i]);
+        for (int b = 0; b < NA; ++b) sk[b] = V::fmadd(ki, V::load(base + i * dv + b * W), sk[b]);
+    }
+    const vec eg = V::set1(std::exp(io.g[0]));
+    const vec beta = V::set1(io.beta[0]);
+    for (int c = 0; c < NA; c += NB) {
+        vec delta[NB], o[NB];
+        for (int b = 0; b < NB; ++b) {
+            delta[b] = V::mul(beta, V::fnmadd(eg, sk[c + b], V::load(io.v + j0 + (c + b) * W)));
+            o[b] = V::zero();
+        }
+        for (int i = 0; i < dk; ++i) {
+            const vec ki = V::set1(io.k[i]), qi = V::set1(io.q[i]);
+            for (int b = 0; b < NB; ++b) {
+                float* p = base + i * dv + (c + b) * W;
+                const vec s = V::fmadd(ki, delta[b], V::mul(eg, V::load(p)));
+                V::store(p, s);
+                o[b] = V::fmadd(qi, s, o[b]);
+            }
+        }
+        for (int b = 0; b < NB; ++b) V::store(io.o + j0 + (c + b) * W, o[b]);
+    }
+}
+
 template <class V>
 void delta_seq_simd(float* S, const delta_io& io, int n_tok) {
     constexpr int W = V::width, NB = V::seq_nb;
     if (io.d_v % W != 0) {
         delta_seq_scalar(S, io, n_tok);
+        return;
+    }
+    if (n_tok == 1) {
+        constexpr int NA = V::seq1_na, NB1 = V::seq1_nb;
+        int j0 = 0;
+        for (; io.d_v - j0 >= NA * W; j0 += NA * W) seq_one_block<V, NA, NB1>(S, io, j0);
+        for (; j0 < io.d_v; j0 += W) seq_one_block<V, 1, 1>(S, io, j0);
         return;
     }
     // Tiles of tokens, so a tile's q, k, v rows stay in L2 while each column block passes over them.
