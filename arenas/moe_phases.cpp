@@ -250,19 +250,26 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
     timer.emplace(clock ? clock + 2 : nullptr);
     // Phase 2: items are (active expert, block of the slice's n_embd rows), as in phase 1, so a thread's
     // consecutive items read one expert's down rows as one stream (cycling through every active expert
-    // per row block reads them as many short streams, which memory serves slower).
+    // per row block reads them as many short streams, which memory serves slower). Blocks grow as in
+    // phase 1: a decode token's down rows are short (n_ff columns), so a 32-row item costs as much in
+    // dispatch and kernel setup as in reading.
     for (size_t s = 0; s < n_slices; ++s) {
-        row_blocks[s] = static_cast<size_t>((embd_ranges_[s].end - embd_ranges_[s].begin + row_block - 1) / row_block);
+        const int64_t rows = embd_ranges_[s].end - embd_ranges_[s].begin;
+        const int64_t per_thread = 8 * std::max(pool_.plan().slices[s].threads(), 1);
+        const int64_t unit = std::clamp<int64_t>(int64_t((rows / row_block) * active_.size()) / per_thread, 1, kMaxFfBlocks);
+        ff_block[s] = unit * row_block;
+        row_blocks[s] = static_cast<size_t>((rows + ff_block[s] - 1) / ff_block[s]);
         n_items[s] = row_blocks[s] * active_.size();
     }
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
         slice_buffers& b = *slices_[static_cast<size_t>(s)];
         const row_range range = embd_ranges_[static_cast<size_t>(s)];
         const size_t blocks = row_blocks[static_cast<size_t>(s)];
+        const int64_t block = ff_block[static_cast<size_t>(s)];
         for (size_t item = begin; item < end; ++item) {
             const int e = active_[item / blocks];
-            const int64_t r0 = range.begin + static_cast<int64_t>(item % blocks) * row_block;
-            const int64_t n = std::min(row_block, range.end - r0);
+            const int64_t r0 = range.begin + static_cast<int64_t>(item % blocks) * block;
+            const int64_t n = std::min(block, range.end - r0);
             const cpu::matrix down = rows_.rows(layer, expert_part::down, e, s, r0);
             const int32_t first = first_of_[static_cast<size_t>(e)], count = count_of_[static_cast<size_t>(e)];
             for (int32_t c = 0; c < count; c += max_tok)
