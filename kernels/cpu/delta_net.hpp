@@ -24,7 +24,7 @@
 // Different ISAs (STRATA_FORCE_ISA) round differently.
 //
 // Speed: the sequential form does 7 d_k d_v flops per token from L1 (a column block of S is copied to
-// up to 64 KiB of stack), the chunked one 6 d_k d_v + 2.5 chunk (d_k + d_v) as GEMM tiles; on the CPU the
+// up to 64 KiB of stack; a one-token call updates S in place, reading it from memory once), the chunked one 6 d_k d_v + 2.5 chunk (d_k + d_v) as GEMM tiles; on the CPU the
 // sequential form is the faster (strata-bench kernels, DeltaNet rows).
 //
 // Threading: single-threaded, reentrant; callers run heads in parallel on disjoint states.

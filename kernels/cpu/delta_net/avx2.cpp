@@ -1,5 +1,6 @@
 // The delta rule on AVX2: 8 columns per register; the sequential form keeps column blocks of 24 in L1
-// (3 x 4 accumulators and operands within 16 registers), GEMM tiles are 4 rows x 16 columns.
+// (3 x 4 accumulators and operands within 16 registers), one token reads whole 128-column rows and
+// updates them in blocks of 32; GEMM tiles are 4 rows x 16 columns.
 #include <immintrin.h>
 
 #include "cpu/delta_net/simd.hpp"
@@ -9,7 +10,7 @@ namespace {
 
 struct vec256 {
     using type = __m256;
-    static constexpr int width = 8, seq_nb = 3, seq1_na = 8, seq1_nb = 4, gemm_nb = 2;
+    static constexpr int width = 8, seq_nb = 3, seq1_na = 16, seq1_nb = 4, gemm_nb = 2;
     static type zero() { return _mm256_setzero_ps(); }
     static type set1(float x) { return _mm256_set1_ps(x); }
     static type load(const float* p) { return _mm256_loadu_ps(p); }

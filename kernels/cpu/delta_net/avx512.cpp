@@ -1,5 +1,6 @@
 // The delta rule on AVX-512: 16 columns per register; the sequential form keeps column blocks of 64
-// (32 KiB of a 128-row state) in L1, GEMM tiles are 4 rows x 64 columns (16 accumulators of 32 registers).
+// (32 KiB of a 128-row state) in L1, one token reads and updates whole 128-column rows; GEMM tiles are
+// 4 rows x 64 columns (16 accumulators of 32 registers).
 #include <immintrin.h>
 
 #include "cpu/delta_net/simd.hpp"

@@ -133,6 +133,8 @@ void delta_seq_simd(float* S, const delta_io& io, int n_tok) {
         constexpr int NA = V::seq1_na, NB1 = V::seq1_nb;
         int j0 = 0;
         for (; io.d_v - j0 >= NA * W; j0 += NA * W) seq_one_block<V, NA, NB1>(S, io, j0);
+        if constexpr (NA > 4)
+            for (; io.d_v - j0 >= 4 * W; j0 += 4 * W) seq_one_block<V, 4, 4>(S, io, j0);
         for (; j0 < io.d_v; j0 += W) seq_one_block<V, 1, 1>(S, io, j0);
         return;
     }
