@@ -28,6 +28,12 @@ void dense_ffn::run(const weight_matrix& gate, const weight_matrix& up, const we
     const weight_matrix* const w[] = {&gate, &up};
     float* const y[] = {f.tmp2_.data(), f.shexp_up_.data()};
     f.matmul_same_input(w, n_tok, f.xn_.data(), y);
+    run_down(down, n_ff, n_tok);
+}
+
+void dense_ffn::run_down(const weight_matrix& down, int n_ff, int n_tok) {
+    forward_pass& f = f_;
+    const size_t nf = static_cast<size_t>(n_ff);
     for (int t = 0; t < n_tok; ++t)
         cpu::silu_mul(f.tmp2_.data() + t * nf, f.shexp_up_.data() + t * nf, static_cast<int64_t>(nf),
                       f.tmp2_.data() + t * nf);

@@ -109,9 +109,29 @@ void moe_ffn::experts(const layer_weights& l, arenas::moe_runner& runner, const 
     const routing_options ro{hp.gating, hp.expert_weights_norm, hp.expert_weights_scale, hp.n_expert_groups,
                              hp.n_group_used};
     std::optional<arenas::scoped_seconds> t;
-    t.emplace(f.seconds(phase_clock::router));
     f.add_bytes(phase_clock::router, bytes_of(l.router));
-    f.matmul(l.router, n_tok, f.xn_.data(), f.router_.data());
+    if (l.shexp_gate.present() && l.shexp_up.present()) {
+        // The shared expert's gate and up read the router's input: one phase for the three, its time
+        // shared between the two parts by bytes.
+        f.shexp_up_.resize(static_cast<size_t>(n_tok) * static_cast<size_t>(hp.n_ff_shexp));
+        const weight_matrix* const w[] = {&l.router, &l.shexp_gate, &l.shexp_up};
+        float* const y[] = {f.router_.data(), f.tmp2_.data(), f.shexp_up_.data()};
+        double seconds = 0;
+        {
+            arenas::scoped_seconds fused(f.seconds(phase_clock::router) ? &seconds : nullptr);
+            f.matmul_same_input(w, n_tok, f.xn_.data(), y);
+        }
+        if (double* router_s = f.seconds(phase_clock::router)) {
+            const double rb = double(bytes_of(l.router)), sb = double(bytes_of(l.shexp_gate) + bytes_of(l.shexp_up));
+            *router_s += seconds * rb / (rb + sb);
+            *f.seconds(phase_clock::shared_expert) += seconds * sb / (rb + sb);
+        }
+        shexp_gate_up_of_ = &l;
+        t.emplace(f.seconds(phase_clock::router));
+    } else {
+        t.emplace(f.seconds(phase_clock::router));
+        f.matmul(l.router, n_tok, f.xn_.data(), f.router_.data());
+    }
     for (int t = 0; t < n_tok; ++t) {
         route_token(f.router_.data() + static_cast<size_t>(t) * hp.n_expert, l.exp_probs_b, hp.n_expert, k, ro,
                     f.ids_.data() + t * k, f.weights_.data() + t * k, f.route_scratch_);
@@ -130,7 +150,11 @@ void moe_ffn::experts(const layer_weights& l, arenas::moe_runner& runner, const 
 void moe_ffn::shared_expert(const layer_weights& l, int n_tok) {
     forward_pass& f = f_;
     const size_t n_embd = static_cast<size_t>(f.hp_.n_embd);
-    dense_.run(l.shexp_gate, l.shexp_up, l.shexp_down, f.hp_.n_ff_shexp, n_tok);
+    if (shexp_gate_up_of_ == &l)
+        dense_.run_down(l.shexp_down, f.hp_.n_ff_shexp, n_tok);
+    else
+        dense_.run(l.shexp_gate, l.shexp_up, l.shexp_down, f.hp_.n_ff_shexp, n_tok);
+    shexp_gate_up_of_ = nullptr;
     if (!l.shexp_gate_inp) return;
     for (int t = 0; t < n_tok; ++t) {
         const float* xn = f.xn_.data() + t * n_embd;

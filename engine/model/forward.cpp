@@ -157,23 +157,39 @@ void forward_pass::matmul(const weight_matrix& w, int n_tok, const float* in, fl
 
 void forward_pass::matmul_same_input(std::span<const weight_matrix* const> w, int n_tok, const float* in,
                                      std::span<float* const> y) {
-    const auto act_type = cpu::activation_type(w[0]->cpu().type);
+    // The input is quantized once per activation format the matrices read (at most kMaxFormats).
+    constexpr size_t kMaxFormats = 4, kMaxMatrices = 8;
+    formats::ggml_type fmt_weight[kMaxFormats];
+    size_t offsets[kMaxFormats], row_bytes[kMaxFormats], n_formats = 0, total_bytes = 0;
+    size_t format_of[kMaxMatrices] = {};
     int64_t total = 0;
-    bool fuse = true;
-    for (const weight_matrix* m : w) {  // one matrix always runs as one phase
-        fuse = fuse && cpu::activation_type(m->cpu().type) == act_type && m->cpu().n_cols == w[0]->cpu().n_cols &&
-               (w.size() == 1 || m->n_rows % kDenseGrain == 0);
-        total += m->n_rows;
+    bool fuse = w.size() <= kMaxMatrices;
+    for (size_t i = 0; i < w.size(); ++i) {  // one matrix always runs as one phase
+        const cpu::matrix& m = w[i]->cpu();
+        const auto act = cpu::activation_type(m.type);
+        size_t f = 0;
+        while (f < n_formats && cpu::activation_type(fmt_weight[f]) != act) ++f;
+        if (f == n_formats && n_formats < kMaxFormats) {
+            fmt_weight[f] = m.type;
+            row_bytes[f] = cpu::activation_row_size(m.type, m.n_cols);
+            offsets[f] = total_bytes;
+            total_bytes += row_bytes[f] * static_cast<size_t>(n_tok);
+            ++n_formats;
+        }
+        fuse = fuse && f < n_formats && m.n_cols == w[0]->cpu().n_cols && (w.size() == 1 || w[i]->n_rows % kDenseGrain == 0);
+        if (i < kMaxMatrices) format_of[i] = f;
+        total += w[i]->n_rows;
     }
     if (!fuse) {
         for (size_t i = 0; i < w.size(); ++i) matmul(*w[i], n_tok, in, y[i]);
         return;
     }
-    const cpu::matrix& m0 = w[0]->cpu();
-    const size_t act_bytes = cpu::activation_row_size(m0.type, m0.n_cols);
-    if (act_.size() < act_bytes * static_cast<size_t>(n_tok)) act_.resize(act_bytes * static_cast<size_t>(n_tok));
-    for (int t = 0; t < n_tok; ++t)
-        cpu::quantize_activation(m0.type, in + static_cast<size_t>(t) * m0.n_cols, act_.data() + t * act_bytes, m0.n_cols);
+    const int64_t n_cols = w[0]->cpu().n_cols;
+    if (act_.size() < total_bytes) act_.resize(total_bytes);
+    for (size_t f = 0; f < n_formats; ++f)
+        for (int t = 0; t < n_tok; ++t)
+            cpu::quantize_activation(fmt_weight[f], in + static_cast<size_t>(t) * n_cols,
+                                     act_.data() + offsets[f] + t * row_bytes[f], n_cols);
     // Rows of the matrices one after the other; a range is cut where one matrix ends.
     parallel_rows(pool_, total, kDenseGrain, [&](int64_t r0, int64_t r1) {
         int64_t first = 0;
@@ -181,7 +197,8 @@ void forward_pass::matmul_same_input(std::span<const weight_matrix* const> w, in
             const int64_t n = w[i]->n_rows;
             if (r0 < first + n) {
                 const int64_t end = std::min(r1, first + n);
-                cpu::matmul(w[i]->cpu(), r0 - first, end - first, act_.data(), act_bytes, n_tok, y[i] + (r0 - first), n);
+                cpu::matmul(w[i]->cpu(), r0 - first, end - first, act_.data() + offsets[format_of[i]], row_bytes[format_of[i]],
+                            n_tok, y[i] + (r0 - first), n);
                 r0 = end;
             }
             first += n;

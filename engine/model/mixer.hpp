@@ -238,6 +238,8 @@ public:
     void eval(int il, int n_tok, residual_stream& out) override;
     // forward_pass::tmp_ = down(silu(gate xn) * up xn) over n_ff hidden units (the shared expert's too).
     void run(const weight_matrix& gate, const weight_matrix& up, const weight_matrix& down, int n_ff, int n_tok);
+    // run()'s second half, for a caller that computed gate (forward_pass::tmp2_) and up (shexp_up_) itself.
+    void run_down(const weight_matrix& down, int n_ff, int n_tok);
 };
 
 // Routed experts on the pool (the router, top-k, expert_pool's MoE runner), then the shared expert
@@ -255,6 +257,8 @@ public:
 
 private:
     dense_ffn& dense_;
+    // The layer whose shared expert's gate and up experts() ran beside the router (same input, one phase).
+    const layer_weights* shexp_gate_up_of_ = nullptr;
 };
 
 // The residual around the blocks: how a block's input is made from it and its output goes back.
