@@ -475,7 +475,7 @@ int run(int argc, char** argv) {
         };
 
         for (const int n_threads : thread_counts) {
-            std::vector<double> t_read[2], t_mv, t_mv_packed, t_cached;  // t_read[0]: plain, [1]: with software prefetch
+            std::vector<double> t_read[2], t_mv, t_mv_packed, t_cached, t_cached_packed;  // t_read[0]: plain, [1]: with software prefetch
             // The compute ceiling: the same kernel on cached_kib_per_thread of rows per thread, read from cache
             // (warmed up, then cached_passes passes timed).
             const int64_t cached_rows = std::clamp<int64_t>(static_cast<int64_t>(cached_kib_per_thread << 10) * n_threads / static_cast<int64_t>(row_bytes),
@@ -500,6 +500,12 @@ int run(int argc, char** argv) {
                     const auto [b, e] = split(cached_rows, i, n);
                     for (int pass = 0; pass < cached_passes; ++pass) cpu::matvec(w, b, e, act.data(), y.data() + b);
                 }, true)[0]);
+                if (packed)
+                    t_cached_packed.push_back(time_parallel(n_threads, 1, [&](int i, int n) {
+                        const int64_t g = cpu::repack_group_rows;
+                        const auto [b, e] = split(std::max<int64_t>(cached_rows / g, n), i, n);
+                        for (int pass = 0; pass < cached_passes; ++pass) cpu::matvec(wp, b * g, e * g, act.data(), y.data() + b * g);
+                    }, true)[0]);
             }
             const double read_plain = static_cast<double>(bytes) / median(t_read[0]) / 1e9;
             const double read_prefetch = static_cast<double>(bytes) / median(t_read[1]) / 1e9;
@@ -516,11 +522,16 @@ int run(int argc, char** argv) {
             if (packed) {
                 // GB/s of the GGUF bytes the same rows hold, so both layouts count the same work
                 const double gbps = static_cast<double>(row_bytes) * n_packed_rows / median(t_mv_packed) / 1e9;
+                const int64_t g = cpu::repack_group_rows;
+                const double cached_p = static_cast<double>(row_bytes) * (std::max<int64_t>(cached_rows / g, n_threads) * g) *
+                                        cached_passes / median(t_cached_packed) / 1e9;
                 out["matvec"].push_back({{"format", name + "/rows16"}, {"threads", n_threads}, {"weight_gbps", gbps},
-                                         {"read_gbps", read_gbps}, {"ratio", gbps / read_gbps}});
+                                         {"read_gbps", read_gbps}, {"ratio", gbps / read_gbps}, {"cached_gbps", cached_p},
+                                         {"compute_ceiling", cached_p / read_gbps}});
                 if (!json)
-                    std::printf("%-8s %4d %12.2f %12.2f %6.0f%%  (rows16 layout, GB/s of the GGUF bytes)\n", name.c_str(),
-                                n_threads, gbps, read_gbps, 100.0 * gbps / read_gbps);
+                    std::printf("%-8s %4d %12.2f %12.2f %6.0f%% %12.2f %6.0f%%  (rows16 layout, GB/s of the GGUF bytes)\n",
+                                name.c_str(), n_threads, gbps, read_gbps, 100.0 * gbps / read_gbps, cached_p,
+                                100.0 * cached_p / read_gbps);
             }
         }
 
