@@ -363,6 +363,16 @@ void check_conv(int channels) {
         EXPECT_EQ(0, std::memcmp(y.data(), y_all.data(), y.size() * sizeof(float))) << piece << " tokens per call";
         EXPECT_EQ(0, std::memcmp(state.data(), state_all.data(), state.size() * sizeof(float))) << piece;
     }
+    // Channels split into ranges, each a call on its part of the wider state (state_stride), as the engine
+    // splits them between workers: the same bits, and a range's call touches no other channel.
+    for (int first_part : {1, channels / 3}) {
+        std::vector<float> y(y_all.size(), NAN), state = state0;
+        for (const auto& [c0, c1] : {std::pair{0, first_part}, std::pair{first_part, channels}})
+            causal_conv1d_silu(state.data() + c0, x.data() + c0, x_stride, w.data() + c0 * kernel, n_tok, c1 - c0, kernel,
+                               y.data() + c0, channels, channels);
+        EXPECT_EQ(0, std::memcmp(y.data(), y_all.data(), y.size() * sizeof(float))) << "split at " << first_part;
+        EXPECT_EQ(0, std::memcmp(state.data(), state_all.data(), state.size() * sizeof(float))) << first_part;
+    }
 }
 
 // Channels: fewer than one block of the kernel's channel loop, and several blocks with a ragged last one.
