@@ -183,10 +183,6 @@ gated_delta_net::gated_delta_net(forward_pass& f) : token_mixer(f), kernel_(f.po
 }
 
 void gated_delta_net::eval(int il, std::span<const step_segment> segs, int n_tok) {
-    run(il, n_tok, segs[0].kv->state<recurrent_state>());
-}
-
-void gated_delta_net::run(int il, int n_tok, recurrent_state& state) {
     forward_pass& f = f_;
     const hparams& hp = f.hp_;
     const layer_weights& l = f.w_.layers[static_cast<size_t>(il)];
@@ -218,9 +214,14 @@ void gated_delta_net::run(int il, int n_tok, recurrent_state& state) {
         if (l.ssm_ba.present()) delta_net_mixer::split_ba(hp, dn_ba_.data(), n_tok, dn_b_.data(), dn_a_.data());
     }
     arenas::scoped_seconds t(f.seconds(phase_clock::attention));
-    f.add_bytes(phase_clock::attention, 2 * state.bytes() / static_cast<uint64_t>(std::max(1, state.n_layer())));
-    kernel_.run(l, rec_index_[static_cast<size_t>(il)], state, n_tok, dn_in_.data(), dn_z_.data(), dn_b_.data(),
-                dn_a_.data(), f.att_.data());
+    const int r = rec_index_[static_cast<size_t>(il)];
+    for (size_t row = 0; const step_segment& g : segs) {
+        recurrent_state& state = g.kv->state<recurrent_state>();
+        f.add_bytes(phase_clock::attention, 2 * state.bytes() / static_cast<uint64_t>(std::max(1, state.n_layer())));
+        kernel_.run(l, r, state, g.n_tok, dn_in_.data() + row * conv_dim, dn_z_.data() + row * value_dim,
+                    dn_b_.data() + row * n_v, dn_a_.data() + row * n_v, f.att_.data() + row * value_dim);
+        row += static_cast<size_t>(g.n_tok);
+    }
 }
 
 }  // namespace strata::engine

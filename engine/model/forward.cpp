@@ -247,8 +247,28 @@ void forward_pass::eval_step(std::span<const step_segment> segments, int n_batch
             throw kv_cache_full(fmt::format("positions {}..{} do not fit the context of {}", g.pos0,
                                             int64_t{g.pos0} + g.n_tok - 1, g.kv->n_ctx()));
     }
+    // A sequence with a recurrent state (positioned) must continue at its state's position; eval() cuts
+    // its calls at the checkpoint interval, so a segment across a multiple of it is evaluated alone.
+    const int every = checkpoint_interval_;
+    for (const step_segment& g : segments) {
+        if (g.kv->state_pos() < 0) continue;
+        if (g.kv->state_pos() != g.pos0)
+            throw std::logic_error(fmt::format("the recurrent state holds {} positions, the segment starts at {}",
+                                               g.kv->state_pos(), g.pos0));
+        if (every > 0 && (g.pos0 / every + 1) * every < g.pos0 + g.n_tok) {
+            for (const step_segment& h : segments)
+                eval(std::span(h.tokens, static_cast<size_t>(h.n_tok)), h.pos0, *h.kv, h.logits, h.all_logits, n_batch,
+                     h.hidden);
+            return;
+        }
+    }
     for (const step_segment& g : segments) g.kv->reserve(g.pos0 + g.n_tok);
     timed_layers(segments);
+    for (const step_segment& g : segments) {
+        if (g.kv->state_pos() < 0) continue;
+        g.kv->set_state_pos(g.pos0 + g.n_tok);
+        if (every > 0 && (g.pos0 + g.n_tok) % every == 0) g.kv->checkpoint();
+    }
 }
 
 void forward_pass::eval_batch(const int32_t* tokens, int n_tok, int pos0, kv_cache& kv, float* logits,

@@ -193,17 +193,15 @@ private:
     std::vector<int64_t> mla_last_;  // [n_tok][n_head]: each query row's last visible position
 };
 
-// The hybrids' gated DeltaNet: the layer's projections, then delta_net_mixer over the sequence's
-// recurrent state. One segment per pass.
+// The hybrids' gated DeltaNet: the layer's projections over every row of the pass, then delta_net_mixer
+// over each segment's rows and its sequence's recurrent state.
 class gated_delta_net final : public token_mixer {
 public:
     explicit gated_delta_net(forward_pass& f);
     static const mixer_kind& layer_kind();
     const char* kind() const override { return "gated DeltaNet"; }
+    // xn_ -> att_ [n_tok][value_dim], each segment continuing its own state.
     void eval(int il, std::span<const step_segment> segs, int n_tok) override;
-    bool batches_sequences() const override { return false; }
-    // xn_ -> att_ [n_tok][value_dim], continuing `state`.
-    void run(int il, int n_tok, recurrent_state& state);
 
 private:
     delta_net_mixer kernel_;

@@ -1,5 +1,6 @@
 // forward_pass::eval_step: several sequences' prompt chunks and single decode rows in one pass give
-// each sequence's logits bitwise as when it runs alone, in every pool mode and worker count.
+// each sequence's logits bitwise as when it runs alone, in every pool mode and worker count (the
+// hybrids' recurrent states included, checkpointed at the same positions).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,12 +24,18 @@ std::vector<int32_t> tokens_of(int n_vocab, int n, int salt) {
     return t;
 }
 
+// The hybrids' recurrent state is checkpointed every kInterval positions, so steps cross intervals.
+constexpr int kInterval = 8;
+
 // Every position's logits of `tokens` evaluated alone in batches of 512.
-std::vector<float> alone(test::loaded& m, arenas::expert_pool& pool, const std::vector<int32_t>& tokens, kv_type kv) {
+std::vector<float> alone(test::loaded& m, arenas::expert_pool& pool, const std::vector<int32_t>& tokens, kv_type kv,
+                         size_t* n_checkpoints = nullptr) {
     forward_pass fwd(pool, m.hp, m.w, *m.rows);
+    fwd.set_checkpoint_interval(kInterval);
     kv_cache cache = make_sequence_state(m.hp, 64, kv);
     std::vector<float> logits(tokens.size() * static_cast<size_t>(m.hp.n_vocab), NAN);
     fwd.eval(tokens, 0, cache, logits.data(), true, 512);
+    if (n_checkpoints) *n_checkpoints = cache.n_checkpoints();
     return logits;
 }
 
@@ -36,8 +43,10 @@ std::vector<float> alone(test::loaded& m, arenas::expert_pool& pool, const std::
 // not finished, of a size that cycles through prompt-like chunks and single decode rows (so a step
 // mixes both); sequence s starts at step s. Returns every position's logits per sequence.
 std::vector<std::vector<float>> stepped(test::loaded& m, arenas::expert_pool& pool,
-                                        const std::vector<std::vector<int32_t>>& seqs, kv_type kv, int* max_rows) {
+                                        const std::vector<std::vector<int32_t>>& seqs, kv_type kv, int* max_rows,
+                                        std::vector<size_t>* n_checkpoints = nullptr) {
     forward_pass fwd(pool, m.hp, m.w, *m.rows);
+    fwd.set_checkpoint_interval(kInterval);
     const size_t n_vocab = static_cast<size_t>(m.hp.n_vocab);
     std::vector<kv_cache> caches;
     std::vector<std::vector<float>> out;
@@ -63,6 +72,8 @@ std::vector<std::vector<float>> stepped(test::loaded& m, arenas::expert_pool& po
         *max_rows = std::max(*max_rows, rows);
         fwd.eval_step(segs);
     }
+    if (n_checkpoints)
+        for (const kv_cache& c : caches) n_checkpoints->push_back(c.n_checkpoints());
     return out;
 }
 
@@ -70,20 +81,29 @@ TEST(ForwardStep, SequencesSteppedTogetherAreBitwiseAlone) {
     const auto ds = make_model::preset("tiny", arch::deepseek2);
     for (const auto& [spec, kv] : {std::pair{make_model::preset("tiny", arch::qwen2moe), kv_type::f16},
                                    std::pair{make_model::preset("tiny", arch::glm4moe), kv_type::int8},
-                                   std::pair{make_model::preset("tiny"), kv_type::f16}, std::pair{ds, kv_type::f16}}) {
+                                   std::pair{make_model::preset("tiny"), kv_type::f16}, std::pair{ds, kv_type::f16},
+                                   std::pair{make_model::preset("tiny", arch::qwen35moe), kv_type::f16},
+                                   std::pair{make_model::preset("tiny", arch::qwen3next), kv_type::f16}}) {
         auto m = test::load(make_model::build_model(spec));
         const std::vector<std::vector<int32_t>> seqs{tokens_of(m->hp.n_vocab, 23, 0), tokens_of(m->hp.n_vocab, 17, 1),
                                                      tokens_of(m->hp.n_vocab, 20, 2)};
         auto base_pool = test::make_pool("off", 1);
         std::vector<std::vector<float>> base;
-        for (const auto& s : seqs) base.push_back(alone(*m, *base_pool, s, kv));
+        std::vector<size_t> base_checkpoints;
+        for (const auto& s : seqs) base.push_back(alone(*m, *base_pool, s, kv, &base_checkpoints.emplace_back()));
         int compared = 0;
         for (const std::string mode : {"off", "test:2", "test:3"})
             for (int workers : {1, 2, 3}) {
                 auto pool = test::make_pool(mode, workers);
                 int max_rows = 0;
-                const auto got = stepped(*m, *pool, seqs, kv, &max_rows);
+                std::vector<size_t> checkpoints;
+                const auto got = stepped(*m, *pool, seqs, kv, &max_rows, &checkpoints);
                 EXPECT_GT(max_rows, 9) << "some step should hold several sequences' rows";
+                // The hybrids' states are checkpointed at the same positions (each multiple of the interval).
+                EXPECT_EQ(checkpoints, base_checkpoints);
+                if (m->hp.hybrid()) {
+                    EXPECT_EQ(base_checkpoints[0], size_t{23 / kInterval});
+                }
                 for (size_t s = 0; s < seqs.size(); ++s) {
                     ASSERT_EQ(std::memcmp(got[s].data(), base[s].data(), base[s].size() * sizeof(float)), 0)
                         << make_model::arch_name(spec.architecture) << " " << kv_type_name(kv) << " " << mode
