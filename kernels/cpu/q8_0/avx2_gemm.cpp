@@ -3,6 +3,8 @@
 // activation bytes (broadcast to every row) carrying w's sign makes two exact int16 pair sums per row,
 // widened by vpmaddwd. The unpacking is shared by all NT tokens; one float step per block, the same as
 // the AVX-512 kernel's (its sums are the same integers), so both give the same bits.
+#include <memory>
+
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
 #include "formats/blocks.hpp"
@@ -26,6 +28,14 @@ struct q8_0_gemm16 {
         const int64_t nb = n / QK8_0;
         const block_q8_0* act[NT];
         for (int t = 0; t < NT; ++t) act[t] = static_cast<const block_q8_0*>(a[t]);
+        // The tokens' block scales as f32, da[NT b + t], converted once per call for every row.
+        constexpr int64_t stack_scales = 8 * 512;
+        float stack_da[stack_scales];
+        std::unique_ptr<float[]> heap_da;
+        float* da = stack_da;
+        if (NT * nb > stack_scales) da = (heap_da = std::make_unique<float[]>(static_cast<size_t>(NT * nb))).get();
+        for (int64_t b = 0; b < nb; ++b)
+            for (int t = 0; t < NT; ++t) da[NT * b + t] = half_to_float(act[t][b].d);
         const __m256i top = _mm256_set1_epi8(static_cast<char>(0x80));
         const __m256i ones = _mm256_set1_epi16(1);
         for (int64_t g = 0; g < n_groups; ++g) {
@@ -54,8 +64,7 @@ struct q8_0_gemm16 {
                         }
                     }
                     for (int t = 0; t < NT; ++t) {
-                        const __m256 da = _mm256_set1_ps(half_to_float(act[t][b].d));
-                        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+                        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(da[NT * b + t])), _mm256_cvtepi32_ps(isum[t]), acc[t]);
                     }
                 }
                 for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + g * 16 + 8 * h, acc[t]);
