@@ -236,11 +236,12 @@ struct legacy_gemm16 {
     }
 };
 
-// The formats whose codes cost the most to decode (the fifth bit, IQ4_NL's signed lookup) take 8 tokens.
+// The formats whose codes cost the most to decode (the fifth bit, the code book lookups) take 8 tokens;
+// Q4_0's and Q4_1's (a mask and a shift) cost less than spilling 8 tokens' accumulators.
 template <class F>
 static void gemm16(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                    float* y, int64_t y_stride) {
-    constexpr bool many_tokens = F::has_qh || legacy_gemm16<F, 1>::signed_lookup;
+    constexpr bool many_tokens = F::has_qh || F::lookup;
     switch (n_tok) {
         case 1: legacy_gemm16<F, 1>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
         case 2: legacy_gemm16<F, 2>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
