@@ -137,34 +137,18 @@ struct legacy_gemm16 {
         }
     }
 
-    // Token t's int sum over 4 column sets (qs: the part's 16 activation bytes); the two parts' sums
-    // add up to block_sum's (exact integers).
-    static inline __m256i part_sum(const __m256i w[4], const __m256i mag[4], const uint8_t* qs) {
+    // Token t's int sum (before the offset) over Sets column sets: a block's 8 (qs: its 32 activation
+    // bytes; sets 0..3 hold elements 4v + i, 4..7 elements 16 + 4 (v - 4) + i) or half a block's 4 (qs:
+    // the part's 16 bytes; the two parts' sums add up to the block's, exact integers).
+    template <int Sets>
+    static inline __m256i sets_sum(const __m256i w[Sets], const __m256i mag[Sets], const uint8_t* qs) {
         const __m256i ones = _mm256_set1_epi16(1);
-        constexpr int sets = int16_sets < 4 ? int16_sets : 4;
+        constexpr int in_int16 = int16_sets < Sets ? int16_sets : Sets;
         __m256i sum = _mm256_setzero_si256();
-        for (int v0 = 0; v0 < 4; v0 += sets) {
+        for (int v0 = 0; v0 < Sets; v0 += in_int16) {
             __m256i s16 = _mm256_setzero_si256();
-            for (int v = v0; v < v0 + sets; ++v) {
+            for (int v = v0; v < v0 + in_int16; ++v) {
                 const __m256i a = broadcast_dword(qs + 4 * v);
-                if constexpr (signed_lookup)
-                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(mag[v], _mm256_sign_epi8(a, w[v])));
-                else
-                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[v], a));
-            }
-            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(s16, ones));
-        }
-        return sum;
-    }
-
-    // Token t's int sum over the block (before the offset) from the 8 column sets.
-    static inline __m256i block_sum(const __m256i w[8], const __m256i mag[8], const uint8_t* qs) {
-        const __m256i ones = _mm256_set1_epi16(1);
-        __m256i sum = _mm256_setzero_si256();
-        for (int v0 = 0; v0 < 8; v0 += int16_sets) {
-            __m256i s16 = _mm256_setzero_si256();
-            for (int v = v0; v < v0 + int16_sets; ++v) {
-                const __m256i a = broadcast_dword(qs + 4 * v);  // sets 0..3: elements 4v + i, 4..7: 16 + 4(v - 4) + i
                 if constexpr (signed_lookup)
                     s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(mag[v], _mm256_sign_epi8(a, w[v])));
                 else
@@ -211,7 +195,7 @@ struct legacy_gemm16 {
                                     if constexpr (signed_lookup) mag[v] = _mm256_sign_epi8(wv[v], wv[v]);
                                 }
                             for (int t = 0; t < NT; ++t) {
-                                const __m256i s = part_sum(wv, mag, reinterpret_cast<const uint8_t*>(act[t][b].qs) + 16 * part);
+                                const __m256i s = sets_sum<4>(wv, mag, reinterpret_cast<const uint8_t*>(act[t][b].qs) + 16 * part);
                                 isum[t] = part == 0 ? s : _mm256_add_epi32(isum[t], s);
                             }
                         }
@@ -237,7 +221,7 @@ struct legacy_gemm16 {
                     const __m256 dw = row_scales(x[b], h);
                     for (int t = 0; t < NT; ++t) {
                         const block_terms& tb = terms[t * nb + b];
-                        __m256i sumi = block_sum(wv, mag, reinterpret_cast<const uint8_t*>(act[t][b].qs));
+                        __m256i sumi = sets_sum<8>(wv, mag, reinterpret_cast<const uint8_t*>(act[t][b].qs));
                         if constexpr (F::offset != 0) sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(tb.offset));
                         acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(tb.d)), _mm256_cvtepi32_ps(sumi), acc[t]);
                         if constexpr (F::has_m) {
@@ -252,11 +236,12 @@ struct legacy_gemm16 {
     }
 };
 
-// The formats whose codes cost the most to decode (the fifth bit, IQ4_NL's signed lookup) take 8 tokens.
+// The formats whose codes cost the most to decode (the fifth bit, the code book lookups) take 8 tokens;
+// Q4_0's and Q4_1's (a mask and a shift) cost less than spilling 8 tokens' accumulators.
 template <class F>
 static void gemm16(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                    float* y, int64_t y_stride) {
-    constexpr bool many_tokens = F::has_qh || legacy_gemm16<F, 1>::signed_lookup;
+    constexpr bool many_tokens = F::has_qh || F::lookup;
     switch (n_tok) {
         case 1: legacy_gemm16<F, 1>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
         case 2: legacy_gemm16<F, 2>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;

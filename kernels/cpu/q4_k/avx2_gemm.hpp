@@ -9,6 +9,8 @@
 // Included by one source file per ISA: everything here is internal to it.
 #pragma once
 
+#include <memory>
+
 #include "cpu/detail/kernel_table.hpp"
 #include "cpu/detail/x86.hpp"
 #include "formats/blocks.hpp"
@@ -62,7 +64,8 @@ struct k4_gemm16 {
 
     // acc[t] (lane r: row 8h + r) += superblock i of the group's rows times token t's activations:
     // y.d * (d * sum_j(sc_j * q_j . a_j) - dmin * sum_j(m_j * S_j)), S_j the token's sub-block sums.
-    static inline void superblock(const Packed& x, int h, const block_q8_K* const y[NT], int64_t i, __m256 acc[NT]) {
+    static inline void superblock(const Packed& x, int h, const block_q8_K* const y[NT], int64_t i, const int32_t* pairs,
+                                  __m256 acc[NT]) {
         __m256i total[NT];
         for (auto& t : total) t = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
@@ -93,27 +96,34 @@ struct k4_gemm16 {
                 }
             }
         }
-        finish(x, h, y, i, total, acc);
+        finish(x, h, y, i, pairs, total, acc);
     }
 
-    // acc[t] += y.d * (d * total[t] - dmin * sum_j(m_j * S_j)) for rows 8h..8h+7.
-    static inline void finish(const Packed& x, int h, const block_q8_K* const y[NT], int64_t i, const __m256i total[NT],
-                              __m256 acc[NT]) {
+    // Token t's sub-block sums of superblock i, S_j = bsums[2j] + bsums[2j + 1], as the int16 pairs
+    // (S0, S1), (S2, S3), (S4, S5), (S6, S7): pairs[4 (NT i + t) + p]. Made once per call for every row.
+    static inline void make_pairs(const block_q8_K* const y[NT], int64_t n_super, int32_t* pairs) {
+        const __m256i ones = _mm256_set1_epi16(1);
+        for (int64_t i = 0; i < n_super; ++i)
+            for (int t = 0; t < NT; ++t) {
+                const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums)), ones);
+                const __m128i p = _mm_packs_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(pairs + 4 * (NT * i + t)), p);
+            }
+    }
+
+    // acc[t] += y.d * (d * total[t] - dmin * sum_j(m_j * S_j)) for rows 8h..8h+7 (pairs: superblock i's
+    // make_pairs entries).
+    static inline void finish(const Packed& x, int h, const block_q8_K* const y[NT], int64_t i, const int32_t* pairs,
+                              const __m256i total[NT], __m256 acc[NT]) {
         // mins: dword r of pair p holds m[2p][r], m[2p + 1][r], times the token's sums of sub-blocks 2p, 2p + 1.
         __m256i mins[4];
         for (int p = 0; p < 4; ++p) mins[p] = row_word_pairs(x.m[2 * p] + 8 * h, x.m[2 * p + 1] + 8 * h);
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + 8 * h)));
         const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.dmin + 8 * h)));
         for (int t = 0; t < NT; ++t) {
-            // S_j = bsums[2j] + bsums[2j + 1] as int16 pairs: dwords 0, 1, 4, 5 hold (S0, S1), (S2, S3), (S4, S5), (S6, S7).
-            const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums)),
-                                                  _mm256_set1_epi16(1));
-            alignas(32) int32_t sums[8];
-            _mm256_store_si256(reinterpret_cast<__m256i*>(sums), _mm256_packs_epi32(s32, s32));
-            __m256i msum = _mm256_madd_epi16(mins[0], _mm256_set1_epi32(sums[0]));
-            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[1], _mm256_set1_epi32(sums[1])));
-            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[2], _mm256_set1_epi32(sums[4])));
-            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[3], _mm256_set1_epi32(sums[5])));
+            const int32_t* s = pairs + 4 * t;
+            __m256i msum = _mm256_madd_epi16(mins[0], _mm256_set1_epi32(s[0]));
+            for (int p = 1; p < 4; ++p) msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(s[p])));
             const __m256 z = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(msum), _mm256_mul_ps(d, _mm256_cvtepi32_ps(total[t])));
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t][i].d), z, acc[t]);
         }
@@ -122,7 +132,8 @@ struct k4_gemm16 {
     // One token (with or without AVX-VNNI: vpdpbusd's form measured slower here): both halves of the group
     // per superblock, so each activation broadcast serves 16 rows and each qs line is loaded once for the
     // two sub-blocks it holds (the integer sums are the same). The prefetches spread over the superblock.
-    static inline void superblock_one(const Packed& x, const block_q8_K* const y[1], int64_t i, __m256 acc[2][1]) {
+    static inline void superblock_one(const Packed& x, const block_q8_K* const y[1], int64_t i, const int32_t* pairs,
+                                      __m256 acc[2][1]) {
         __m256i total[2][1] = {{_mm256_setzero_si256()}, {_mm256_setzero_si256()}};
         for (int k = 0; k < 4; ++k) {
             prefetch_weights_part<sizeof(Packed)>(&x, k, 4);
@@ -144,27 +155,35 @@ struct k4_gemm16 {
                         total[h][0] = _mm256_add_epi32(total[h][0], _mm256_madd_epi16(s16[half][h], sc[half][h]));
             }
         }
-        for (int h = 0; h < 2; ++h) finish(x, h, y, i, total[h], acc[h]);
+        for (int h = 0; h < 2; ++h) finish(x, h, y, i, pairs, total[h], acc[h]);
     }
 
     static void run(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, float* y,
                     int64_t y_stride) {
         const block_q8_K* act[NT];
         for (int t = 0; t < NT; ++t) act[t] = static_cast<const block_q8_K*>(a[t]);
+        const int64_t n_super = n / QK_K;
+        constexpr int64_t stack_entries = 4 * 8 * 128;
+        int32_t stack_pairs[stack_entries];
+        std::unique_ptr<int32_t[]> heap_pairs;
+        int32_t* pairs = stack_pairs;
+        if (4 * NT * n_super > stack_entries)
+            pairs = (heap_pairs = std::make_unique<int32_t[]>(static_cast<size_t>(4 * NT * n_super))).get();
+        make_pairs(act, n_super, pairs);
         for (int64_t g = 0; g < n_groups; ++g) {
             const auto* x = reinterpret_cast<const Packed*>(static_cast<const uint8_t*>(w) + g * group_bytes);
             if constexpr (NT == 1) {
                 __m256 acc[2][1] = {{_mm256_setzero_ps()}, {_mm256_setzero_ps()}};
-                for (int64_t i = 0; i < n / QK_K; ++i) superblock_one(x[i], act, i, acc);
+                for (int64_t i = 0; i < n_super; ++i) superblock_one(x[i], act, i, pairs + 4 * i, acc);
                 for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + g * 16 + 8 * h, acc[h][0]);
                 continue;
             }
             for (int h = 0; h < 2; ++h) {
                 __m256 acc[NT];
                 for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-                for (int64_t i = 0; i < n / QK_K; ++i) {
+                for (int64_t i = 0; i < n_super; ++i) {
                     if (h == 0) prefetch_weights<sizeof(Packed)>(x + i);
-                    superblock(x[i], h, act, i, acc);
+                    superblock(x[i], h, act, i, pairs + 4 * NT * i, acc);
                 }
                 for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + g * 16 + 8 * h, acc[t]);
             }

@@ -40,6 +40,30 @@ static void fill_terms(const block_q8_0* a, int64_t n_blocks, block_terms* out) 
 
 template <int NT>
 struct q8_0_gemm16 {
+    // One token (decode): both halves of the group per block, so each 64-byte qs line is loaded once and
+    // each activation broadcast serves 16 rows; the same sums and float steps per row, so the same bits.
+    static inline void run_one(const block_q8_0x16* x, int64_t nb, const block_q8_0* act, const block_terms* terms,
+                               float* y) {
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t b = 0; b < nb; ++b) {
+            prefetch_weights<sizeof(block_q8_0x16)>(x + b);
+            __m256i part[2][2] = {};  // [h][v % 2]: two dependency chains per half
+            for (int v = 0; v < 8; ++v) {
+                const __m256i a = broadcast_dword(act[b].qs + 4 * v);
+                for (int h = 0; h < 2; ++h)
+                    part[h][v % 2] = _mm256_dpbusd_avx_epi32(part[h][v % 2], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs[v][8 * h])), a);
+            }
+            const __m256i isum[2] = {_mm256_add_epi32(part[0][0], part[0][1]), _mm256_add_epi32(part[1][0], part[1][1])};
+            const __m256 d = _mm256_set1_ps(terms[b].d);
+            for (int h = 0; h < 2; ++h) {
+                const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].d + 8 * h)));
+                const __m256 sumi = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[h], _mm256_set1_epi32(terms[b].offset)));
+                acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(dw, d), sumi, acc[h]);
+            }
+        }
+        for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + 8 * h, acc[h]);
+    }
+
     static void run(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, float* y,
                     int64_t y_stride) {
         const int64_t nb = n / QK8_0;
@@ -54,6 +78,10 @@ struct q8_0_gemm16 {
 
         for (int64_t g = 0; g < n_groups; ++g) {
             const auto* x = reinterpret_cast<const block_q8_0x16*>(static_cast<const uint8_t*>(w) + g * group_bytes);
+            if constexpr (NT == 1) {
+                run_one(x, nb, act[0], terms, y + g * 16);
+                continue;
+            }
             for (int h = 0; h < 2; ++h) {
                 __m256 acc[NT];
                 for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
