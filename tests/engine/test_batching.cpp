@@ -14,15 +14,17 @@
 namespace strata {
 namespace {
 
-std::string model_path() {
-    const auto path = std::filesystem::temp_directory_path() / "strata_batching_qwen3moe.gguf";
-    if (!std::filesystem::exists(path)) make_model::build_model(make_model::preset("tiny")).write_file(path.string());
+std::string model_path(make_model::arch a = make_model::arch::qwen3moe) {
+    const auto path =
+        std::filesystem::temp_directory_path() / ("strata_batching_" + make_model::arch_name(a) + ".gguf");
+    if (!std::filesystem::exists(path)) make_model::build_model(make_model::preset("tiny", a)).write_file(path.string());
     return path.string();
 }
 
-std::shared_ptr<model> load(const std::string& pool, int workers, int n_batch) {
+std::shared_ptr<model> load(const std::string& pool, int workers, int n_batch,
+                            make_model::arch a = make_model::arch::qwen3moe) {
     model_options o;
-    o.path = model_path();
+    o.path = model_path(a);
     o.numa_pool = pool;
     o.pool_workers = workers;
     o.n_ctx = 512;
@@ -60,40 +62,49 @@ void expect_same(const generation_result& a, const generation_result& b, const s
     EXPECT_EQ(a.reason, b.reason) << what;
 }
 
+// Generations started at once on m (a budget of 16 tokens per step) equal their solo runs and share steps.
+void check_concurrent_equals_solo(const std::shared_ptr<model>& m, const std::string& mode) {
+    const auto p = prompts(*m);
+    std::vector<generation_result> solo;
+    for (size_t i = 0; i < p.size(); ++i) {
+        session s(m);
+        solo.push_back(s.generate(p[i], sampled(12 + 3 * static_cast<int>(i), 7 + i)));
+    }
+    const batch_stats before = m->batching();
+    std::vector<std::unique_ptr<session>> sessions;
+    std::vector<std::future<generation_result>> futures;
+    std::vector<std::string> streamed(p.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+        sessions.push_back(std::make_unique<session>(m));
+        futures.push_back(sessions.back()->start(p[i], sampled(12 + 3 * static_cast<int>(i), 7 + i),
+                                                 [&streamed, i](const token_event& e) {
+                                                     streamed[i] += e.text;
+                                                     return true;
+                                                 }));
+    }
+    for (size_t i = 0; i < p.size(); ++i) {
+        const generation_result r = futures[i].get();
+        expect_same(r, solo[i], mode + " conversation " + std::to_string(i));
+        EXPECT_EQ(streamed[i], r.text);
+    }
+    const batch_stats after = m->batching();
+    EXPECT_TRUE(after.sequences_in_one_pass);
+    EXPECT_GT(after.max_step_rows, 1) << "the generations never shared a step";
+    EXPECT_LE(after.max_step_rows, 16) << "a step went past the token budget";
+    EXPECT_LT(after.steps - before.steps, after.rows - before.rows);
+}
+
 TEST(Batching, ConcurrentGenerationsEqualTheirSoloRuns) {
     for (const auto& [mode, workers] : {std::pair{std::string("off"), 1}, std::pair{std::string("test:2"), 2},
-                                        std::pair{std::string("test:3"), 3}}) {
+                                        std::pair{std::string("test:3"), 3}})
         // A budget of 16 tokens: long prompts arrive in chunks while the others decode.
-        const auto m = load(mode, workers, 16);
-        const auto p = prompts(*m);
-        std::vector<generation_result> solo;
-        for (size_t i = 0; i < p.size(); ++i) {
-            session s(m);
-            solo.push_back(s.generate(p[i], sampled(12 + 3 * static_cast<int>(i), 7 + i)));
-        }
-        const batch_stats before = m->batching();
-        std::vector<std::unique_ptr<session>> sessions;
-        std::vector<std::future<generation_result>> futures;
-        std::vector<std::string> streamed(p.size());
-        for (size_t i = 0; i < p.size(); ++i) {
-            sessions.push_back(std::make_unique<session>(m));
-            futures.push_back(sessions.back()->start(p[i], sampled(12 + 3 * static_cast<int>(i), 7 + i),
-                                                     [&streamed, i](const token_event& e) {
-                                                         streamed[i] += e.text;
-                                                         return true;
-                                                     }));
-        }
-        for (size_t i = 0; i < p.size(); ++i) {
-            const generation_result r = futures[i].get();
-            expect_same(r, solo[i], mode + " conversation " + std::to_string(i));
-            EXPECT_EQ(streamed[i], r.text);
-        }
-        const batch_stats after = m->batching();
-        EXPECT_TRUE(after.sequences_in_one_pass);
-        EXPECT_GT(after.max_step_rows, 1) << "the generations never shared a step";
-        EXPECT_LE(after.max_step_rows, 16) << "a step went past the token budget";
-        EXPECT_LT(after.steps - before.steps, after.rows - before.rows);
-    }
+        check_concurrent_equals_solo(load(mode, workers, 16), mode);
+}
+
+// The hybrid families' slots share passes too, each with its own recurrent state.
+TEST(Batching, HybridConcurrentGenerationsEqualTheirSoloRuns) {
+    for (const make_model::arch a : {make_model::arch::qwen35moe, make_model::arch::qwen3next})
+        check_concurrent_equals_solo(load("test:2", 2, 16, a), make_model::arch_name(a));
 }
 
 // A generation whose reader is behind (ready() false) waits; the others finish meanwhile.
