@@ -121,6 +121,14 @@ model_info describe(const model::impl& m, const arenas::pool_plan& plan) {
     }
     i.kv_bytes_per_token = engine::kv_cache::bytes_per_token(hp.n_kv_layer(), rows.n_head_kv, rows.head_dim, m.kv,
                                                              rows.latent);
+    i.n_kv_layers = hp.n_kv_layer();
+    for (size_t il = 0; il < hp.qsa_ratio.size() && il < static_cast<size_t>(hp.n_layer); ++il)
+        if (hp.qsa_ratio[il] > 0) i.qsa_ratios.push_back(hp.qsa_ratio[il]);
+    if (!i.qsa_ratios.empty()) {
+        i.qsa_top_k = hp.idx_top_k;
+        i.qsa_heads = hp.idx_n_head;
+        i.qsa_key_length = hp.idx_head_dim;
+    }
     i.n_recurrent_layers = engine::n_recurrent_layers(hp);
     i.state_bytes_per_session = engine::sequence_state_bytes(hp);
     i.state_checkpoint_interval = i.n_recurrent_layers > 0 ? m.options.state_checkpoint_interval : 0;

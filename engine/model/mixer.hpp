@@ -143,12 +143,14 @@ public:
 
 private:
     void select(int il, int n_tok, int pos0, kv_cache& kv);
-    // Layer il's store in kv: its raw keys [pos][idx_head_dim], or its block keys [block][idx_head_dim].
+    // Layer il's store in kv: its raw keys [pos][idx_head_dim], or its block keys in groups
+    // [group][idx_head_dim][qsa_group]; and the count of complete blocks in the latter.
     std::vector<float>& store(kv_cache& kv, int il, bool blocks) const;
-    // Appends the block keys of blocks bk.size() / idx_head_dim .. n_blocks - 1 from the raw keys.
-    void complete_blocks(int il, const std::vector<float>& keys, std::vector<float>& bk, int n_blocks) const;
+    int& block_count(kv_cache& kv, int il) const;
+    // Writes the block keys of blocks from .. n_blocks - 1 from the raw keys (bk grown to whole groups).
+    void complete_blocks(int il, const std::vector<float>& keys, std::vector<float>& bk, int from, int n_blocks) const;
     // scores[b] = sum over heads of relu(q_h . bk[b]) / sqrt(idx_head_dim): q [idx_n_head][idx_head_dim]
-    // (normed, rotated), bk [n_blocks][idx_head_dim].
+    // (normed, rotated), bk in groups; scores holds whole groups (the lanes past n_blocks are not blocks).
     void score_blocks(const float* q, const float* bk, int n_blocks, float* scores);
     // Row t's attention over the chosen positions of layer il (keys and values of kv): att_ from q_,
     // gated by attention_mixer's gate, on the pool with the kernels' f32 matmul.
@@ -156,11 +158,14 @@ private:
     attention_mixer& dense_;
     std::vector<int> slot_;             // [n_layer] a QSA layer's index among the indexer_keys stores, -1 otherwise
     std::vector<float> idx_q_, idx_k_;  // [n_tok][idx_n_head][idx_head_dim], [n_tok][idx_head_dim]
-    std::vector<float> dots_;           // [idx_n_head][n_blocks] a query's dot with every block key
     std::vector<float> keys_;           // [n_head_kv][n_chosen][head_dim] the chosen keys as f32
-    std::vector<float> values_t_;       // [n_head_kv][head_dim][n_chosen] the chosen values, transposed
+    std::vector<float> values_;         // [n_head_kv][n_chosen][head_dim] the chosen values as f32
     std::vector<float> probs_;          // [n_head][n_chosen] scores, then softmax weights
     std::vector<uint8_t> raw_;          // [n_head_kv][n_chosen][2][head row bytes] rows as the cache holds them
+    struct gather_run {
+        int pos, n, j;  // n consecutive chosen positions from pos, the first the j-th chosen
+    };
+    std::vector<gather_run> runs_;
 };
 
 // deepseek2's multi-head latent attention over one latent row per position. One segment per pass.

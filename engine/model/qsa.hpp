@@ -12,9 +12,10 @@
 namespace strata::engine {
 
 // The QSA mixer kind's part of a sequence's state: per QSA layer two f32 stores, the raw indexer key of
-// every position [pos][key_length] and the key of every complete block [block][key_length]. They are
-// rewritten with the positions (a cut back store is overwritten before it is read), so the part follows
-// the rows; parked and restored whole.
+// every position [pos][key_length] and the key of every complete block, kernels::cpu::qsa_group blocks
+// to a group [group][key_length][qsa_group] (the scoring kernel's layout: one vector of blocks per
+// dim), with the count of complete blocks. They are rewritten with the positions (a cut back store is
+// overwritten before it is read), so the part follows the rows; parked and restored whole.
 class indexer_keys final : public state_part {
 public:
     const char* kind() const override { return "QSA indexer keys"; }
@@ -23,6 +24,7 @@ public:
     size_t parked_bytes() const override;
 
     std::vector<std::vector<float>> stores;  // [2 * qsa layer + (0: raw keys, 1: block keys)]
+    std::vector<int> blocks;                 // [qsa layer] complete blocks in its block key store
 };
 
 // The blocks kept of n_blocks scored ones, ascending: all when n_blocks <= k.

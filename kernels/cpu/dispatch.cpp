@@ -125,6 +125,8 @@ static void fill_avx2(isa_table& t) {
     t.silu_mul = silu_mul_avx2;
     t.softmax = softmax_avx2;
     t.to_fp16 = to_fp16_avx2;
+    t.from_fp16 = from_fp16_avx2;
+    t.qsa_scores = qsa_scores_avx2;
     t.attn_tile = attn_tile_avx2;
     t.delta_seq = delta_seq_avx2;
     t.delta_chunk = delta_chunk_avx2;
@@ -439,5 +441,9 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
 }
 void softmax(float* x, int64_t n) { detail::active_table().softmax(x, n); }
 void to_fp16(const float* x, uint16_t* out, int64_t n) { detail::active_table().to_fp16(x, out, n); }
+void from_fp16(const uint16_t* x, float* out, int64_t n) { detail::active_table().from_fp16(x, out, n); }
+void qsa_scores(const float* q, int n_head, int dim, const float* keys, int64_t n_groups, float scale, float* scores) {
+    detail::active_table().qsa_scores(q, n_head, dim, keys, n_groups, scale, scores);
+}
 
 }  // namespace strata::kernels::cpu

@@ -116,6 +116,13 @@ void softmax(float* x, int64_t n);
 // out = x as IEEE halves, rounded to nearest even (F16C where the path has it; bitwise the same as
 // formats::fp32_to_fp16 on every path, NaN and overflow included).
 void to_fp16(const float* x, uint16_t* out, int64_t n);
+// out = x (IEEE halves) as floats: exact, bitwise formats::fp16_to_fp32 on every path.
+void from_fp16(const uint16_t* x, float* out, int64_t n);
+// QSA indexer scores over block keys stored qsa_group blocks to a group, keys [group][dim][qsa_group]:
+// scores[g * qsa_group + j] = scale * sum over heads h in order of max(q[h] . key, 0), q [n_head][dim],
+// each dot one fused multiply-add chain over the dims in order: bitwise the same on every ISA.
+constexpr int qsa_group = 16;
+void qsa_scores(const float* q, int n_head, int dim, const float* keys, int64_t n_groups, float scale, float* scores);
 
 // Rotary embedding in place on x: [n_head][head_dim] for token position pos, rotating the first
 // n_rot dims of each head (n_rot even, <= head_dim). Pair i turns by theta_i = pos * freq_base^(-2i / n_rot),

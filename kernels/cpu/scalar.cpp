@@ -62,6 +62,21 @@ static void silu_mul_scalar(const float* gate, const float* up, int64_t n, float
     for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+static void qsa_scores_scalar(const float* q, int n_head, int dim, const float* keys, int64_t n_groups, float scale,
+                              float* scores) {
+    for (int64_t g = 0; g < n_groups; ++g)
+        for (int j = 0; j < qsa_group; ++j) {
+            const float* k = keys + static_cast<size_t>(g) * dim * qsa_group + j;
+            float total = 0.0f;
+            for (int h = 0; h < n_head; ++h) {
+                float acc = 0.0f;
+                for (int i = 0; i < dim; ++i) acc = std::fma(q[h * dim + i], k[i * qsa_group], acc);
+                total += acc > 0.0f ? acc : 0.0f;  // as maxps(acc, 0): NaN and -0 give +0
+            }
+            scores[g * qsa_group + j] = total * scale;
+        }
+}
+
 static void softmax_scalar(float* x, int64_t n) {
     float max = -INFINITY;
     for (int64_t i = 0; i < n; ++i) max = std::fmax(max, x[i]);
@@ -76,6 +91,10 @@ static void softmax_scalar(float* x, int64_t n) {
 
 static void to_fp16_scalar(const float* x, uint16_t* out, int64_t n) {
     for (int64_t i = 0; i < n; ++i) out[i] = formats::fp32_to_fp16(x[i]);
+}
+
+static void from_fp16_scalar(const uint16_t* x, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = formats::fp16_to_fp32(x[i]);
 }
 
 static void set_scalar(isa_table& t, ggml_type type, dot_fn fn) {
@@ -117,6 +136,8 @@ void fill_scalar(isa_table& t) {
     t.delta_chunk = delta_chunk_scalar;
     t.softmax = softmax_scalar;
     t.to_fp16 = to_fp16_scalar;
+    t.from_fp16 = from_fp16_scalar;
+    t.qsa_scores = qsa_scores_scalar;
 }
 
 }  // namespace detail

@@ -49,6 +49,35 @@ double bytes_per_token(const gguf::reader& f, const model_info& info) {
     return bytes + 2.0 * double(info.state_bytes_per_session);
 }
 
+// What the attention of one decode token reads at a context of ctx positions: dense layers every
+// position; a QSA layer whose complete blocks pass its budget only the chosen blocks' rows and its
+// incomplete tail block's, plus the indexer's f32 key of every complete block (scored by its heads).
+struct attention_reads {
+    double bytes = 0;          // KV rows and indexer block keys
+    double positions = 0;      // attended positions summed over the layers
+    double indexer_flops = 0;  // the block scores' dots
+};
+attention_reads decode_attention_reads(const model_info& mi, double ctx) {
+    attention_reads a;
+    const int n_kv = std::max(mi.n_kv_layers, 1);
+    const double row = double(mi.kv_bytes_per_token) / n_kv;  // one position of one layer
+    const int n_sparse = std::min(static_cast<int>(mi.qsa_ratios.size()), n_kv);
+    a.positions = ctx * (n_kv - n_sparse);
+    for (int i = 0; i < n_sparse; ++i) {
+        const int r = mi.qsa_ratios[static_cast<size_t>(i)];
+        const double n_blocks = std::floor(ctx / r), budget = std::floor(double(mi.qsa_top_k) / r);
+        if (n_blocks <= budget) {
+            a.positions += ctx;
+            continue;
+        }
+        a.positions += budget * r + (ctx - n_blocks * r);
+        a.bytes += n_blocks * mi.qsa_key_length * sizeof(float);
+        a.indexer_flops += 2.0 * n_blocks * mi.qsa_heads * mi.qsa_key_length;
+    }
+    a.bytes += row * a.positions;
+    return a;
+}
+
 // Bytes of every routed expert tensor: what 100 % residency puts in VRAM.
 double routed_expert_bytes(const gguf::reader& f) {
     double bytes = 0;
@@ -378,7 +407,8 @@ int run(int argc, char** argv) {
                                                 p.hi, g.median, g.lo, g.hi);
             if (!arm.residency) cpu_decode[{arm.label(), r.depth}] = g.median;
             // KV read by the timed decode passes, at positions depth + 1 .. depth + n - 1: their mean context.
-            const double kv_bpt = double(m->info().kv_bytes_per_token) * (r.depth + 1 + n_gen / 2.0);
+            const attention_reads reads = decode_attention_reads(m->info(), r.depth + 1 + n_gen / 2.0);
+            const double kv_bpt = reads.bytes;
             std::string bandwidth = "- | - | - | -";
             if (!arm.residency) {
                 const double bpt = bytes_per_token(file, m->info());
@@ -407,7 +437,7 @@ int run(int argc, char** argv) {
                 const model_info& mi = m->info();
                 const double per_head = mi.kv_lora_rank > 0 ? 2.0 * (2 * mi.kv_lora_rank + mi.n_rot)
                                                             : (arm.kv == "int8" ? 2.0 : 4.0) * mi.head_dim;
-                const double attn_flops = per_head * mi.n_head * mi.n_layer * (r.depth + 1 + n_gen / 2.0);
+                const double attn_flops = per_head * mi.n_head * reads.positions + reads.indexer_flops;
                 if (fma_gflops < 0) fma_gflops = fma_peak_gflops();
                 if (r.depth > 0 && fma_gflops > 0) {
                     const double fma_s = attn_flops / (fma_gflops * 1e9 * std::max(r.threads, 1));

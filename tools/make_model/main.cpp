@@ -33,7 +33,8 @@ int run(int argc, char** argv) {
     cxxopts::Options opts("strata-make-model", "Write a synthetic MoE model as a GGUF file");
     opts.add_options()
         ("o,output", "output file", cxxopts::value<std::string>()->default_value("model.gguf"))
-        ("preset", "tiny | demo | bench (dimensions below override it)",
+        ("preset", "tiny | demo | bench (dimensions below override it; qwen4exp bench: Q4_0 experts, as 640 is no "
+                   "multiple of the k-quants' 256)",
          cxxopts::value<std::string>()->default_value("tiny"))
         ("arch", "qwen3moe | qwen2moe | mixtral | glm4moe | deepseek2 | qwen35moe | qwen3next | qwen4exp", cxxopts::value<std::string>()->default_value("qwen3moe"))
         ("name", "general.name", cxxopts::value<std::string>())

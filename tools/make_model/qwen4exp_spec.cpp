@@ -70,7 +70,9 @@ model_spec qwen4exp_preset(const std::string& name, model_spec s) {
         s.ple_head_dim = 128;
         s.ple_heads_per_ngram = 4;
         s.ple_vocab_base = 100000;
-        s.type_experts = ggml_type::Q4_K;
+        // 640-wide experts: a k-quant's 256-element super-blocks do not divide the down projection's
+        // rows, Q4_0's 32-element blocks do.
+        s.type_experts = ggml_type::Q4_0;
     }
     return s;
 }

@@ -226,6 +226,11 @@ struct model_info {
     uint64_t kv_bytes_per_session = 0;   // a full context's KV cache (allocated as the context fills)
     int kv_chunk_tokens = 0;             // positions per KV cache allocation
     uint64_t kv_bytes_per_token = 0;     // keys and values of one position, every layer
+    int n_kv_layers = 0;                 // the layers kv_bytes_per_token covers
+    // qwen4exp's QSA layers (sparse attention, among the n_kv_layers): each one's tokens per indexer
+    // block; the indexer's token budget, heads and key length. Empty / 0 without QSA.
+    std::vector<int> qsa_ratios;
+    int qsa_top_k = 0, qsa_heads = 0, qsa_key_length = 0;
     // Hybrid models: the gated DeltaNet layers' recurrent state (conv and SSM state, f32), one per
     // session and one per checkpoint; 0 for pure-attention models, whose every layer has a KV cache.
     int n_recurrent_layers = 0;

@@ -79,6 +79,9 @@ struct isa_table {
     void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
     void (*softmax)(float* x, int64_t n) = nullptr;
     void (*to_fp16)(const float* x, uint16_t* out, int64_t n) = nullptr;  // IEEE half, nearest-even
+    void (*from_fp16)(const uint16_t* x, float* out, int64_t n) = nullptr;  // exact
+    void (*qsa_scores)(const float* q, int n_head, int dim, const float* keys, int64_t n_groups, float scale,
+                       float* scores) = nullptr;
     attn_tile_fn attn_tile = nullptr;
     delta_seq_fn delta_seq = nullptr;
     delta_chunk_fn delta_chunk = nullptr;
@@ -348,6 +351,9 @@ void rms_norm_avx2(const float* x, const float* weight, float eps, int64_t n, fl
 void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* out);
 void softmax_avx2(float* x, int64_t n);
 void to_fp16_avx2(const float* x, uint16_t* out, int64_t n);
+void from_fp16_avx2(const uint16_t* x, float* out, int64_t n);
+void qsa_scores_avx2(const float* q, int n_head, int dim, const float* keys, int64_t n_groups, float scale,
+                     float* scores);
 
 // Attention: every ISA's attn_tile computes a row's tile state from empty, then folds it in with this
 // one merge (compiled once), which is what makes tile-by-tile and merged-later results bitwise equal.

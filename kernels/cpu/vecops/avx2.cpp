@@ -1,4 +1,4 @@
-// RMSNorm, SiLU-mul, softmax and f32 -> f16 rows, AVX2 + FMA (+ F16C). exp is a Cephes-style polynomial (about 1 ulp over the
+// RMSNorm, SiLU-mul, softmax, f32 -> f16 rows and the QSA block scores, AVX2 + FMA (+ F16C). exp is a Cephes-style polynomial (about 1 ulp over the
 // clamped range [-87, 88]; below it returns exp(-87) ~ 1.6e-38 instead of a smaller number).
 #include <algorithm>
 #include <cmath>
@@ -76,6 +76,57 @@ void softmax_avx2(float* x, int64_t n) {
     const __m256 inv = _mm256_set1_ps(1.0f / sum);
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
     for (; i < n; ++i) x[i] *= 1.0f / sum;
+}
+
+void from_fp16_avx2(const uint16_t* x, float* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+    for (; i < n; ++i) out[i] = _cvtsh_ss(x[i]);
+}
+
+namespace {
+
+// NH heads' dots with one group of block keys (two 8-lane halves), each an FMA chain over the dims in
+// order, relu'd and added to the totals in head order.
+template <int NH>
+void qsa_heads(const float* q, int dim, const float* k, __m256& tot0, __m256& tot1) {
+    __m256 acc[NH][2];
+    for (int h = 0; h < NH; ++h) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+    for (int i = 0; i < dim; ++i) {
+        const __m256 k0 = _mm256_loadu_ps(k + i * qsa_group), k1 = _mm256_loadu_ps(k + i * qsa_group + 8);
+        for (int h = 0; h < NH; ++h) {
+            const __m256 qv = _mm256_broadcast_ss(q + h * dim + i);
+            acc[h][0] = _mm256_fmadd_ps(qv, k0, acc[h][0]);
+            acc[h][1] = _mm256_fmadd_ps(qv, k1, acc[h][1]);
+        }
+    }
+    const __m256 zero = _mm256_setzero_ps();
+    for (int h = 0; h < NH; ++h) {
+        tot0 = _mm256_add_ps(tot0, _mm256_max_ps(acc[h][0], zero));
+        tot1 = _mm256_add_ps(tot1, _mm256_max_ps(acc[h][1], zero));
+    }
+}
+
+}  // namespace
+
+void qsa_scores_avx2(const float* q, int n_head, int dim, const float* keys, int64_t n_groups, float scale,
+                     float* scores) {
+    const __m256 s = _mm256_set1_ps(scale);
+    for (int64_t g = 0; g < n_groups; ++g) {
+        const float* k = keys + static_cast<size_t>(g) * dim * qsa_group;
+        __m256 tot0 = _mm256_setzero_ps(), tot1 = _mm256_setzero_ps();
+        int h = 0;
+        for (; h + 4 <= n_head; h += 4) qsa_heads<4>(q + h * dim, dim, k, tot0, tot1);
+        switch (n_head - h) {
+            case 3: qsa_heads<3>(q + h * dim, dim, k, tot0, tot1); break;
+            case 2: qsa_heads<2>(q + h * dim, dim, k, tot0, tot1); break;
+            case 1: qsa_heads<1>(q + h * dim, dim, k, tot0, tot1); break;
+            default: break;
+        }
+        _mm256_storeu_ps(scores + g * qsa_group, _mm256_mul_ps(tot0, s));
+        _mm256_storeu_ps(scores + g * qsa_group + 8, _mm256_mul_ps(tot1, s));
+    }
 }
 
 void to_fp16_avx2(const float* x, uint16_t* out, int64_t n) {

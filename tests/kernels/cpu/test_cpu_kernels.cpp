@@ -333,6 +333,57 @@ TEST_P(QuantizerTest, Fp16RowsMatchTheSoftwareConversion) {
     }
 }
 
+// The QSA block scores: bitwise the plain loop the kernel's contract states (one FMA chain per dot,
+// relu'd heads added in order), hence the same on every ISA, and within f32 rounding of double dots.
+TEST_P(QuantizerTest, QsaScoresAreTheStatedFmaChains) {
+    SKIP_UNLESS_SUPPORTED(GetParam());
+    const auto& table = detail::table_for(GetParam());
+    constexpr int G = qsa_group;
+    for (const int n_head : {1, 2, 3, 4, 5, 7, 16})
+        for (const int dim : {8, 64, 128}) {
+            SCOPED_TRACE("heads " + std::to_string(n_head) + " dim " + std::to_string(dim));
+            const int64_t n_groups = 3;
+            const auto q = random_floats(int64_t{n_head} * dim, 41, 1.0f);
+            auto keys = random_floats(n_groups * G * dim, 42, 1.0f);
+            for (int i = 0; i < dim; ++i) keys[static_cast<size_t>(i * G + 5)] = 0.0f;  // a block of zero dots
+            const float scale = 0.125f;
+            std::vector<float> got(static_cast<size_t>(n_groups * G));
+            table.qsa_scores(q.data(), n_head, dim, keys.data(), n_groups, scale, got.data());
+            for (int64_t b = 0; b < n_groups * G; ++b) {
+                const float* k = keys.data() + static_cast<size_t>(b / G) * G * dim + b % G;
+                float total = 0.0f;
+                double ref = 0.0;
+                for (int h = 0; h < n_head; ++h) {
+                    float acc = 0.0f;
+                    double dot = 0.0;
+                    for (int i = 0; i < dim; ++i) {
+                        acc = std::fma(q[static_cast<size_t>(h * dim + i)], k[i * G], acc);
+                        dot += double(q[static_cast<size_t>(h * dim + i)]) * k[i * G];
+                    }
+                    total += acc > 0.0f ? acc : 0.0f;
+                    ref += std::max(dot, 0.0);
+                }
+                ASSERT_EQ(std::bit_cast<uint32_t>(got[static_cast<size_t>(b)]), std::bit_cast<uint32_t>(total * scale)) << b;
+                ASSERT_NEAR(got[static_cast<size_t>(b)], ref * scale, 1e-5 * (1.0 + std::fabs(ref))) << b;
+            }
+            EXPECT_EQ(got[5], 0.0f);
+        }
+}
+
+TEST_P(QuantizerTest, Fp16ToFloatIsExact) {
+    SKIP_UNLESS_SUPPORTED(GetParam());
+    const auto& table = detail::table_for(GetParam());
+    std::vector<uint16_t> h;  // every half but the NaNs (payloads aside, the conversions agree on them too)
+    for (uint32_t b = 0; b < 0x10000u; ++b)
+        if ((b & 0x7c00u) != 0x7c00u || (b & 0x3ffu) == 0) h.push_back(static_cast<uint16_t>(b));
+    for (const size_t n : {size_t{1}, size_t{13}, h.size()}) {
+        std::vector<float> got(n);
+        table.from_fp16(h.data(), got.data(), static_cast<int64_t>(n));
+        for (size_t i = 0; i < n; ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(formats::fp16_to_fp32(h[i]))) << h[i];
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(ByIsa, QuantizerTest, ::testing::Values(isa::scalar, isa::avx2, isa::avx512),
                          [](const auto& info) { return isa_label(info.param); });
 
