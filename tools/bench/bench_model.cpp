@@ -30,15 +30,24 @@
 namespace strata::bench {
 namespace {
 
+// Rows a token gathers from qwen4exp's PLE table: one per n-gram head (the file's head vocab sizes).
+size_t ple_heads(const gguf::reader& f) {
+    const gguf::value* v = f.find(f.get_string("general.architecture", "") + ".ple.head_vocab_sizes");
+    return v ? v->as_array("ple.head_vocab_sizes").size() : 0;
+}
+
 // Bytes one decode token reads: every dense tensor, n_used / n_expert of each routed expert tensor (each
-// token reads its experts' whole matrices), one embedding row; for hybrid models also the recurrent
-// state, read and written once per token.
+// token reads its experts' whole matrices), one embedding row, qwen4exp's PLE rows; for hybrid models
+// also the recurrent state, read and written once per token.
+
 double bytes_per_token(const gguf::reader& f, const model_info& info) {
     double bytes = 0;
     for (const auto& t : f.tensors()) {
         const std::string_view cls = tensor_class(t.name);
         if (cls == "embeddings")
             bytes += double(t.n_bytes) / double(t.ne[1]);
+        else if (t.name == "per_layer_token_embd.weight")  // qwen4exp's cold PLE table: a row per head
+            bytes += double(t.n_bytes) / double(t.ne[1]) * double(ple_heads(f));
         else if (cls == "experts")
             bytes += double(t.n_bytes) * info.n_expert_used / info.n_expert;
         else
