@@ -1,6 +1,8 @@
 // Reading a PCI device's NUMA node from a captured sysfs tree (engine/gpu/device.hpp).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -14,7 +16,9 @@ namespace fs = std::filesystem;
 class DeviceSysfs : public ::testing::Test {
 protected:
     void SetUp() override {
-        root_ = fs::temp_directory_path() / ("strata_sysfs_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+        // A tree per process and test: ctest runs the tests as separate processes, several at once.
+        root_ = fs::temp_directory_path() / ("strata_sysfs_" + std::to_string(::getpid()) + "_" +
+                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
         fs::create_directories(root_ / "bus/pci/devices/0000:65:00.0");
         fs::create_directories(root_ / "bus/pci/devices/0000:17:00.0");
         std::ofstream(root_ / "bus/pci/devices/0000:65:00.0/numa_node") << "1\n";
