@@ -206,14 +206,19 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
     std::vector<int64_t>& ff_block = ff_block_rows_;
     row_blocks.resize(n_slices);
     ff_block.resize(n_slices);
-    for (size_t s = 0; s < n_slices; ++s) {
-        const int64_t rows = ff_ranges_[s].end - ff_ranges_[s].begin;
-        const int64_t per_thread = 8 * std::max(pool_.plan().slices[s].threads(), 1);
-        const int64_t unit = std::clamp<int64_t>(int64_t((rows / row_block) * active_.size()) / per_thread, 1, kMaxFfBlocks);
-        ff_block[s] = unit * row_block;
-        row_blocks[s] = static_cast<size_t>((rows + ff_block[s] - 1) / ff_block[s]);
-        n_items[s] = row_blocks[s] * active_.size();
-    }
+    // A phase's items over each slice's ranges: blocks of up to kMaxFfBlocks row blocks, each thread 8 or more.
+    const auto size_items = [&](const std::vector<row_range>& ranges) {
+        for (size_t s = 0; s < n_slices; ++s) {
+            const int64_t rows = ranges[s].end - ranges[s].begin;
+            const int64_t per_thread = 8 * std::max(pool_.plan().slices[s].threads(), 1);
+            const int64_t unit =
+                std::clamp<int64_t>(int64_t((rows / row_block) * active_.size()) / per_thread, 1, kMaxFfBlocks);
+            ff_block[s] = unit * row_block;
+            row_blocks[s] = static_cast<size_t>((rows + ff_block[s] - 1) / ff_block[s]);
+            n_items[s] = row_blocks[s] * active_.size();
+        }
+    };
+    size_items(ff_ranges_);
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
         slice_buffers& b = *slices_[static_cast<size_t>(s)];
         act_buffer& x_up = separate_up ? b.x_up : b.x_gate;
@@ -253,14 +258,7 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
     // per row block reads them as many short streams, which memory serves slower). Blocks grow as in
     // phase 1: a decode token's down rows are short (n_ff columns), so a 32-row item costs as much in
     // dispatch and kernel setup as in reading.
-    for (size_t s = 0; s < n_slices; ++s) {
-        const int64_t rows = embd_ranges_[s].end - embd_ranges_[s].begin;
-        const int64_t per_thread = 8 * std::max(pool_.plan().slices[s].threads(), 1);
-        const int64_t unit = std::clamp<int64_t>(int64_t((rows / row_block) * active_.size()) / per_thread, 1, kMaxFfBlocks);
-        ff_block[s] = unit * row_block;
-        row_blocks[s] = static_cast<size_t>((rows + ff_block[s] - 1) / ff_block[s]);
-        n_items[s] = row_blocks[s] * active_.size();
-    }
+    size_items(embd_ranges_);
     pool_.run_phase(n_items, [&](int s, size_t begin, size_t end) {
         slice_buffers& b = *slices_[static_cast<size_t>(s)];
         const row_range range = embd_ranges_[static_cast<size_t>(s)];

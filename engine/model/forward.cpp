@@ -236,10 +236,13 @@ void forward_pass::eval(std::span<const int32_t> tokens, int pos0, kv_cache& kv,
 }
 
 void forward_pass::eval_step(std::span<const step_segment> segments, int n_batch) {
-    if (!batches_sequences() || segments.size() == 1) {
+    const auto each_alone = [&] {
         for (const step_segment& g : segments)
             eval(std::span(g.tokens, static_cast<size_t>(g.n_tok)), g.pos0, *g.kv, g.logits, g.all_logits, n_batch,
                  g.hidden);
+    };
+    if (!batches_sequences() || segments.size() == 1) {
+        each_alone();
         return;
     }
     for (const step_segment& g : segments) {
@@ -256,9 +259,7 @@ void forward_pass::eval_step(std::span<const step_segment> segments, int n_batch
             throw std::logic_error(fmt::format("the recurrent state holds {} positions, the segment starts at {}",
                                                g.kv->state_pos(), g.pos0));
         if (every > 0 && (g.pos0 / every + 1) * every < g.pos0 + g.n_tok) {
-            for (const step_segment& h : segments)
-                eval(std::span(h.tokens, static_cast<size_t>(h.n_tok)), h.pos0, *h.kv, h.logits, h.all_logits, n_batch,
-                     h.hidden);
+            each_alone();
             return;
         }
     }
