@@ -21,7 +21,7 @@ if(STRATA_HAVE_CUDA)
 endif()
 string(APPEND strata_pc_libs " -lstrata_kernels")
 if(STRATA_HAVE_CUDA)
-  string(APPEND strata_pc_libs " -L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcudart")
+  string(APPEND strata_pc_libs " -L${CUDAToolkit_LIBRARY_DIR} -lcudart -ldl")
 endif()
 
 # Exported names: strata::engine (what users link), strata::kernels, strata::arenas, ...

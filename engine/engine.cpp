@@ -12,6 +12,7 @@
 #include "gpu/expert_cache.hpp"
 #include "log.hpp"
 #include "model_info.hpp"
+#include "process_memory.hpp"
 #include "topology.hpp"
 
 namespace strata {
@@ -227,6 +228,7 @@ gpu_choice build_on_engine_thread(model::impl& r) {
     // and the mapped file's pages they came from are dropped.
     if (r.options.repack && !gpu.device) {
         const engine::repack_summary packed = engine::repack_dense(r.weights);
+        r.dense_copy_bytes = packed.bytes + packed.copied_bytes;
         const auto listed = [](const std::vector<std::string>& v, const std::string& name) {
             return std::find(v.begin(), v.end(), name) != v.end();
         };
@@ -379,6 +381,26 @@ model::impl::impl(const model_options& o)
     if (weights.ple.data) register_ple_table();
 }
 
+// What the process holds resident once loaded, by kind, so a user can match it against the file's weights;
+// sessions add their KV caches and recurrent states from here on.
+static void log_resident_memory(const model::impl& r) {
+    const std::optional<engine::process_memory> m = engine::read_process_memory(r.options.path);
+    if (!m) return;
+    const uint64_t experts = r.store->placement().mode == arenas::store_mode::mapped ? 0 : r.store->placement().bytes;
+    const uint64_t weights = std::min<uint64_t>(experts + r.dense_copy_bytes, m->anonymous);
+    const auto mib = [](uint64_t b) { return double(b) / (1 << 20); };
+    logger("engine")->info("Resident memory after load: {:.1f} MiB = weights copied into RAM {:.1f} MiB (experts {:.1f}, "
+                           "dense {:.1f}) + working memory {:.1f} MiB (buffers, heap, thread stacks) + the model "
+                           "file's mapped pages {:.1f} MiB{} + the program and its libraries {:.1f} MiB; each session "
+                           "adds its KV cache and recurrent state.",
+                           mib(m->rss), mib(weights), mib(experts), mib(r.dense_copy_bytes), mib(m->anonymous - weights),
+                           mib(m->file),
+                           r.weights.ple.data ? fmt::format(" (of which the cold PLE table {:.1f} MiB)",
+                                                            mib(engine::resident_bytes(r.weights.ple.data, r.weights.ple.bytes())))
+                                              : std::string(),
+                           mib(m->program));
+}
+
 void model::impl::register_ple_table() {
     // The table stays where the file maps it: listed with no NUMA intent (placement-report shows its
     // page-cache residency), counted apart from the resident weights.
@@ -458,6 +480,7 @@ std::shared_ptr<model> model::load(const model_options& options) {
                            r.budget->limit() ? fmt::format("{:.1f} MiB", double(r.budget->limit()) / (1 << 20))
                                              : std::string("none (--mem-budget 0)"),
                            r.info.placement);
+    log_resident_memory(r);
     return std::shared_ptr<model>(new model(std::move(m)));
 }
 

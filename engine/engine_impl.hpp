@@ -73,6 +73,7 @@ struct model::impl {
     arenas::region_map regions;                    // published for placement-report --pid
     engine::ple_reads ple_reads;                   // qwen4exp: what passes gather from the cold PLE table
     std::string ple_where;                         // its place in the file, for cold_regions()
+    uint64_t dense_copy_bytes = 0;                 // dense weights copied into RAM (repacked or as they are)
     engine_thread thread;                          // declared before what it owns, so it stops last
     std::unique_ptr<step_batcher> batcher;         // generations in flight; steps run on `thread`
     std::unique_ptr<arenas::expert_pool> pool;     // created and used on `thread`

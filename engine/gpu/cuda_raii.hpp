@@ -9,8 +9,9 @@
 #include <string>
 #include <utility>
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+
+#include "gpu/cublas_api.hpp"
 
 namespace strata::engine::gpu {
 
@@ -58,7 +59,7 @@ struct event_traits {
     static void destroy(cudaEvent_t e) { cudaEventDestroy(e); }
 };
 struct cublas_traits {
-    static void destroy(cublasHandle_t h) { cublasDestroy(h); }
+    static void destroy(cublasHandle_t h) { cublas_functions().destroy(h); }
 };
 
 class stream : public cuda_handle<cudaStream_t, stream_traits> {
@@ -105,7 +106,7 @@ class cublas {
 public:
     cublas() {
         cublasHandle_t h{};
-        check(cublasCreate(&h), "cublasCreate");
+        check(cublas_functions().create(&h), "cublasCreate");
         h_ = cuda_handle<cublasHandle_t, cublas_traits>(h);
     }
     cublasHandle_t get() const { return h_.get(); }

@@ -217,8 +217,9 @@ void dense_matmul::run(const dev_matrix& w, const float* x, int n_tok, float* y,
     kernels::cuda::convert_f32_to_f16(x, int64_t{n_tok} * w.n_cols, x16_.data(), s);
     // Row-major W [n_rows][n_cols] is column-major W^T; Y^T (n_rows x n_tok, column-major) = W X^T.
     const float one = 1.0f, zero = 0.0f;
-    check(cublasSetStream(blas_.get(), s), "cublasSetStream");
-    check(cublasGemmEx(blas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), n_tok, static_cast<int>(w.n_cols),
+    const cublas_api& blas = cublas_functions();
+    check(blas.set_stream(blas_.get(), s), "cublasSetStream");
+    check(blas.gemm_ex(blas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_rows), n_tok, static_cast<int>(w.n_cols),
                        &one, w16_.data(), CUDA_R_16F, static_cast<int>(w.n_cols), x16_.data(), CUDA_R_16F,
                        static_cast<int>(w.n_cols), &zero, y, CUDA_R_32F, static_cast<int>(y_stride), CUBLAS_COMPUTE_32F,
                        CUBLAS_GEMM_DEFAULT),
