@@ -41,10 +41,10 @@ static bool use_avx_vnni() {
 // The AVX2 prompt GEMM kernels (4 tokens per call: 16 registers; 8 for plain AVX2's Q4_K, Q5_K, Q8_0,
 // Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, Q2_K and Q3_K, which hold decoded codes while the tokens pass over
 // them; Q4_0 and Q4_1 decode so cheaply that 8 tokens' accumulators beside their codes measured slower);
-// where the CPU has AVX-VNNI, its vpdpbusd for the formats where it saves the most (the same bits either
-// way). A repacked matrix also decodes through its GEMM kernel (one token), so a format is repacked only
-// where that form reads DRAM as fast as the per-row kernel: not Q6_K on this path (its one-token form is
-// ~10 % slower).
+// where the CPU has AVX-VNNI, its vpdpbusd for the formats where it saves the most and for the 32-element
+// nibble formats and MXFP4, where it measured at par or faster (the same bits either way). A repacked
+// matrix also decodes through its GEMM kernel (one token), so a format is repacked only where that form
+// reads DRAM as fast as the per-row kernel: not Q6_K on this path (its one-token form is ~10 % slower).
 static void fill_avx2_gemm(isa_table& t) {
     const bool vnni = use_avx_vnni();
     set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx2, 8, true);
@@ -68,6 +68,12 @@ static void fill_avx2_gemm(isa_table& t) {
     set_gemm16(t, ggml_type::IQ4_XS, gemm16_iq4_xs_avxvnni, 4, true);
     set_gemm16(t, ggml_type::Q2_K, gemm16_q2_k_avxvnni, 4, true);
     set_gemm16(t, ggml_type::Q3_K, gemm16_q3_k_avxvnni, 4, true);
+    set_gemm16(t, ggml_type::Q4_0, gemm16_q4_0_avxvnni, 4, true);
+    set_gemm16(t, ggml_type::Q4_1, gemm16_q4_1_avxvnni, 4, true);
+    set_gemm16(t, ggml_type::Q5_0, gemm16_q5_0_avxvnni, 8, true);
+    set_gemm16(t, ggml_type::Q5_1, gemm16_q5_1_avxvnni, 8, true);
+    set_gemm16(t, ggml_type::IQ4_NL, gemm16_iq4_nl_avxvnni, 8, true);
+    set_gemm16(t, ggml_type::MXFP4, gemm16_mxfp4_avxvnni, 8, true);
 }
 
 // The code book formats' prompt GEMM on the GGUF layout (each weight block decoded once per 64 tokens).

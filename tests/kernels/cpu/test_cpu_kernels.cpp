@@ -685,6 +685,12 @@ TEST(Repack, Avx2GemmIsBitwiseTheAvx512One) {
     plain.gemm16[static_cast<size_t>(ggml_type::IQ4_XS)] = detail::gemm16_iq4_xs_avx2;
     plain.gemm16[static_cast<size_t>(ggml_type::Q2_K)] = detail::gemm16_q2_k_avx2;
     plain.gemm16[static_cast<size_t>(ggml_type::Q3_K)] = detail::gemm16_q3_k_avx2;
+    plain.gemm16[static_cast<size_t>(ggml_type::Q4_0)] = detail::gemm16_q4_0_avx2;
+    plain.gemm16[static_cast<size_t>(ggml_type::Q4_1)] = detail::gemm16_q4_1_avx2;
+    plain.gemm16[static_cast<size_t>(ggml_type::Q5_0)] = detail::gemm16_q5_0_avx2;
+    plain.gemm16[static_cast<size_t>(ggml_type::Q5_1)] = detail::gemm16_q5_1_avx2;
+    plain.gemm16[static_cast<size_t>(ggml_type::IQ4_NL)] = detail::gemm16_iq4_nl_avx2;
+    plain.gemm16[static_cast<size_t>(ggml_type::MXFP4)] = detail::gemm16_mxfp4_avx2;
     const auto& ref = cpu_supports(isa::avx512) ? detail::table_for(isa::avx512) : plain;
     constexpr int64_t n_cols = 2048, n_rows = 32, n_tok = 13;
     for (ggml_type type : {ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q4_0,
