@@ -34,7 +34,8 @@ void attention_mixer::eval(int il, std::span<const step_segment> segs, int n_tok
     run(f_.w_.layers[static_cast<size_t>(il)], f_.hp_.kv_layer(il), segs, n_tok);
 }
 
-void attention_mixer::run(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok, bool dense) {
+void attention_mixer::run(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok,
+                          std::span<const uint8_t> dense_of) {
     forward_pass& f = f_;
     const hparams& hp = f.hp_;
     const int hd = hp.head_dim, n_q = hp.n_q(), n_kv = hp.n_kv();
@@ -57,8 +58,9 @@ void attention_mixer::run(const layer_weights& l, int kvl, std::span<const step_
                 std::memcpy(gate_.data() + t * n_q + static_cast<size_t>(h) * hd, src + hd, sizeof(float) * hd);
             }
     arenas::scoped_seconds t(f.seconds(phase_clock::attention));
-    for (int row0 = 0; const step_segment& g : segs) {
+    for (int row0 = 0, i = 0; const step_segment& g : segs) {
         kv_cache& kv = *g.kv;
+        const bool dense = dense_of.empty() || dense_of[static_cast<size_t>(i++)] != 0;
         if (dense)  // else the caller counts what it reads
             f.add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, hp.n_head_kv, hd, kv.type()) *
                                                     static_cast<uint64_t>(g.pos0 + g.n_tok));

@@ -326,7 +326,7 @@ void forward_pass::eval_layers(std::span<const step_segment> segs) {
     for (int il = 0; il < hp_.n_layer; ++il) {
         const layer_weights& l = w_.layers[static_cast<size_t>(il)];
         const layer_kind& kind = layers_[static_cast<size_t>(il)];
-        if (kind.ple) ple_block(l, tok_.data(), n_tok, segs[0].kv->state<recurrent_state>());
+        if (kind.ple) ple_block(l, segs, n_tok);
         res.block_input(l, false, n_tok);
         kind.mixer->eval(il, segs, n_tok);
         {

@@ -163,8 +163,9 @@ private:
     void hc_mix(const hc_mixer& m, int n_tok, float* inj);
     // hc_x_[t][s] += inj[t][s] * y[t] for every stream s.
     void hc_add(int n_tok, const float* y, const float* inj);
-    // The PLE block of layer l on hc_x_, continuing st's conv inputs and n-gram window (a layer add-on).
-    void ple_block(const layer_weights& l, const int32_t* tokens, int n_tok, recurrent_state& st);
+    // The PLE block of layer l on hc_x_, each segment continuing its state's conv inputs and n-gram window
+    // (a layer add-on).
+    void ple_block(const layer_weights& l, std::span<const step_segment> segs, int n_tok);
     std::vector<float> hc_x_;      // [n_tok][hc][n_embd] the wide residual
     std::vector<float> hc_xn_;     // [n_tok][hc][n_embd] its grouped norm in a mixer
     std::vector<float> hc_lo_;     // [n_tok][hc_rank]

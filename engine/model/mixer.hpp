@@ -117,10 +117,11 @@ public:
     void eval_weights(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok) override {
         run(l, kvl, segs, n_tok);
     }
-    // Weights l with its keys and values in KV layer kvl (the MTP block's too). dense false: q, k, v
-    // and the gate are computed and the keys and values stored, the attention itself is left to the
-    // caller (a sparse decode).
-    void run(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok, bool dense = true);
+    // Weights l with its keys and values in KV layer kvl (the MTP block's too). dense (one flag per
+    // segment; empty: all) false for a segment: its q, k, v and gate are computed and its keys and values
+    // stored, its attention itself is left to the caller (a sparse decode).
+    void run(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok,
+             std::span<const uint8_t> dense = {});
     const float* gate() const { return gate_.data(); }  // [n_tok][n_q] the output gate's logits
 
 private:
@@ -129,20 +130,20 @@ private:
 };
 
 // qwen4exp's QSA: attention_mixer's keys and values stored, plus the indexer's keys; each query whose
-// budget leaves blocks out attends to the chosen blocks only. One segment per pass.
+// budget leaves blocks out attends to the chosen blocks only.
 class sparse_attention_mixer final : public token_mixer {
 public:
     sparse_attention_mixer(forward_pass& f, attention_mixer& dense);
     static const mixer_kind& layer_kind();
     const char* kind() const override { return "sparse attention"; }
     void eval(int il, std::span<const step_segment> segs, int n_tok) override;
-    bool batches_sequences() const override { return false; }
     // Benchmarks (forward_pass::fill_synthetic): layer il's indexer stores as if positions [0, n_pos)
     // had been evaluated, from raw keys [n_pos][idx_head_dim] (the block keys derived as select() does).
     void fill_keys(kv_cache& kv, int il, std::vector<float> raw_keys, int n_pos);
 
 private:
-    void select(int il, int n_tok, int pos0, kv_cache& kv);
+    // The indexer over one segment's rows [row0, row0 + n_tok) at positions pos0.. of kv.
+    void select(int il, int row0, int n_tok, int pos0, kv_cache& kv);
     // Layer il's store in kv: its raw keys [pos][idx_head_dim], or its block keys in groups
     // [group][idx_head_dim][qsa_group]; and the count of complete blocks in the latter.
     std::vector<float>& store(kv_cache& kv, int il, bool blocks) const;
@@ -166,21 +167,22 @@ private:
         int pos, n, j;  // n consecutive chosen positions from pos, the first the j-th chosen
     };
     std::vector<gather_run> runs_;
+    std::vector<uint8_t> dense_of_;     // per segment of the pass: whether it attends densely
 };
 
-// deepseek2's multi-head latent attention over one latent row per position. One segment per pass.
+// deepseek2's multi-head latent attention over one latent row per position.
 class latent_attention_mixer final : public token_mixer {
 public:
     using token_mixer::token_mixer;
     static const mixer_kind& layer_kind();
     const char* kind() const override { return "latent attention"; }
     void eval(int il, std::span<const step_segment> segs, int n_tok) override;
-    bool batches_sequences() const override { return false; }
     void eval_weights(const layer_weights& l, int kvl, std::span<const step_segment> segs, int n_tok) override;
 
 private:
-    // Weights l over n_tok rows at positions pos0.. of latent layer il of kv: xn_ -> att_ [n_tok][n_v].
-    void run(const layer_weights& l, int il, int n_tok, int pos0, kv_cache& kv);
+    // Weights l over the segments' rows (n_tok in all), each at its positions in latent layer il of its
+    // cache: xn_ -> att_ [n_tok][n_v]. Projections over every row, attention per segment.
+    void run(const layer_weights& l, int il, std::span<const step_segment> segs, int n_tok);
     // Attention over the latent cache: q [n_tok][n_head][n_lora_kv + n_rot] -> out [n_tok][n_head][n_lora_kv].
     void attend(const kv_cache& kv, int il, int n_tok, int pos0, const float* q, float* out);
     // y[t][h * n_rows + r] = head h's rows of w (n_rows from row h * step + row0) . in[t][h * in_cols ..]
@@ -305,7 +307,7 @@ public:
 };
 
 // qwen4exp: hc streams, each block's input mixed from them by the layer's hyper-connection mixer and
-// its output added to every stream with the mixer's inject weights. One segment per pass.
+// its output added to every stream with the mixer's inject weights.
 class hc_residual final : public residual_stream {
 public:
     using residual_stream::residual_stream;
@@ -316,7 +318,6 @@ public:
     void end_block(int n_tok) override;
     void finish(std::span<const step_segment> segs, int n_tok) override;
     bool counts_block_bytes() const override { return false; }
-    bool batches_sequences() const override { return false; }
     std::string mtp_refusal() const override { return "it has no nextn.hc_head_* output mixer"; }
 };
 

@@ -92,15 +92,15 @@ void latent_attention_mixer::matmul_heads(const weight_matrix& w, int64_t step, 
 }
 
 void latent_attention_mixer::eval(int il, std::span<const step_segment> segs, int n_tok) {
-    run(f_.w_.layers[static_cast<size_t>(il)], il, n_tok, segs[0].pos0, *segs[0].kv);
+    run(f_.w_.layers[static_cast<size_t>(il)], il, segs, n_tok);
 }
 
 void latent_attention_mixer::eval_weights(const layer_weights& l, int kvl, std::span<const step_segment> segs,
                                           int n_tok) {
-    run(l, kvl, n_tok, segs[0].pos0, *segs[0].kv);
+    run(l, kvl, segs, n_tok);
 }
 
-void latent_attention_mixer::run(const layer_weights& l, int il, int n_tok, int pos0, kv_cache& kv) {
+void latent_attention_mixer::run(const layer_weights& l, int il, std::span<const step_segment> segs, int n_tok) {
     forward_pass& f = f_;
     const hparams& hp = f.hp_;
     const int n_head = hp.n_head, hd = hp.head_dim, n_rot = hp.n_rot, nope = hd - n_rot;
@@ -124,31 +124,38 @@ void latent_attention_mixer::run(const layer_weights& l, int il, int n_tok, int 
         f.matmul(l.wkv_a, n_tok, f.xn_.data(), kv_a);
     }
     arenas::scoped_seconds timer(f.seconds(phase_clock::attention));
-    const int n_pos = pos0 + n_tok;
-    // The latent rows read, and the per-head up-projections applied inside attention.
-    f.add_bytes(phase_clock::attention,
-                kv_cache::bytes_per_token(1, 1, row, kv.type(), true) * static_cast<uint64_t>(n_pos) + bytes_of(l.wk_b) +
-                    bytes_of(l.wv_b));
-    for (int t = 0; t < n_tok; ++t) {
-        float* c = kv_a + static_cast<size_t>(t) * row;
-        cpu::rms_norm(c, l.kv_a_norm, hp.rms_eps, lora, c);
-        const float* cs = f.rope_cs_.data() + static_cast<size_t>(t) * n_rot;
-        cpu::rope_apply(c + lora, 1, n_rot, n_rot, cs, hp.arch.rope);
-        kv.store_latent(il, pos0 + t, c);
-        float* q = f.q_.data() + static_cast<size_t>(t) * n_q;
-        cpu::rope_apply(q + nope, n_head, hd, n_rot, cs, hp.arch.rope);  // each head's last n_rot dims
-        for (int h = 0; h < n_head; ++h) {
-            const size_t item = static_cast<size_t>(t) * n_head + h;
-            std::memcpy(q_nope + item * nope, q + static_cast<size_t>(h) * hd, sizeof(float) * nope);
-            std::memcpy(q_lat + item * row + lora, q + static_cast<size_t>(h) * hd + nope, sizeof(float) * n_rot);
+    for (int row0 = 0; const step_segment& g : segs) {
+        kv_cache& kv = *g.kv;
+        // The latent rows read, and the per-head up-projections applied inside attention.
+        f.add_bytes(phase_clock::attention,
+                    kv_cache::bytes_per_token(1, 1, row, kv.type(), true) * static_cast<uint64_t>(g.pos0 + g.n_tok) +
+                        bytes_of(l.wk_b) + bytes_of(l.wv_b));
+        for (int t = row0; t < row0 + g.n_tok; ++t) {
+            float* c = kv_a + static_cast<size_t>(t) * row;
+            cpu::rms_norm(c, l.kv_a_norm, hp.rms_eps, lora, c);
+            const float* cs = f.rope_cs_.data() + static_cast<size_t>(t) * n_rot;
+            cpu::rope_apply(c + lora, 1, n_rot, n_rot, cs, hp.arch.rope);
+            kv.store_latent(il, g.pos0 + t - row0, c);
+            float* q = f.q_.data() + static_cast<size_t>(t) * n_q;
+            cpu::rope_apply(q + nope, n_head, hd, n_rot, cs, hp.arch.rope);  // each head's last n_rot dims
+            for (int h = 0; h < n_head; ++h) {
+                const size_t item = static_cast<size_t>(t) * n_head + h;
+                std::memcpy(q_nope + item * nope, q + static_cast<size_t>(h) * hd, sizeof(float) * nope);
+                std::memcpy(q_lat + item * row + lora, q + static_cast<size_t>(h) * hd + nope, sizeof(float) * n_rot);
+            }
         }
+        row0 += g.n_tok;
     }
     // The absorbed query, through o_lat as scratch: [n_tok][n_head][lora].
     matmul_heads(l.wk_b, lora, 0, lora, n_tok, q_nope, o_lat);
     for (size_t item = 0; item < items; ++item)
         std::memcpy(q_lat + item * row, o_lat + item * lora, sizeof(float) * lora);
 
-    attend(kv, il, n_tok, pos0, q_lat, o_lat);
+    for (int row0 = 0; const step_segment& g : segs) {
+        const size_t at = static_cast<size_t>(row0) * n_head;
+        attend(*g.kv, il, g.n_tok, g.pos0, q_lat + at * row, o_lat + at * lora);
+        row0 += g.n_tok;
+    }
     matmul_heads(l.wv_b, l.v_b_step, l.v_b_row0, hp.head_dim_v, n_tok, o_lat, f.att_.data());
 }
 

@@ -80,12 +80,15 @@ sparse_attention_mixer::sparse_attention_mixer(forward_pass& f, attention_mixer&
 }
 
 void sparse_attention_mixer::eval(int il, std::span<const step_segment> segs, int n_tok) {
-    const step_segment& g = segs[0];
     const int r = f_.hp_.qsa_ratio[static_cast<size_t>(il)];
     // A lone query that leaves blocks out needs no dense pass: its cost is the budget's.
-    const bool sparse_only = n_tok == 1 && (g.pos0 + 1) / r > f_.hp_.idx_top_k / r;
-    dense_.run(f_.w_.layers[static_cast<size_t>(il)], f_.hp_.kv_layer(il), segs, n_tok, !sparse_only);
-    select(il, n_tok, g.pos0, *g.kv);
+    dense_of_.clear();
+    for (const step_segment& g : segs) dense_of_.push_back(g.n_tok != 1 || (g.pos0 + 1) / r <= f_.hp_.idx_top_k / r);
+    dense_.run(f_.w_.layers[static_cast<size_t>(il)], f_.hp_.kv_layer(il), segs, n_tok, dense_of_);
+    for (int row0 = 0; const step_segment& g : segs) {
+        select(il, row0, g.n_tok, g.pos0, *g.kv);
+        row0 += g.n_tok;
+    }
 }
 
 std::vector<float>& sparse_attention_mixer::store(kv_cache& kv, int il, bool blocks) const {
@@ -148,7 +151,7 @@ void sparse_attention_mixer::score_blocks(const float* q, const float* bk, int n
     f_.add_bytes(phase_clock::indexer, static_cast<uint64_t>(n_groups) * group_floats * sizeof(float));
 }
 
-void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
+void sparse_attention_mixer::select(int il, int row0, int n_tok, int pos0, kv_cache& kv) {
     forward_pass& f = f_;
     const hparams& hp = f.hp_;
     const layer_weights& l = f.w_.layers[static_cast<size_t>(il)];
@@ -164,7 +167,7 @@ void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
         const size_t need = static_cast<size_t>(pos0 + n_tok) * d;
         if (keys.size() < need) keys.resize(need);
         idx_k_.resize(static_cast<size_t>(n_tok) * d);
-        f.matmul(l.idx_k, n_tok, f.xn_.data(), idx_k_.data());
+        f.matmul(l.idx_k, n_tok, f.xn_.data() + static_cast<size_t>(row0) * hp.n_embd, idx_k_.data());
         std::copy(idx_k_.begin(), idx_k_.end(), keys.begin() + static_cast<std::ptrdiff_t>(pos0) * d);
         int& done = block_count(kv, il);
         done = std::min(done, pos0 / r);
@@ -177,7 +180,7 @@ void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
     {
         arenas::scoped_seconds t(f.seconds(phase_clock::indexer));
         idx_q_.resize(static_cast<size_t>(n_tok) * n_h * d);
-        f.matmul(l.idx_q, n_tok, f.xn_.data(), idx_q_.data());
+        f.matmul(l.idx_q, n_tok, f.xn_.data() + static_cast<size_t>(row0) * hp.n_embd, idx_q_.data());
     }
     std::vector<float> scores;
     for (int t = 0; t < n_tok; ++t) {
@@ -188,7 +191,7 @@ void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
             arenas::scoped_seconds timer(f.seconds(phase_clock::indexer));
             float* q = idx_q_.data() + static_cast<size_t>(t) * n_h * d;
             for (int h = 0; h < n_h; ++h) cpu::rms_norm(q + h * d, l.idx_q_norm, hp.rms_eps, d, q + h * d);
-            cpu::rope_apply(q, n_h, d, hp.n_rot, f.rope_cs_.data() + static_cast<size_t>(t) * hp.n_rot, hp.arch.rope);
+            cpu::rope_apply(q, n_h, d, hp.n_rot, f.rope_cs_.data() + static_cast<size_t>(row0 + t) * hp.n_rot, hp.arch.rope);
             scores.resize(static_cast<size_t>((nb + cpu::qsa_group - 1) / cpu::qsa_group) * cpu::qsa_group);
             score_blocks(q, bk.data(), nb, scores.data());
             for (int b : qsa_pick_blocks(scores.data(), nb, budget))
@@ -199,7 +202,7 @@ void sparse_attention_mixer::select(int il, int n_tok, int pos0, kv_cache& kv) {
         if (n_tok == 1)  // a lone query's attention reads the chosen rows only (a prompt's is counted dense)
             f.add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, hp.n_head_kv, hp.head_dim, kv.type()) *
                                                     static_cast<uint64_t>(positions.size()));
-        attend(il, t, positions, kv);
+        attend(il, row0 + t, positions, kv);
     }
 }
 

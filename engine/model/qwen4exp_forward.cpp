@@ -64,7 +64,7 @@ void forward_pass::hc_add(int n_tok, const float* y, const float* inj) {
         }
 }
 
-void forward_pass::ple_block(const layer_weights& l, const int32_t* tokens, int n_tok, recurrent_state& st) {
+void forward_pass::ple_block(const layer_weights& l, std::span<const step_segment> segs, int n_tok) {
     const int hc = hp_.hc, n = hp_.n_embd, dim = hp_.hc_dim(), n_heads = hp_.ple_n_heads(), hd = hp_.ple_head_dim;
     const size_t nt = static_cast<size_t>(n_tok);
     const ple_table& table = w_.ple;
@@ -73,11 +73,15 @@ void forward_pass::ple_block(const layer_weights& l, const int32_t* tokens, int 
     {
         arenas::scoped_seconds timer(seconds(phase_clock::ple_gather));
         const uint64_t faults0 = table.reads ? thread_major_faults() : 0;
-        for (int t = 0; t < n_tok; ++t) {
-            ple_rows_of(hp_, st.ple_window(), tokens, t, rows.data());
-            for (int h = 0; h < n_heads; ++h)
-                formats::dequantize_row(table.type, table.data + static_cast<size_t>(rows[static_cast<size_t>(h)]) * table.row_stride,
-                                        ple_emb_.data() + (static_cast<size_t>(t) * n_heads + h) * hd, hd);
+        for (int row0 = 0; const step_segment& g : segs) {
+            recurrent_state& st = g.kv->state<recurrent_state>();
+            for (int t = 0; t < g.n_tok; ++t) {
+                ple_rows_of(hp_, st.ple_window(), g.tokens, t, rows.data());
+                for (int h = 0; h < n_heads; ++h)
+                    formats::dequantize_row(table.type, table.data + static_cast<size_t>(rows[static_cast<size_t>(h)]) * table.row_stride,
+                                            ple_emb_.data() + (static_cast<size_t>(row0 + t) * n_heads + h) * hd, hd);
+            }
+            row0 += g.n_tok;
         }
         const uint64_t n_rows = nt * static_cast<uint64_t>(n_heads);
         add_bytes(phase_clock::ple_gather, n_rows * table.row_stride);
@@ -87,16 +91,19 @@ void forward_pass::ple_block(const layer_weights& l, const int32_t* tokens, int 
             table.reads->faults += thread_major_faults() - faults0;
         }
     }
-    if (st.traced(st.pos(), st.ple_window())) {
-        // A speculative verification keeps the window after each token.
-        const int n_prev = hp_.ple_ngram - 1;
-        std::vector<float> window(st.ple_window(), st.ple_window() + n_prev);
-        for (int t = 0; t < n_tok; ++t) {
-            ple_push_window(hp_, window.data(), tokens + t, 1);
-            if (float* copy = st.traced(st.pos() + t, st.ple_window())) std::copy(window.begin(), window.end(), copy);
+    for (const step_segment& g : segs) {
+        recurrent_state& st = g.kv->state<recurrent_state>();
+        if (st.traced(st.pos(), st.ple_window())) {
+            // A speculative verification keeps the window after each token.
+            const int n_prev = hp_.ple_ngram - 1;
+            std::vector<float> window(st.ple_window(), st.ple_window() + n_prev);
+            for (int t = 0; t < g.n_tok; ++t) {
+                ple_push_window(hp_, window.data(), g.tokens + t, 1);
+                if (float* copy = st.traced(st.pos() + t, st.ple_window())) std::copy(window.begin(), window.end(), copy);
+            }
         }
+        ple_push_window(hp_, st.ple_window(), g.tokens, g.n_tok);
     }
-    ple_push_window(hp_, st.ple_window(), tokens, n_tok);
     ple_k_.resize(nt * dim);
     ple_v_.resize(nt * n);
     const weight_matrix* const w[] = {&l.ple.key, &l.ple.value};
@@ -121,29 +128,36 @@ void forward_pass::ple_block(const layer_weights& l, const int32_t* tokens, int 
         }
         grouped_norm(gated.data() + t * dim, l.ple.norm_conv, hp_.rms_eps, hc, n, hc_gate_.data() + t * dim);
     }
-    // Depthwise causal conv dilated by ngram_size over [the state's inputs | this batch's], then SiLU.
+    // Per sequence: the depthwise causal conv dilated by ngram_size over [its state's inputs | its rows],
+    // then SiLU.
     const int kern = hp_.ple_conv_kernel, dil = hp_.ple_ngram, hist = (kern - 1) * dil;
-    float* state = st.ple_conv();
-    const auto input = [&](int j) -> const float* {  // j: position in [-hist, n_tok)
-        return j < 0 ? state + static_cast<size_t>(hist + j) * dim : hc_gate_.data() + static_cast<size_t>(j) * dim;
-    };
-    for (int t = 0; t < n_tok; ++t)
-        for (int c = 0; c < dim; ++c) {
-            const float* wc = l.ple.conv1d + static_cast<size_t>(c) * kern;
-            float acc = 0;
-            for (int k = 0; k < kern; ++k) acc += wc[k] * input(t - (kern - 1 - k) * dil)[c];
-            hc_x_[static_cast<size_t>(t) * dim + c] += gated[static_cast<size_t>(t) * dim + c] + silu(acc);
-        }
-    if (hist == 0) return;
-    for (int t = 0; t < n_tok; ++t)  // a speculative verification's copies: the last hist inputs after token t
-        if (float* copy = st.traced(st.pos() + t, state))
-            for (int j = 0; j < hist; ++j)
-                std::memcpy(copy + static_cast<size_t>(j) * dim, input(t + 1 - hist + j), sizeof(float) * dim);
-    // Keep the last hist inputs, oldest first.
-    std::vector<float> next(static_cast<size_t>(hist) * dim);
-    for (int j = 0; j < hist; ++j)
-        std::memcpy(next.data() + static_cast<size_t>(j) * dim, input(n_tok - hist + j), sizeof(float) * dim);
-    std::memcpy(state, next.data(), next.size() * sizeof(float));
+    for (int row0 = 0; const step_segment& g : segs) {
+        recurrent_state& st = g.kv->state<recurrent_state>();
+        float* state = st.ple_conv();
+        const float* gate = hc_gate_.data() + static_cast<size_t>(row0) * dim;
+        const auto input = [&](int j) -> const float* {  // j: position in [-hist, g.n_tok)
+            return j < 0 ? state + static_cast<size_t>(hist + j) * dim : gate + static_cast<size_t>(j) * dim;
+        };
+        for (int t = 0; t < g.n_tok; ++t)
+            for (int c = 0; c < dim; ++c) {
+                const float* wc = l.ple.conv1d + static_cast<size_t>(c) * kern;
+                float acc = 0;
+                for (int k = 0; k < kern; ++k) acc += wc[k] * input(t - (kern - 1 - k) * dil)[c];
+                const size_t at = static_cast<size_t>(row0 + t) * dim + static_cast<size_t>(c);
+                hc_x_[at] += gated[at] + silu(acc);
+            }
+        row0 += g.n_tok;
+        if (hist == 0) continue;
+        for (int t = 0; t < g.n_tok; ++t)  // a speculative verification's copies: the last hist inputs after token t
+            if (float* copy = st.traced(st.pos() + t, state))
+                for (int j = 0; j < hist; ++j)
+                    std::memcpy(copy + static_cast<size_t>(j) * dim, input(t + 1 - hist + j), sizeof(float) * dim);
+        // Keep the last hist inputs, oldest first.
+        std::vector<float> next(static_cast<size_t>(hist) * dim);
+        for (int j = 0; j < hist; ++j)
+            std::memcpy(next.data() + static_cast<size_t>(j) * dim, input(g.n_tok - hist + j), sizeof(float) * dim);
+        std::memcpy(state, next.data(), next.size() * sizeof(float));
+    }
 }
 
 void hc_residual::begin(std::span<const step_segment> segs, int n_tok) {
@@ -184,21 +198,47 @@ void hc_residual::end_block(int n_tok) { f_.hc_add(n_tok, f_.blk_out_.data(), f_
 void hc_residual::finish(std::span<const step_segment> segs, int n_tok) {
     forward_pass& f = f_;
     const hparams& hp = f.hp_;
-    const step_segment& g = segs[0];
-    const size_t nt = static_cast<size_t>(n_tok), dim = static_cast<size_t>(hp.hc_dim());
-    recurrent_state& st = g.kv->state<recurrent_state>();
-    if (g.hidden) std::memcpy(g.hidden, f.hc_x_.data(), nt * dim * sizeof(float));
-    std::memcpy(st.hc_last(), f.hc_x_.data() + (nt - 1) * dim, dim * sizeof(float));
-    for (int t = 0; t < n_tok; ++t)
-        if (float* copy = st.traced(st.pos() + t, st.hc_last()))
-            std::memcpy(copy, f.hc_x_.data() + static_cast<size_t>(t) * dim, dim * sizeof(float));
-    if (!g.logits) return;
-    const int first = g.all_logits ? 0 : n_tok - 1;
+    const size_t dim = static_cast<size_t>(hp.hc_dim()), n_vocab = static_cast<size_t>(hp.n_vocab);
+    (void)n_tok;
+    // Each segment's hidden rows and its state's last wide residual (and a verification's copies).
+    for (size_t row = 0; const step_segment& g : segs) {
+        const size_t nt = static_cast<size_t>(g.n_tok);
+        const float* rows = f.hc_x_.data() + row * dim;
+        recurrent_state& st = g.kv->state<recurrent_state>();
+        if (g.hidden) std::memcpy(g.hidden, rows, nt * dim * sizeof(float));
+        std::memcpy(st.hc_last(), rows + (nt - 1) * dim, dim * sizeof(float));
+        for (int t = 0; t < g.n_tok; ++t)
+            if (float* copy = st.traced(st.pos() + t, st.hc_last()))
+                std::memcpy(copy, rows + static_cast<size_t>(t) * dim, dim * sizeof(float));
+        row += nt;
+    }
+    // The rows that want logits, packed at the front of hc_x_ (a row never moves past its own place).
+    int n_out = 0;
+    for (int row = 0; const step_segment& g : segs) {
+        const int first = g.all_logits ? 0 : g.n_tok - 1;
+        if (g.logits)
+            for (int t = first; t < g.n_tok; ++t, ++n_out)
+                if (n_out != row + t)
+                    std::memmove(f.hc_x_.data() + static_cast<size_t>(n_out) * dim,
+                                 f.hc_x_.data() + static_cast<size_t>(row + t) * dim, dim * sizeof(float));
+        row += g.n_tok;
+    }
+    if (n_out == 0) return;
     arenas::scoped_seconds t_head(f.seconds(phase_clock::head));
-    // The output mixer (no inject) is the output norm; run over the kept tokens only.
-    if (first > 0) std::memmove(f.hc_x_.data(), f.hc_x_.data() + static_cast<size_t>(first) * dim, dim * sizeof(float));
-    f.hc_mix(f.w_.hc_head, n_tok - first, nullptr);
-    f.matmul(f.w_.output, n_tok - first, f.xn_.data(), g.logits);
+    // The output mixer (no inject) is the output norm.
+    f.hc_mix(f.w_.hc_head, n_out, nullptr);
+    if (segs.size() == 1) {
+        f.matmul(f.w_.output, n_out, f.xn_.data(), segs[0].logits);
+        return;
+    }
+    f.head_out_.resize(static_cast<size_t>(n_out) * n_vocab);
+    f.matmul(f.w_.output, n_out, f.xn_.data(), f.head_out_.data());
+    for (size_t done = 0; const step_segment& g : segs) {
+        if (!g.logits) continue;
+        const size_t n = g.all_logits ? static_cast<size_t>(g.n_tok) : 1;
+        std::memcpy(g.logits, f.head_out_.data() + done * n_vocab, n * n_vocab * sizeof(float));
+        done += n;
+    }
 }
 
 // llama.cpp's qwen4exp MTP graph (transformers has no MTP block): the hidden input is the trunk's wide

@@ -101,9 +101,11 @@ TEST(Batching, ConcurrentGenerationsEqualTheirSoloRuns) {
         check_concurrent_equals_solo(load(mode, workers, 16), mode);
 }
 
-// The hybrid families' slots share passes too, each with its own recurrent state.
-TEST(Batching, HybridConcurrentGenerationsEqualTheirSoloRuns) {
-    for (const make_model::arch a : {make_model::arch::qwen35moe, make_model::arch::qwen3next})
+// The other families' slots share passes too: the hybrids' each with its own recurrent state (qwen4exp's
+// with its wide residual, PLE window and indexer keys), deepseek2's with its latent cache.
+TEST(Batching, OtherFamiliesConcurrentGenerationsEqualTheirSoloRuns) {
+    for (const make_model::arch a : {make_model::arch::qwen35moe, make_model::arch::qwen3next, make_model::arch::qwen4exp,
+                                     make_model::arch::deepseek2})
         check_concurrent_equals_solo(load("test:2", 2, 16, a), make_model::arch_name(a));
 }
 
