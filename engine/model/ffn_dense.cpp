@@ -6,17 +6,11 @@ namespace strata::engine {
 
 namespace cpu = kernels::cpu;
 
-namespace {
-
-uint64_t bytes_of(const weight_matrix& w) { return w.present() ? static_cast<uint64_t>(w.n_rows) * w.m.row_stride : 0; }
-
-}  // namespace
-
 void dense_ffn::eval(int il, int n_tok, residual_stream& out) {
     forward_pass& f = f_;
     const layer_weights& l = f.w_.layers[static_cast<size_t>(il)];
     arenas::scoped_seconds t(f.seconds(phase_clock::dense_ffn));
-    f.add_bytes(phase_clock::dense_ffn, bytes_of(l.ffn_gate) + bytes_of(l.ffn_up) + bytes_of(l.ffn_down));
+    f.add_bytes(phase_clock::dense_ffn, l.ffn_gate.bytes() + l.ffn_up.bytes() + l.ffn_down.bytes());
     run(l.ffn_gate, l.ffn_up, l.ffn_down, f.hp_.n_ff, n_tok);
     out.add(f.tmp_.data(), true, n_tok);
 }

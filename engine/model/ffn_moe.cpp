@@ -41,7 +41,6 @@ void keep_best_groups(std::vector<float>& sel, int n_group, int n_used, std::vec
                     per_group, -INFINITY);
 }
 
-uint64_t bytes_of(const weight_matrix& w) { return w.present() ? static_cast<uint64_t>(w.n_rows) * w.m.row_stride : 0; }
 
 }  // namespace
 
@@ -95,8 +94,7 @@ void moe_ffn::eval(int il, int n_tok, residual_stream& out) {
     out.add(f.tmp_.data(), true, n_tok);
     if (!l.shexp_gate.present()) return;
     arenas::scoped_seconds t(f.seconds(phase_clock::shared_expert));
-    if (out.counts_block_bytes())
-        f.add_bytes(phase_clock::shared_expert, bytes_of(l.shexp_gate) + bytes_of(l.shexp_up) + bytes_of(l.shexp_down));
+    f.add_bytes(phase_clock::shared_expert, l.shexp_gate.bytes() + l.shexp_up.bytes() + l.shexp_down.bytes());
     shared_expert(l, n_tok);
     out.add(f.tmp_.data(), false, n_tok);
 }
@@ -109,7 +107,7 @@ void moe_ffn::experts(const layer_weights& l, arenas::moe_runner& runner, const 
     const routing_options ro{hp.gating, hp.expert_weights_norm, hp.expert_weights_scale, hp.n_expert_groups,
                              hp.n_group_used};
     std::optional<arenas::scoped_seconds> t;
-    f.add_bytes(phase_clock::router, bytes_of(l.router));
+    f.add_bytes(phase_clock::router, l.router.bytes());
     if (l.shexp_gate.present() && l.shexp_up.present()) {
         // The shared expert's gate and up read the router's input: one phase for the three, its time
         // shared between the two parts by bytes.
@@ -122,7 +120,7 @@ void moe_ffn::experts(const layer_weights& l, arenas::moe_runner& runner, const 
             f.matmul_same_input(w, n_tok, f.xn_.data(), y);
         }
         if (double* router_s = f.seconds(phase_clock::router)) {
-            const double rb = double(bytes_of(l.router)), sb = double(bytes_of(l.shexp_gate) + bytes_of(l.shexp_up));
+            const double rb = double(l.router.bytes()), sb = double(l.shexp_gate.bytes() + l.shexp_up.bytes());
             *router_s += seconds * rb / (rb + sb);
             *f.seconds(phase_clock::shared_expert) += seconds * sb / (rb + sb);
         }

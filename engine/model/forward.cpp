@@ -18,8 +18,6 @@ namespace {
 
 constexpr int64_t kDenseGrain = 16;  // rows per work item of a dense matmul
 
-uint64_t bytes_of(const weight_matrix& w) { return w.present() ? static_cast<uint64_t>(w.n_rows) * w.m.row_stride : 0; }
-
 }  // namespace
 
 const mixer_kind& mixer_kind_of(const hparams& hp, int il) {
@@ -333,11 +331,10 @@ void forward_pass::eval_layers(std::span<const step_segment> segs) {
             arenas::scoped_seconds t(seconds(phase_clock::attn_proj));
             matmul(l.wo, n_tok, att_.data(), tmp_.data());
         }
-        if (res.counts_block_bytes())
-            add_bytes(phase_clock::attn_proj, bytes_of(l.wq) + bytes_of(l.wk) + bytes_of(l.wv) + bytes_of(l.wo) +
-                                                  bytes_of(l.wq_a) + bytes_of(l.wq_b) + bytes_of(l.wkv_a) +
-                                                  bytes_of(l.wqkv) + bytes_of(l.wz) + bytes_of(l.ssm_in) +
-                                                  bytes_of(l.ssm_beta) + bytes_of(l.ssm_alpha) + bytes_of(l.ssm_ba));
+        add_bytes(phase_clock::attn_proj, l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes() + l.wq_a.bytes() +
+                                              l.wq_b.bytes() + l.wkv_a.bytes() + l.wqkv.bytes() + l.wz.bytes() +
+                                              l.ssm_in.bytes() + l.ssm_beta.bytes() + l.ssm_alpha.bytes() +
+                                              l.ssm_ba.bytes());
         res.add(tmp_.data(), true, n_tok);
         res.end_block(n_tok);
 
@@ -362,7 +359,7 @@ void forward_pass::output_head(std::span<const step_segment> segs) {
     }
     if (n_out == 0) return;
     arenas::scoped_seconds t_head(seconds(phase_clock::head));
-    add_bytes(phase_clock::head, bytes_of(w_.output));
+    add_bytes(phase_clock::head, w_.output.bytes());
     if (segs.size() == 1) {
         matmul(w_.output, n_out, xn_.data(), segs[0].logits);
         return;

@@ -160,7 +160,8 @@ private:
     void mtp_qwen4(const int32_t* tokens, const float* h, int n_tok, int pos0, kv_cache& kv, float* h_out,
                    float* logits, bool all_logits);
     // xn_ [n_tok][n_embd] = mixer m over hc_x_; inj (unless null): [n_tok][hc] 2 sigmoid(inject xn / hc).
-    void hc_mix(const hc_mixer& m, int n_tok, float* inj);
+    // Its weights' bytes count in `part`.
+    void hc_mix(const hc_mixer& m, int n_tok, float* inj, phase_clock::part part = phase_clock::other);
     // hc_x_[t][s] += inj[t][s] * y[t] for every stream s.
     void hc_add(int n_tok, const float* y, const float* inj);
     // The PLE block of layer l on hc_x_, each segment continuing its state's conv inputs and n-gram window

@@ -284,8 +284,6 @@ public:
     virtual void end_block(int n_tok) { (void)n_tok; }
     // After the last layer: the segments' hidden states, the state's last residual, their logits.
     virtual void finish(std::span<const step_segment> segs, int n_tok) = 0;
-    // Whether the pass counts the bytes of each layer's projections and shared expert.
-    virtual bool counts_block_bytes() const { return true; }
     // Whether one pass may hold several sequences' rows.
     virtual bool batches_sequences() const { return true; }
     // Why the file's MTP block does not draft under this residual, or empty (then other reasons apply).
@@ -317,7 +315,6 @@ public:
     void add(const float* y, bool first, int n_tok) override;
     void end_block(int n_tok) override;
     void finish(std::span<const step_segment> segs, int n_tok) override;
-    bool counts_block_bytes() const override { return false; }
     std::string mtp_refusal() const override { return "it has no nextn.hc_head_* output mixer"; }
 };
 

@@ -48,8 +48,6 @@ constexpr int kDecodeTokens = 8;  // batches up to this many tokens split the ca
 constexpr int kMinGroupRows = 8;  // decode splits a chunk's rows into groups of at least this many
 constexpr int kDecodeWindow = 32;  // decode computes at most this many chunks' states before folding them
 
-uint64_t bytes_of(const weight_matrix& w) { return static_cast<uint64_t>(w.n_rows) * w.m.row_stride; }
-
 template <class T>
 T* grown(std::vector<T>& v, size_t n) {
     if (v.size() < n) v.resize(std::max(n, v.size() * 2));
@@ -124,12 +122,12 @@ void latent_attention_mixer::run(const layer_weights& l, int il, std::span<const
         f.matmul(l.wkv_a, n_tok, f.xn_.data(), kv_a);
     }
     arenas::scoped_seconds timer(f.seconds(phase_clock::attention));
+    // The per-head up-projections applied inside attention, then each segment's latent rows read.
+    f.add_bytes(phase_clock::attention, l.wk_b.bytes() + l.wv_b.bytes());
     for (int row0 = 0; const step_segment& g : segs) {
         kv_cache& kv = *g.kv;
-        // The latent rows read, and the per-head up-projections applied inside attention.
         f.add_bytes(phase_clock::attention,
-                    kv_cache::bytes_per_token(1, 1, row, kv.type(), true) * static_cast<uint64_t>(g.pos0 + g.n_tok) +
-                        bytes_of(l.wk_b) + bytes_of(l.wv_b));
+                    kv_cache::bytes_per_token(1, 1, row, kv.type(), true) * static_cast<uint64_t>(g.pos0 + g.n_tok));
         for (int t = row0; t < row0 + g.n_tok; ++t) {
             float* c = kv_a + static_cast<size_t>(t) * row;
             cpu::rms_norm(c, l.kv_a_norm, hp.rms_eps, lora, c);

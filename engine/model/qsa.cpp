@@ -167,6 +167,7 @@ void sparse_attention_mixer::select(int il, int row0, int n_tok, int pos0, kv_ca
         const size_t need = static_cast<size_t>(pos0 + n_tok) * d;
         if (keys.size() < need) keys.resize(need);
         idx_k_.resize(static_cast<size_t>(n_tok) * d);
+        f.add_bytes(phase_clock::indexer, l.idx_k.bytes());
         f.matmul(l.idx_k, n_tok, f.xn_.data() + static_cast<size_t>(row0) * hp.n_embd, idx_k_.data());
         std::copy(idx_k_.begin(), idx_k_.end(), keys.begin() + static_cast<std::ptrdiff_t>(pos0) * d);
         int& done = block_count(kv, il);
@@ -180,6 +181,7 @@ void sparse_attention_mixer::select(int il, int row0, int n_tok, int pos0, kv_ca
     {
         arenas::scoped_seconds t(f.seconds(phase_clock::indexer));
         idx_q_.resize(static_cast<size_t>(n_tok) * n_h * d);
+        f.add_bytes(phase_clock::indexer, l.idx_q.bytes());
         f.matmul(l.idx_q, n_tok, f.xn_.data() + static_cast<size_t>(row0) * hp.n_embd, idx_q_.data());
     }
     std::vector<float> scores;

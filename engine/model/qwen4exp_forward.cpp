@@ -29,8 +29,9 @@ void grouped_norm(const float* x, const float* w, float eps, int hc, int n, floa
 
 }  // namespace
 
-void forward_pass::hc_mix(const hc_mixer& m, int n_tok, float* inj) {
+void forward_pass::hc_mix(const hc_mixer& m, int n_tok, float* inj, phase_clock::part part) {
     const int hc = hp_.hc, n = hp_.n_embd, dim = hp_.hc_dim(), rank = hp_.hc_rank;
+    add_bytes(part, m.down.bytes() + m.up.bytes() + (inj ? m.inject.bytes() : 0));
     const size_t nt = static_cast<size_t>(n_tok);
     hc_xn_.resize(nt * dim);
     hc_lo_.resize(nt * rank);
@@ -106,6 +107,7 @@ void forward_pass::ple_block(const layer_weights& l, std::span<const step_segmen
     }
     ple_k_.resize(nt * dim);
     ple_v_.resize(nt * n);
+    add_bytes(phase_clock::other, l.ple.key.bytes() + l.ple.value.bytes());
     const weight_matrix* const w[] = {&l.ple.key, &l.ple.value};
     float* const y[] = {ple_k_.data(), ple_v_.data()};
     matmul_same_input(w, n_tok, ple_emb_.data(), y);
@@ -226,7 +228,8 @@ void hc_residual::finish(std::span<const step_segment> segs, int n_tok) {
     if (n_out == 0) return;
     arenas::scoped_seconds t_head(f.seconds(phase_clock::head));
     // The output mixer (no inject) is the output norm.
-    f.hc_mix(f.w_.hc_head, n_out, nullptr);
+    f.add_bytes(phase_clock::head, f.w_.output.bytes());
+    f.hc_mix(f.w_.hc_head, n_out, nullptr, phase_clock::head);
     if (segs.size() == 1) {
         f.matmul(f.w_.output, n_out, f.xn_.data(), segs[0].logits);
         return;

@@ -22,6 +22,8 @@ struct weight_matrix {
     kernels::cpu::matrix packed{};  // rows16 copy (repack_dense) the CPU matmuls read instead of m; data null: none
     bool present() const { return m.data != nullptr; }
     const kernels::cpu::matrix& cpu() const { return packed.data ? packed : m; }
+    // The file bytes one pass over it reads (0 when absent).
+    uint64_t bytes() const { return present() ? static_cast<uint64_t>(n_rows) * m.row_stride : 0; }
 };
 
 // One layer's routed experts (a merged 3-D tensor, or one tensor per expert in older Mixtral files).
