@@ -346,19 +346,19 @@ void forward_pass::eval_layers(std::span<const step_segment> segs) {
 }
 
 void forward_pass::output_head(std::span<const step_segment> segs) {
-    const size_t n_embd = static_cast<size_t>(hp_.n_embd), n_vocab = static_cast<size_t>(hp_.n_vocab);
-    // The rows that want logits, packed at the front of xn_ (a row's slot never runs ahead of it).
-    int n_out = 0;
-    for (int row = 0; const step_segment& g : segs) {
-        const int first = g.all_logits ? 0 : g.n_tok - 1;
-        if (g.logits)
-            for (int t = first; t < g.n_tok; ++t, ++n_out)
-                cpu::rms_norm(x_.data() + static_cast<size_t>(row + t) * n_embd, w_.output_norm, hp_.rms_eps,
-                              hp_.n_embd, xn_.data() + static_cast<size_t>(n_out) * n_embd);
-        row += g.n_tok;
-    }
+    const size_t n_embd = static_cast<size_t>(hp_.n_embd);
+    // The rows that want logits, normed into the front of xn_ (a row's slot never runs ahead of it).
+    const int n_out = for_logit_rows(segs, [&](int row, int k) {
+        cpu::rms_norm(x_.data() + static_cast<size_t>(row) * n_embd, w_.output_norm, hp_.rms_eps, hp_.n_embd,
+                      xn_.data() + static_cast<size_t>(k) * n_embd);
+    });
     if (n_out == 0) return;
     arenas::scoped_seconds t_head(seconds(phase_clock::head));
+    head_logits(segs, n_out);
+}
+
+void forward_pass::head_logits(std::span<const step_segment> segs, int n_out) {
+    const size_t n_vocab = static_cast<size_t>(hp_.n_vocab);
     add_bytes(phase_clock::head, w_.output.bytes());
     if (segs.size() == 1) {
         matmul(w_.output, n_out, xn_.data(), segs[0].logits);

@@ -145,6 +145,19 @@ private:
     // residual, the output head.
     void eval_layers(std::span<const step_segment> segs);
     void output_head(std::span<const step_segment> segs);  // logits of the rows that want them
+    // fn(row, k) for each row of the pass that wants logits, k = 0, 1, ... in row order; returns their count.
+    template <class F>
+    static int for_logit_rows(std::span<const step_segment> segs, F fn) {
+        int k = 0;
+        for (int row = 0; const step_segment& g : segs) {
+            if (g.logits)
+                for (int t = g.all_logits ? 0 : g.n_tok - 1; t < g.n_tok; ++t) fn(row + t, k++);
+            row += g.n_tok;
+        }
+        return k;
+    }
+    // The head over the n_out rows at the front of xn_ (for_logit_rows' order), each segment's handed out.
+    void head_logits(std::span<const step_segment> segs, int n_out);
     // The FFN parts the MTP block (mtp.cpp) runs on its own weights: moe_ffn's.
     // The MoE of weights l through `runner`'s pool layer, counting routes into counts (null: not counted).
     void moe(const layer_weights& l, arenas::moe_runner& runner, const std::vector<arenas::moe_layer>& layers,

@@ -200,7 +200,7 @@ void hc_residual::end_block(int n_tok) { f_.hc_add(n_tok, f_.blk_out_.data(), f_
 void hc_residual::finish(std::span<const step_segment> segs, int n_tok) {
     forward_pass& f = f_;
     const hparams& hp = f.hp_;
-    const size_t dim = static_cast<size_t>(hp.hc_dim()), n_vocab = static_cast<size_t>(hp.n_vocab);
+    const size_t dim = static_cast<size_t>(hp.hc_dim());
     (void)n_tok;
     // Each segment's hidden rows and its state's last wide residual (and a verification's copies).
     for (size_t row = 0; const step_segment& g : segs) {
@@ -215,33 +215,16 @@ void hc_residual::finish(std::span<const step_segment> segs, int n_tok) {
         row += nt;
     }
     // The rows that want logits, packed at the front of hc_x_ (a row never moves past its own place).
-    int n_out = 0;
-    for (int row = 0; const step_segment& g : segs) {
-        const int first = g.all_logits ? 0 : g.n_tok - 1;
-        if (g.logits)
-            for (int t = first; t < g.n_tok; ++t, ++n_out)
-                if (n_out != row + t)
-                    std::memmove(f.hc_x_.data() + static_cast<size_t>(n_out) * dim,
-                                 f.hc_x_.data() + static_cast<size_t>(row + t) * dim, dim * sizeof(float));
-        row += g.n_tok;
-    }
+    const int n_out = forward_pass::for_logit_rows(segs, [&](int row, int k) {
+        if (k != row)
+            std::memmove(f.hc_x_.data() + static_cast<size_t>(k) * dim, f.hc_x_.data() + static_cast<size_t>(row) * dim,
+                         dim * sizeof(float));
+    });
     if (n_out == 0) return;
     arenas::scoped_seconds t_head(f.seconds(phase_clock::head));
     // The output mixer (no inject) is the output norm.
-    f.add_bytes(phase_clock::head, f.w_.output.bytes());
     f.hc_mix(f.w_.hc_head, n_out, nullptr, phase_clock::head);
-    if (segs.size() == 1) {
-        f.matmul(f.w_.output, n_out, f.xn_.data(), segs[0].logits);
-        return;
-    }
-    f.head_out_.resize(static_cast<size_t>(n_out) * n_vocab);
-    f.matmul(f.w_.output, n_out, f.xn_.data(), f.head_out_.data());
-    for (size_t done = 0; const step_segment& g : segs) {
-        if (!g.logits) continue;
-        const size_t n = g.all_logits ? static_cast<size_t>(g.n_tok) : 1;
-        std::memcpy(g.logits, f.head_out_.data() + done * n_vocab, n * n_vocab * sizeof(float));
-        done += n;
-    }
+    f.head_logits(segs, n_out);
 }
 
 // llama.cpp's qwen4exp MTP graph (transformers has no MTP block): the hidden input is the trunk's wide
