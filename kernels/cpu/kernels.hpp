@@ -49,6 +49,11 @@ bool cpu_supports(isa which);
 // The ISA every function below uses (chosen at first use, then fixed).
 isa active_isa();
 
+// How far ahead of the block being read the kernels prefetch the weight stream: enough to cover DRAM
+// latency at a thread's streaming rate (about 250 ns at 30 GB/s) on a loaded server or VM, where the
+// hardware prefetchers alone fall well short of the read bandwidth.
+inline constexpr int weight_prefetch_bytes = 8192;
+
 // How a matrix's rows lie in memory.
 //   rows:    row r at data + r * row_stride, in the GGUF block format;
 //   rows16:  repacked (repack_rows below): groups of 16 rows interleaved block by block for the prompt

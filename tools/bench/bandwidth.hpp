@@ -13,7 +13,8 @@ namespace strata::bench {
 // with the kernels' software prefetch.
 uint64_t read_words(const uint64_t* p, size_t n, bool prefetch = false);
 
-// GB/s (1e9 bytes per second) reading `bytes` with `threads` threads; median of `repeats` runs.
+// GB/s (1e9 bytes per second) reading `bytes` with `threads` threads: the better of the medians of
+// `repeats` plain reads and `repeats` reads with the kernels' software prefetch.
 double read_bandwidth_gbs(int threads, size_t bytes = size_t{512} << 20, int repeats = 5);
 
 double median(std::vector<double> v);

@@ -14,13 +14,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/kernels.hpp"
+
 namespace strata::kernels::cpu::detail {
 
 // Software prefetch of the weight stream, prefetch_distance bytes ahead of the block being read, one
-// prefetch per cache line of the block. NOTE: on the development box (Sapphire Rapids VM, 256 MiB
-// matrices) the hardware prefetchers alone reached ~63 % of the read bandwidth with a single-token
-// Q4_K matvec; 2-4 KiB ahead brought it to ~100 % (1.5 KiB: ~96 %).
-inline constexpr int prefetch_distance = 3072;
+// prefetch per cache line of the block.
+inline constexpr int prefetch_distance = weight_prefetch_bytes;
 
 template <int Bytes>
 static inline void prefetch_weights(const void* block) {
