@@ -41,7 +41,6 @@ void keep_best_groups(std::vector<float>& sel, int n_group, int n_used, std::vec
                     per_group, -INFINITY);
 }
 
-
 }  // namespace
 
 void route_token(const float* logits, const float* bias, int n_expert, int k, const routing_options& o, int32_t* ids,

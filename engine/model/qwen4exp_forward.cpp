@@ -154,11 +154,11 @@ void forward_pass::ple_block(const layer_weights& l, std::span<const step_segmen
             if (float* copy = st.traced(st.pos() + t, state))
                 for (int j = 0; j < hist; ++j)
                     std::memcpy(copy + static_cast<size_t>(j) * dim, input(t + 1 - hist + j), sizeof(float) * dim);
-        // Keep the last hist inputs, oldest first.
-        std::vector<float> next(static_cast<size_t>(hist) * dim);
-        for (int j = 0; j < hist; ++j)
-            std::memcpy(next.data() + static_cast<size_t>(j) * dim, input(g.n_tok - hist + j), sizeof(float) * dim);
-        std::memcpy(state, next.data(), next.size() * sizeof(float));
+        // Keep the last hist inputs, oldest first: the state's newest ones slide to the front, this
+        // segment's rows follow.
+        const int kept = std::max(hist - g.n_tok, 0), fresh = hist - kept;
+        std::memmove(state, state + static_cast<size_t>(hist - kept) * dim, sizeof(float) * static_cast<size_t>(kept) * dim);
+        std::memcpy(state + static_cast<size_t>(kept) * dim, input(g.n_tok - fresh), sizeof(float) * static_cast<size_t>(fresh) * dim);
     }
 }
 
@@ -197,11 +197,10 @@ void hc_residual::add(const float* y, bool first, int n_tok) {
 
 void hc_residual::end_block(int n_tok) { f_.hc_add(n_tok, f_.blk_out_.data(), f_.hc_inj_.data()); }
 
-void hc_residual::finish(std::span<const step_segment> segs, int n_tok) {
+void hc_residual::finish(std::span<const step_segment> segs, int) {
     forward_pass& f = f_;
     const hparams& hp = f.hp_;
     const size_t dim = static_cast<size_t>(hp.hc_dim());
-    (void)n_tok;
     // Each segment's hidden rows and its state's last wide residual (and a verification's copies).
     for (size_t row = 0; const step_segment& g : segs) {
         const size_t nt = static_cast<size_t>(g.n_tok);
