@@ -58,6 +58,7 @@ void attention_mixer::run(const layer_weights& l, int kvl, std::span<const step_
                 std::memcpy(gate_.data() + t * n_q + static_cast<size_t>(h) * hd, src + hd, sizeof(float) * hd);
             }
     arenas::scoped_seconds t(f.seconds(phase_clock::attention));
+    jobs_.clear();
     for (int row0 = 0, i = 0; const step_segment& g : segs) {
         kv_cache& kv = *g.kv;
         const bool dense = dense_of.empty() || dense_of[static_cast<size_t>(i++)] != 0;
@@ -84,10 +85,11 @@ void attention_mixer::run(const layer_weights& l, int kvl, std::span<const step_
             kv.store(kvl, g.pos0 + t - row0, k, v);
         }
         if (dense)
-            f.attn_.run(kv, kvl, f.q_.data() + static_cast<size_t>(row0) * n_q, g.n_tok, g.pos0,
-                        f.att_.data() + static_cast<size_t>(row0) * n_q);
+            jobs_.push_back({&kv, f.q_.data() + static_cast<size_t>(row0) * n_q, g.n_tok, g.pos0,
+                             f.att_.data() + static_cast<size_t>(row0) * n_q});
         row0 += g.n_tok;
     }
+    f.attn_.run(kvl, jobs_);
     if (gated)
         for (size_t i = 0; i < static_cast<size_t>(n_tok) * n_q; ++i) f.att_[i] *= sigmoid(gate_[i]);
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "expert_pool.hpp"
+#include "model/attention.hpp"
 #include "model/delta_net.hpp"
 #include "model/hparams.hpp"
 #include "model/sequence_state.hpp"
@@ -127,6 +128,7 @@ public:
 private:
     std::vector<float> qg_;    // [n_tok][2 n_q] each head's query, then its gate
     std::vector<float> gate_;  // [n_tok][n_q]
+    std::vector<attention_runner::job> jobs_;  // the step's segments whose attention runs here
 };
 
 // qwen4exp's QSA: attention_mixer's keys and values stored, plus the indexer's keys; each query whose

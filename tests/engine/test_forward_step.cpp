@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "expert_pool.hpp"
@@ -29,10 +30,10 @@ constexpr int kInterval = 8;
 
 // Every position's logits of `tokens` evaluated alone in batches of 512.
 std::vector<float> alone(test::loaded& m, arenas::expert_pool& pool, const std::vector<int32_t>& tokens, kv_type kv,
-                         size_t* n_checkpoints = nullptr) {
+                         size_t* n_checkpoints = nullptr, int n_ctx = 64) {
     forward_pass fwd(pool, m.hp, m.w, *m.rows);
     fwd.set_checkpoint_interval(kInterval);
-    kv_cache cache = make_sequence_state(m.hp, 64, kv);
+    kv_cache cache = make_sequence_state(m.hp, n_ctx, kv);
     std::vector<float> logits(tokens.size() * static_cast<size_t>(m.hp.n_vocab), NAN);
     fwd.eval(tokens, 0, cache, logits.data(), true, 512);
     if (n_checkpoints) *n_checkpoints = cache.n_checkpoints();
@@ -121,6 +122,47 @@ TEST(ForwardStep, SequencesSteppedTogetherAreBitwiseAlone) {
         std::printf("  %s, %s KV: %d sequences bitwise alone (%s)\n", make_model::arch_name(spec.architecture).c_str(),
                     kv_type_name(kv), compared, one_pass ? "one pass per step" : "evaluated in turn");
     }
+}
+
+// Decode rows of sequences at different depths share one attention phase per layer: one sequence
+// past the cache's first chunk (its heads fold two chunks), one short, each row bitwise as alone.
+TEST(ForwardStep, DecodeRowsAtDifferentDepthsAreBitwiseAlone) {
+    auto m = test::load(make_model::build_model(make_model::preset("tiny")));
+    constexpr int n_ctx = kv_cache::chunk_tokens + 64;
+    const std::vector<std::vector<int32_t>> seqs{tokens_of(m->hp.n_vocab, kv_cache::chunk_tokens + 40, 0),
+                                                 tokens_of(m->hp.n_vocab, 20, 1)};
+    constexpr int n_decode = 6;
+    const size_t n_vocab = static_cast<size_t>(m->hp.n_vocab);
+    auto base_pool = test::make_pool("off", 1);
+    std::vector<std::vector<float>> base;
+    for (const auto& s : seqs) base.push_back(alone(*m, *base_pool, s, kv_type::f16, nullptr, n_ctx));
+    for (const std::string mode : {"off", "test:2"})
+        for (int workers : {1, 2}) {
+            auto pool = test::make_pool(mode, workers);
+            forward_pass fwd(*pool, m->hp, m->w, *m->rows);
+            fwd.set_checkpoint_interval(kInterval);
+            std::vector<kv_cache> caches;
+            for (size_t s = 0; s < seqs.size(); ++s) caches.push_back(make_sequence_state(m->hp, n_ctx, kv_type::f16));
+            std::vector<std::vector<float>> got(seqs.size(), std::vector<float>(n_vocab * n_decode, NAN));
+            for (size_t s = 0; s < seqs.size(); ++s) {
+                const step_segment prompt{seqs[s].data(), static_cast<int>(seqs[s].size()) - n_decode, 0, &caches[s],
+                                          nullptr, false};
+                fwd.eval_step(std::span(&prompt, 1));
+            }
+            for (int d = 0; d < n_decode; ++d) {
+                std::vector<step_segment> segs;
+                for (size_t s = 0; s < seqs.size(); ++s) {
+                    const int pos = static_cast<int>(seqs[s].size()) - n_decode + d;
+                    segs.push_back({seqs[s].data() + pos, 1, pos, &caches[s], got[s].data() + d * n_vocab, false});
+                }
+                fwd.eval_step(segs);
+            }
+            for (size_t s = 0; s < seqs.size(); ++s) {
+                const size_t first = (seqs[s].size() - n_decode) * n_vocab;
+                ASSERT_EQ(std::memcmp(got[s].data(), base[s].data() + first, n_decode * n_vocab * sizeof(float)), 0)
+                    << mode << " workers " << workers << " sequence " << s;
+            }
+        }
 }
 
 // A segment whose positions do not fit its cache is refused before any segment is evaluated.
