@@ -165,7 +165,7 @@ double read_bandwidth_gbs(expert_pool& pool, size_t total_bytes, int repeats) {
             // 8 independent accumulators (vectorised) and the kernels' software prefetch distance.
             std::uint64_t acc[8] = {};
             for (size_t i = 0; i < n; i += 8) {
-                _mm_prefetch(reinterpret_cast<const char*>(p + i) + 3072, _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(p + i) + strata::kernels::cpu::weight_prefetch_bytes, _MM_HINT_T0);
                 for (int k = 0; k < 8; ++k) acc[k] += p[i + k];
             }
             std::uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
@@ -233,12 +233,14 @@ void moe_section(const topology& topo, int iterations, int n_tok, int n_layer) {
                 std::string(strata::formats::info(type).name).c_str(), n_tok, bytes_per_token(b) / (1 << 20), n_layer,
                 bytes_per_token(b) / b.shape.n_expert_used * b.shape.n_expert / (1 << 20), iterations);
     std::printf("%-34s %8s %12s %10s %12s %8s\n", "arm", "threads", "layer", "GB/s", "read GB/s", "ratio");
-    auto row = [&](const std::string& name, const pool_plan& plan, bool store) {
+    auto row = [&](const std::string& name, const pool_plan& plan, bool store, bool repack = false) {
         pool_options options;
         options.pin_host = plan.split;
         expert_pool pool(plan, options);
         std::unique_ptr<expert_rows> rows;
-        if (store) rows = std::make_unique<expert_store>(pool, b.shape, b.layers, store_options{});
+        store_options so;
+        so.repack = repack;
+        if (store) rows = std::make_unique<expert_store>(pool, b.shape, b.layers, std::move(so));
         else rows = std::make_unique<mapped_expert_rows>(b.layers);
         const auto f = measure_moe(pool, b, *rows, n_tok, iterations);
         const double bw = read_bandwidth_gbs(pool, size_t{1} << 30, 5);
@@ -252,6 +254,9 @@ void moe_section(const topology& topo, int iterations, int n_tok, int n_layer) {
     const auto off = plan_pool(topo, off_req);
     row("off, model rows in place", off, false);
     row("off, expert store (one copy)", off, true);
+    // The rows16 layout, which the engine keeps its experts in (and decodes from) where the ISA repacks.
+    const bool repacks = strata::kernels::cpu::can_repack(type, b.shape.n_ff);
+    if (repacks) row("off, expert store, repacked", off, true, true);
     pool_requests test_req;
     test_req.mode = numa_pool_mode::test;
     test_req.test_slices = 2;
@@ -259,7 +264,9 @@ void moe_section(const topology& topo, int iterations, int n_tok, int n_layer) {
     row("test:2, expert store (2 copies)", plan_pool(topo, test_req), true);
     if (topo.n_cpu_nodes() >= 2) {
         const auto split = plan_pool(topo, pool_requests{});
-        if (split.split) row("split (" + std::to_string(split.slices.size()) + " nodes), expert store", split, true);
+        if (split.split)
+            row("split (" + std::to_string(split.slices.size()) + " nodes), expert store" + (repacks ? ", repacked" : ""), split,
+                true, repacks);
     } else {
         std::printf("%-34s %8s   (this machine has 1 NUMA node)\n", "split", "n/a");
     }
