@@ -223,8 +223,7 @@ moe_figures measure_moe(expert_pool& pool, const bench_layer& b, const expert_ro
     return f;
 }
 
-void moe_section(const topology& topo, int iterations, int n_tok, int n_layer) {
-    const auto type = strata::formats::ggml_type::Q4_K;
+void moe_section(const topology& topo, int iterations, int n_tok, int n_layer, strata::formats::ggml_type type) {
     const auto b = make_bench_layers(type, n_layer);
     std::printf("\ndecode-shaped MoE layer: n_embd %d, n_ff %d, %d experts, %d used, %s, %d token(s), %.1f MiB of\n"
                 "weights per token and layer, %d layers of %.0f MiB cycled; median of %d layers with fresh routing;\n"
@@ -274,6 +273,7 @@ void moe_section(const topology& topo, int iterations, int n_tok, int n_layer) {
 
 int run(int argc, char** argv) {
     int iterations = 2000, moe_iterations = 400, moe_tokens = 1, moe_layers = 4;
+    auto moe_type = strata::formats::ggml_type::Q4_K;
     bool moe_only = false;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -281,9 +281,16 @@ int run(int argc, char** argv) {
         else if (a == "--moe-iterations" && i + 1 < argc) moe_iterations = std::max(5, std::atoi(argv[++i]));
         else if (a == "--moe-tokens" && i + 1 < argc) moe_tokens = std::clamp(std::atoi(argv[++i]), 1, 64);
         else if (a == "--moe-layers" && i + 1 < argc) moe_layers = std::clamp(std::atoi(argv[++i]), 1, 64);
-        else if (a == "--moe-only") moe_only = true;
+        else if (a == "--moe-type" && i + 1 < argc) {
+            const auto t = strata::formats::type_from_name(argv[++i]);
+            if (!t || !strata::formats::can_quantize(*t) || *t == strata::formats::ggml_type::F32) {
+                std::fprintf(stderr, "strata-bench pool: --moe-type %s is not a type strata can quantize\n", argv[i]);
+                return 2;
+            }
+            moe_type = *t;
+        } else if (a == "--moe-only") moe_only = true;
         else if (a == "--help") {
-            std::printf("strata-bench pool [--iterations N] [--moe-iterations N] [--moe-tokens N] [--moe-layers N] [--moe-only]:\n"
+            std::printf("strata-bench pool [--iterations N] [--moe-iterations N] [--moe-tokens N] [--moe-layers N] [--moe-type T] [--moe-only]:\n"
                         "  empty-phase round trip and spin cost, and a decode-shaped MoE layer in GB/s vs read bandwidth; medians\n");
             return 0;
         } else {
@@ -294,7 +301,7 @@ int run(int argc, char** argv) {
     const auto topo = load_machine_topology();
     std::printf("machine: %s\n", topo.describe().c_str());
     if (moe_only) {
-        moe_section(topo, moe_iterations, moe_tokens, moe_layers);
+        moe_section(topo, moe_iterations, moe_tokens, moe_layers, moe_type);
         return 0;
     }
     std::printf("empty-phase round trip, median of %d (spin %lld us, the default)\n", iterations,
@@ -327,7 +334,7 @@ int run(int argc, char** argv) {
         const auto f = measure(pool, iterations, gap);
         std::printf("%8ld %11.2f us %13.2f us %13.1f us\n", spin, f.round_trip_us, f.after_gap_us, f.cpu_us_per_gap);
     }
-    moe_section(topo, moe_iterations, moe_tokens, moe_layers);
+    moe_section(topo, moe_iterations, moe_tokens, moe_layers, moe_type);
     return 0;
 }
 
