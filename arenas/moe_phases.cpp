@@ -201,18 +201,22 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
     // Phase 1: items are (active expert, block of the slice's n_ff rows). Gate goes straight into h,
     // up into a block-sized scratch, then h = silu(h) * up in place. An item reads gate and up as two
     // alternating streams, which memory serves slower the shorter each run is: blocks take up to
-    // kMaxFfBlocks row blocks while each thread of the slice still gets 8 items or more.
+    // kMaxFfBlocks (kMaxFfBlocksOnePass) row blocks while each thread of the slice still gets 8 items or
+    // more, and an item starts both streams before it reads either.
     std::vector<size_t>& row_blocks = row_blocks_;  // row blocks per slice: of n_ff rows, then of n_embd rows
     std::vector<int64_t>& ff_block = ff_block_rows_;
     row_blocks.resize(n_slices);
     ff_block.resize(n_slices);
-    // A phase's items over each slice's ranges: blocks of up to kMaxFfBlocks row blocks, each thread 8 or more.
+    // A phase's items over each slice's ranges: blocks of up to max_blocks row blocks, each thread 8 or more.
+    int32_t most_tokens = 0;
+    for (const int32_t e : active_) most_tokens = std::max(most_tokens, count_of_[static_cast<size_t>(e)]);
+    const int64_t max_blocks = most_tokens <= max_tok ? kMaxFfBlocksOnePass : kMaxFfBlocks;
     const auto size_items = [&](const std::vector<row_range>& ranges) {
         for (size_t s = 0; s < n_slices; ++s) {
             const int64_t rows = ranges[s].end - ranges[s].begin;
             const int64_t per_thread = 8 * std::max(pool_.plan().slices[s].threads(), 1);
             const int64_t unit =
-                std::clamp<int64_t>(int64_t((rows / row_block) * active_.size()) / per_thread, 1, kMaxFfBlocks);
+                std::clamp<int64_t>(int64_t((rows / row_block) * active_.size()) / per_thread, 1, max_blocks);
             ff_block[s] = unit * row_block;
             row_blocks[s] = static_cast<size_t>((rows + ff_block[s] - 1) / ff_block[s]);
             n_items[s] = row_blocks[s] * active_.size();
@@ -225,13 +229,15 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
         const row_range range = ff_ranges_[static_cast<size_t>(s)];
         const size_t blocks = row_blocks[static_cast<size_t>(s)];
         const int64_t block = ff_block[static_cast<size_t>(s)];
-        float up[max_tok * kMaxFfBlocks * row_block];  // [n_tok of the chunk][n] up x
+        float up[max_tok * kMaxFfBlocksOnePass * row_block];  // [n_tok of the chunk][n] up x
         for (size_t item = begin; item < end; ++item) {
             const int e = active_[item / blocks];
             const int64_t r0 = range.begin + static_cast<int64_t>(item % blocks) * block;
             const int64_t n = std::min(block, range.end - r0);
             const cpu::matrix gate = rows_.rows(layer, expert_part::gate, e, s, r0);
             const cpu::matrix upm = rows_.rows(layer, expert_part::up, e, s, r0);
+            cpu::prefetch_rows(gate, 0, n);
+            cpu::prefetch_rows(upm, 0, n);
             const int32_t first = first_of_[static_cast<size_t>(e)], count = count_of_[static_cast<size_t>(e)];
             for (int32_t c = 0; c < count; c += max_tok) {
                 const int nt = std::min(max_tok, count - c);
@@ -269,6 +275,7 @@ void moe_runner::run(int layer, int n_tok, const float* x, const int32_t* ids, c
             const int64_t r0 = range.begin + static_cast<int64_t>(item % blocks) * block;
             const int64_t n = std::min(block, range.end - r0);
             const cpu::matrix down = rows_.rows(layer, expert_part::down, e, s, r0);
+            cpu::prefetch_rows(down, 0, n);
             const int32_t first = first_of_[static_cast<size_t>(e)], count = count_of_[static_cast<size_t>(e)];
             for (int32_t c = 0; c < count; c += max_tok)
                 cpu::matvec_multi(down, 0, n, b.h.row(first + c), b.h.row_bytes, std::min(max_tok, count - c),

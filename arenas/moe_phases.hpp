@@ -149,7 +149,12 @@ private:
     std::vector<int32_t> active_;       // experts with at least one slot, ascending
     std::vector<int32_t> pos_of_slot_;  // [n_tok * n_expert_used] position, -1 for a skipped slot
     std::vector<size_t> n_items_;       // [n_slices] a phase's items per slice (scratch)
-    static constexpr int64_t kMaxFfBlocks = 4;  // row blocks per gate/up or down work item at most
+    // Row blocks per gate/up or down work item at most: where some expert has more tokens than one
+    // kernel pass takes, each pass re-reads the item's rows from cache, so they must fit in L2; where
+    // every expert's tokens fit one pass (decode), each row is read once, and longer items start fewer
+    // streams (each start waits on memory until the kernel's prefetch is that far ahead).
+    static constexpr int64_t kMaxFfBlocks = 4;
+    static constexpr int64_t kMaxFfBlocksOnePass = 12;
     std::vector<int64_t> ff_block_rows_;  // [n_slices] rows per work item of the phase running (scratch)
     std::vector<size_t> row_blocks_;     // [n_slices] row blocks of each slice's gate/up, then down rows (scratch)
     int32_t n_pos_ = 0;

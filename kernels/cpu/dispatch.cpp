@@ -352,6 +352,14 @@ void run_rows(const isa_table& t, const matrix& w, int64_t row_begin, int64_t ro
 
 }  // namespace detail
 
+void prefetch_rows(const matrix& w, int64_t row_begin, int64_t row_end) {
+    if (row_end <= row_begin) return;
+    // Both layouts keep a row range contiguous (rows16: ranges start and end on whole groups).
+    const auto* p = static_cast<const char*>(w.data) + static_cast<size_t>(row_begin) * w.row_stride;
+    const size_t n = std::min(static_cast<size_t>(row_end - row_begin) * w.row_stride, static_cast<size_t>(weight_prefetch_bytes));
+    for (size_t offset = 0; offset < n; offset += 64) __builtin_prefetch(p + offset, 0, 3);
+}
+
 std::string_view isa_name(isa which) {
     switch (which) {
         case isa::scalar: return "scalar";

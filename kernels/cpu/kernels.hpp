@@ -92,6 +92,11 @@ inline constexpr int max_matvec_tokens = 16;
 void matvec_multi(const matrix& w, int64_t row_begin, int64_t row_end, const void* act, size_t act_stride,
                   int n_tok, float* y, int64_t y_stride);
 
+// Starts reading the first weight_prefetch_bytes of rows [row_begin, row_end) (software prefetch). The
+// kernels prefetch that far ahead of the block they read, so without it a call's first lines arrive one
+// miss at a time; a caller that knows its next rows (an expert's gate and up) starts them together.
+void prefetch_rows(const matrix& w, int64_t row_begin, int64_t row_end);
+
 // Prompt processing: any n_tok, same layout as matvec_multi; tiles tokens so a block of weight rows
 // stays in cache while every token of the tile passes over it. Bitwise equal to matvec per token.
 void matmul(const matrix& w, int64_t row_begin, int64_t row_end, const void* act, size_t act_stride,

@@ -6,6 +6,7 @@
 #include <xmmintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -223,6 +224,73 @@ moe_figures measure_moe(expert_pool& pool, const bench_layer& b, const expert_ro
     return f;
 }
 
+// The decode-ratio diagnostic of the repacked layer, in turns of 4 calls so all three see the same
+// minutes of a noisy machine: the MoE layer, the same kernel over as many weight bytes of contiguous
+// rows (one stream per thread: what the layer's phases and item starts cost), and the pool's read of as
+// many bytes (the better of a plain and a prefetching read). Medians in microseconds.
+struct interleaved_figures {
+    double layer_us = 0, stream_us = 0, read_us = 0;
+};
+
+interleaved_figures measure_interleaved(const pool_plan& plan, const bench_layer& b, int n_tok, int iterations) {
+    const auto& s = b.shape;
+    expert_pool pool(plan, pool_options{});
+    store_options options;
+    options.repack = true;
+    const expert_store store(pool, s, b.layers, std::move(options));
+    moe_runner runner(pool, s, b.layers, store);
+    const auto n_layer = static_cast<int>(b.layers.size());
+    std::mt19937 rng(13);
+    std::normal_distribution<float> value(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(n_tok) * s.n_embd), out(x.size()), w(static_cast<size_t>(n_tok) * s.n_expert_used, 0.125f);
+    for (auto& v : x) v = value(rng);
+    // Gate rows of one layer's experts in a row, as many weight bytes as the layer reads per call.
+    const auto gate_type = b.layers[0].gate.type;
+    std::vector<uint8_t> act(strata::kernels::cpu::activation_row_size(gate_type, s.n_embd));
+    strata::kernels::cpu::quantize_activation(gate_type, x.data(), act.data(), s.n_embd);
+    const int64_t group = strata::kernels::cpu::repack_group_rows;
+    const int64_t stream_rows = std::min<int64_t>(3 * s.n_expert_used * s.n_ff, s.n_expert * s.n_ff) / group * group;
+    std::vector<float> y(static_cast<size_t>(stream_rows));
+    constexpr size_t item_words = 8192;
+    const size_t read_words_per_call = static_cast<size_t>(bytes_per_token(b)) / 8 / item_words * item_words;
+    std::vector<uint64_t> read_buf(read_words_per_call * static_cast<size_t>(n_layer), 1);
+    std::atomic<uint64_t> sink{0};
+    std::vector<double> t[4];  // layer, stream, plain read, prefetching read
+    std::vector<int32_t> order(static_cast<size_t>(s.n_expert)), ids;
+    for (int i = 0; i < iterations; ++i) {
+        const int arm = (i / 4) % 4, layer = i % n_layer;
+        const auto start = clock_type::now();
+        if (arm == 0) {
+            ids.clear();
+            for (int tok = 0; tok < n_tok; ++tok) {
+                for (int e = 0; e < s.n_expert; ++e) order[static_cast<size_t>(e)] = e;
+                std::shuffle(order.begin(), order.end(), rng);
+                ids.insert(ids.end(), order.begin(), order.begin() + s.n_expert_used);
+            }
+            runner.run(layer, n_tok, x.data(), ids.data(), w.data(), out.data());
+        } else if (arm == 1) {
+            // A different window of the layer's gate rows each time, so no turn finds the last one's in cache.
+            const strata::kernels::cpu::matrix m = store.rows(layer, expert_part::gate, 0, 0, 0);
+            const int64_t spare = s.n_expert * s.n_ff - stream_rows;
+            const int64_t first = spare > 0 ? (static_cast<int64_t>(i) * 97 * group) % spare / group * group : 0;
+            constexpr int64_t item_rows = 128;
+            pool.run_phase(static_cast<size_t>((stream_rows + item_rows - 1) / item_rows), [&](int, size_t begin, size_t end) {
+                const int64_t r0 = static_cast<int64_t>(begin) * item_rows, r1 = std::min(stream_rows, static_cast<int64_t>(end) * item_rows);
+                strata::kernels::cpu::matvec(m, first + r0, first + r1, act.data(), y.data() + r0);
+            });
+        } else {
+            const uint64_t* base = read_buf.data() + static_cast<size_t>(layer) * read_words_per_call;
+            pool.run_phase(read_words_per_call / item_words, [&](int, size_t begin, size_t end) {
+                sink += strata::bench::read_words(base + begin * item_words, (end - begin) * item_words, arm == 3);
+            });
+        }
+        if (i >= 16) t[arm].push_back(std::chrono::duration<double, std::micro>(clock_type::now() - start).count());
+    }
+    // Bytes of the stream arm against the layer's: equal when every token's experts are distinct.
+    const double stream_scale = static_cast<double>(stream_rows) / static_cast<double>(3 * s.n_expert_used * s.n_ff);
+    return {median(t[0]), median(t[1]) / stream_scale, std::min(median(t[2]), median(t[3]))};
+}
+
 void moe_section(const topology& topo, int iterations, int n_tok, int n_layer, strata::formats::ggml_type type) {
     const auto b = make_bench_layers(type, n_layer);
     std::printf("\ndecode-shaped MoE layer: n_embd %d, n_ff %d, %d experts, %d used, %s, %d token(s), %.1f MiB of\n"
@@ -256,6 +324,12 @@ void moe_section(const topology& topo, int iterations, int n_tok, int n_layer, s
     // The rows16 layout, which the engine keeps its experts in (and decodes from) where the ISA repacks.
     const bool repacks = strata::kernels::cpu::can_repack(type, b.shape.n_ff);
     if (repacks) row("off, expert store, repacked", off, true, true);
+    if (repacks) {
+        const auto f = measure_interleaved(off, b, 1, 4 * iterations);
+        std::printf("interleaved, off, repacked, 1 token: layer %.1f us, the kernel over as many bytes of contiguous rows %.1f us,\n"
+                    "  the pool's read of as many bytes %.1f us: layer at %.0f %% of the read, the contiguous rows at %.0f %%\n",
+                    f.layer_us, f.stream_us, f.read_us, 100.0 * f.read_us / f.layer_us, 100.0 * f.read_us / f.stream_us);
+    }
     pool_requests test_req;
     test_req.mode = numa_pool_mode::test;
     test_req.test_slices = 2;
