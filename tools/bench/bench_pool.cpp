@@ -186,23 +186,38 @@ struct moe_figures {
     double bandwidth_gbs = 0;
 };
 
+// A layer call's inputs: n_tok random activations, equal routing weights, and 64 random routings
+// (each token n_expert_used distinct experts) to cycle through.
+struct moe_inputs {
+    std::vector<float> x, out, w;
+    std::vector<std::vector<int32_t>> routings;
+};
+
+moe_inputs make_moe_inputs(const moe_shape& s, int n_tok, std::mt19937& rng) {
+    moe_inputs in;
+    std::normal_distribution<float> value(0.0f, 1.0f);
+    in.x.resize(static_cast<size_t>(n_tok) * s.n_embd);
+    for (auto& v : in.x) v = value(rng);
+    in.out.resize(in.x.size());
+    in.w.assign(static_cast<size_t>(n_tok) * s.n_expert_used, 0.125f);
+    in.routings.resize(64);
+    std::vector<int32_t> order(static_cast<size_t>(s.n_expert));
+    for (auto& ids : in.routings)
+        for (int t = 0; t < n_tok; ++t) {
+            for (int e = 0; e < s.n_expert; ++e) order[static_cast<size_t>(e)] = e;
+            std::shuffle(order.begin(), order.end(), rng);
+            ids.insert(ids.end(), order.begin(), order.begin() + s.n_expert_used);
+        }
+    return in;
+}
+
 // Median time of one MoE layer for n_tok tokens, cycling through the layers with fresh random routing
 // each iteration (so the experts read change and come from memory, not the last-level cache).
 moe_figures measure_moe(expert_pool& pool, const bench_layer& b, const expert_rows& rows, int n_tok, int iterations) {
     moe_runner runner(pool, b.shape, b.layers, rows);
     const auto& s = b.shape;
     std::mt19937 rng(11);
-    std::normal_distribution<float> value(0.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(n_tok) * s.n_embd), out(x.size()), w(static_cast<size_t>(n_tok) * s.n_expert_used, 0.125f);
-    for (auto& v : x) v = value(rng);
-    std::vector<std::vector<int32_t>> routings(64);
-    for (auto& ids : routings)
-        for (int t = 0; t < n_tok; ++t) {
-            std::vector<int32_t> order(static_cast<size_t>(s.n_expert));
-            for (int e = 0; e < s.n_expert; ++e) order[static_cast<size_t>(e)] = e;
-            std::shuffle(order.begin(), order.end(), rng);
-            ids.insert(ids.end(), order.begin(), order.begin() + s.n_expert_used);
-        }
+    auto [x, out, w, routings] = make_moe_inputs(s, n_tok, rng);
     std::vector<double> t;
     for (int i = 0; i < iterations + 10; ++i) {
         const auto& ids = routings[static_cast<size_t>(i) % routings.size()];
@@ -232,7 +247,7 @@ struct interleaved_figures {
     double layer_us = 0, stream_us = 0, read_us = 0;
 };
 
-interleaved_figures measure_interleaved(const pool_plan& plan, const bench_layer& b, int n_tok, int iterations) {
+interleaved_figures measure_interleaved(const pool_plan& plan, const bench_layer& b, int iterations) {
     const auto& s = b.shape;
     expert_pool pool(plan, pool_options{});
     store_options options;
@@ -241,33 +256,24 @@ interleaved_figures measure_interleaved(const pool_plan& plan, const bench_layer
     moe_runner runner(pool, s, b.layers, store);
     const auto n_layer = static_cast<int>(b.layers.size());
     std::mt19937 rng(13);
-    std::normal_distribution<float> value(0.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(n_tok) * s.n_embd), out(x.size()), w(static_cast<size_t>(n_tok) * s.n_expert_used, 0.125f);
-    for (auto& v : x) v = value(rng);
-    // Gate rows of one layer's experts in a row, as many weight bytes as the layer reads per call.
+    auto [x, out, w, routings] = make_moe_inputs(s, 1, rng);
+    // One token's experts read 3 n_expert_used n_ff rows of n_embd elements: as many gate rows in a row.
     const auto gate_type = b.layers[0].gate.type;
     std::vector<uint8_t> act(strata::kernels::cpu::activation_row_size(gate_type, s.n_embd));
     strata::kernels::cpu::quantize_activation(gate_type, x.data(), act.data(), s.n_embd);
     const int64_t group = strata::kernels::cpu::repack_group_rows;
-    const int64_t stream_rows = std::min<int64_t>(3 * s.n_expert_used * s.n_ff, s.n_expert * s.n_ff) / group * group;
+    const int64_t stream_rows = int64_t{3} * s.n_expert_used * s.n_ff;
     std::vector<float> y(static_cast<size_t>(stream_rows));
     constexpr size_t item_words = 8192;
     const size_t read_words_per_call = static_cast<size_t>(bytes_per_token(b)) / 8 / item_words * item_words;
     std::vector<uint64_t> read_buf(read_words_per_call * static_cast<size_t>(n_layer), 1);
     std::atomic<uint64_t> sink{0};
     std::vector<double> t[4];  // layer, stream, plain read, prefetching read
-    std::vector<int32_t> order(static_cast<size_t>(s.n_expert)), ids;
     for (int i = 0; i < iterations; ++i) {
         const int arm = (i / 4) % 4, layer = i % n_layer;
         const auto start = clock_type::now();
         if (arm == 0) {
-            ids.clear();
-            for (int tok = 0; tok < n_tok; ++tok) {
-                for (int e = 0; e < s.n_expert; ++e) order[static_cast<size_t>(e)] = e;
-                std::shuffle(order.begin(), order.end(), rng);
-                ids.insert(ids.end(), order.begin(), order.begin() + s.n_expert_used);
-            }
-            runner.run(layer, n_tok, x.data(), ids.data(), w.data(), out.data());
+            runner.run(layer, 1, x.data(), routings[static_cast<size_t>(i) % routings.size()].data(), w.data(), out.data());
         } else if (arm == 1) {
             // A different window of the layer's gate rows each time, so no turn finds the last one's in cache.
             const strata::kernels::cpu::matrix m = store.rows(layer, expert_part::gate, 0, 0, 0);
@@ -286,9 +292,7 @@ interleaved_figures measure_interleaved(const pool_plan& plan, const bench_layer
         }
         if (i >= 16) t[arm].push_back(std::chrono::duration<double, std::micro>(clock_type::now() - start).count());
     }
-    // Bytes of the stream arm against the layer's: equal when every token's experts are distinct.
-    const double stream_scale = static_cast<double>(stream_rows) / static_cast<double>(3 * s.n_expert_used * s.n_ff);
-    return {median(t[0]), median(t[1]) / stream_scale, std::min(median(t[2]), median(t[3]))};
+    return {median(t[0]), median(t[1]), std::min(median(t[2]), median(t[3]))};
 }
 
 void moe_section(const topology& topo, int iterations, int n_tok, int n_layer, strata::formats::ggml_type type) {
@@ -323,9 +327,9 @@ void moe_section(const topology& topo, int iterations, int n_tok, int n_layer, s
     row("off, expert store (one copy)", off, true);
     // The rows16 layout, which the engine keeps its experts in (and decodes from) where the ISA repacks.
     const bool repacks = strata::kernels::cpu::can_repack(type, b.shape.n_ff);
-    if (repacks) row("off, expert store, repacked", off, true, true);
     if (repacks) {
-        const auto f = measure_interleaved(off, b, 1, 4 * iterations);
+        row("off, expert store, repacked", off, true, true);
+        const auto f = measure_interleaved(off, b, 4 * iterations);
         std::printf("interleaved, off, repacked, 1 token: layer %.1f us, the kernel over as many bytes of contiguous rows %.1f us,\n"
                     "  the pool's read of as many bytes %.1f us: layer at %.0f %% of the read, the contiguous rows at %.0f %%\n",
                     f.layer_us, f.stream_us, f.read_us, 100.0 * f.read_us / f.layer_us, 100.0 * f.read_us / f.stream_us);
