@@ -9,7 +9,7 @@ packages=(
   ccache
   libtbb-dev libhwloc-dev libspdlog-dev libcxxopts-dev libgtest-dev libgmock-dev
   nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev
-  # tools/fuzz-requests.sh: clang and its libFuzzer runtime
+  # the address-sanitizer lane and tools/fuzz-requests.sh: clang and its sanitizer and libFuzzer runtimes
   clang-14 libclang-rt-14-dev
   # the numa-vm test lane boots a small VM under software emulation
   qemu-system-x86 busybox-static cpio xz-utils

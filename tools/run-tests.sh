@@ -4,9 +4,9 @@
 # address/undefined-behaviour sanitizer build over the unit tests, the thread sanitizer over the
 # pool, engine API and server tests, the CUDA backend's gpu-labelled tests on the CPU emulator
 # (STRATA_CUDA=EMU; the Release build's own gpu tests skip without a device), and 60 s of libFuzzer on
-# the request parser.
+# the request parser (its targets built in the sanitizer build, which clang compiles for both).
 # Usage: tools/run-tests.sh            (from anywhere; builds under build/, build-asan/, build-tsan/,
-#                                       build-emu/, build-fuzz/)
+#                                       build-emu/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -132,15 +132,17 @@ else
   record_lane numa-vm "skipped"
 fi
 
-echo "== address/undefined-behaviour sanitizer build, unit tests and the engine API tests"
+echo "== address/undefined-behaviour sanitizer build (clang), unit tests and the engine API tests"
 # The ASan build keeps line tables only (-g1): reports still name file:line, and it builds and links in
-# much less time and disk than with full debug information. TSan keeps full debug information: with -g1
-# the TBB header code inlined into strata frames is attributed to the strata line, so the suppressions
-# of TBB's own task objects (tests/tsan.supp, race_top) no longer match.
+# much less time and disk than with full debug information. Clang builds it, with the libFuzzer targets
+# of the fuzz lane below: one sanitizer build serves both. TSan keeps g++ and full debug information:
+# with -g1 the TBB header code inlined into strata frames is attributed to the strata line, so the
+# suppressions of TBB's own task objects (tests/tsan.supp, race_top) no longer match.
 lines_only=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
             "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG")
-cmake -S . -B build-asan "${lines_only[@]}" "${launcher[@]}" -DSTRATA_SANITIZE=address -DSTRATA_CUDA=OFF >/dev/null
-cmake --build build-asan -j"$jobs" --target strata-unit-tests test_engine_api
+cmake -S . -B build-asan "${lines_only[@]}" "${launcher[@]}" -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_COMPILER=clang-14 \
+  -DSTRATA_SANITIZE=address -DSTRATA_FUZZ=ON -DSTRATA_CUDA=OFF >/dev/null
+cmake --build build-asan -j"$jobs" --target strata-unit-tests test_engine_api fuzz_requests fuzz_front
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
 ctest_lane "" --test-dir build-asan --output-on-failure --no-tests=error -j"$jobs" -L unit
 asan_unit=$lane_passed
@@ -166,8 +168,8 @@ cmake -S . -B build-emu "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release -DSTRATA_WER
 cmake --build build-emu -j"$jobs" --target strata-gpu-tests
 ctest_lane gpu-emulator --test-dir build-emu --output-on-failure --no-tests=error -j"$jobs" -L gpu
 
-echo "== request parser fuzzing (libFuzzer with clang, 60 s; tools/fuzz-requests.sh)"
-tools/fuzz-requests.sh 60 | tee "$log"
+echo "== request parser fuzzing (libFuzzer, 60 s, the targets of build-asan; tools/fuzz-requests.sh)"
+tools/fuzz-requests.sh 60 build-asan | tee "$log"
 record_lane fuzz "$(tail -n 1 "$log" | grep -o '^fuzz-requests: [0-9]* executions' | sed 's/fuzz-requests: //'), nothing found"
 
 summary=$(printf '%s, ' "${lanes[@]}")
