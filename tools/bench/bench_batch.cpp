@@ -76,19 +76,21 @@ struct stream {
 struct row {
     int streams = 0;
     double aggregate = 0, per_stream = 0, ttft_ms = 0;
-    double bytes_per_step = 0, rows_per_step = 0, bound = 0;
+    double bytes_per_step = 0, rows_per_step = 0, bound = 0, bw_gbs = 0;
     double gap_p50 = 0, gap_p99 = 0, long_p50 = 0, long_p99 = 0;
     double long_s = 0;  // the long prompt's time to its first token
     int n_during = 0;   // gaps that ended while it was admitted
-    std::vector<std::pair<std::string, double>> parts;  // --breakdown: ms per decode step by part
+    std::vector<phase_time> parts;  // --breakdown: ms and bytes per decode step by part
 };
 
 // Per step: the phases summed over `steps` passes.
-std::vector<std::pair<std::string, double>> per_step(const std::vector<phase_time>& after,
-                                                     const std::vector<phase_time>& before, double steps) {
-    std::vector<std::pair<std::string, double>> out;
-    for (size_t i = 0; i < after.size(); ++i)
-        out.emplace_back(after[i].name, (after[i].ms - (i < before.size() ? before[i].ms : 0)) / steps);
+std::vector<phase_time> per_step(const std::vector<phase_time>& after, const std::vector<phase_time>& before, double steps) {
+    std::vector<phase_time> out;
+    for (size_t i = 0; i < after.size(); ++i) {
+        const bool had = i < before.size();
+        out.push_back({after[i].name, (after[i].ms - (had ? before[i].ms : 0)) / steps,
+                       static_cast<uint64_t>(static_cast<double>(after[i].bytes - (had ? before[i].bytes : 0)) / steps)});
+    }
     return out;
 }
 
@@ -101,6 +103,7 @@ row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_
     }
     row r;
     r.streams = n_streams;
+    r.bw_gbs = bw_gbs;
     // 1. Prompts arrive together: time to first token (the prompts share steps too).
     for (auto& s : ss) s.start(1);
     for (auto& s : ss) {
@@ -236,16 +239,31 @@ int run(int argc, char** argv) {
         rows.push_back(r);
     }
     if (!mo.phase_timing) return 0;
-    std::printf("\nms per decode step by part:\n\n| part |");
+    // Each part's time next to the time its bytes take at the row's read bandwidth: where the aggregate
+    // falls short of the bound, the parts whose time exceeds their bytes' time say where.
+    std::printf("\nms per decode step by part, and in brackets the ms its bytes take at the row's read bandwidth:\n\n| part |");
     for (const row& r : rows) std::printf(" %d streams |", r.streams);
     std::printf("\n|---|");
     for (size_t i = 0; i < rows.size(); ++i) std::printf("---|");
     std::printf("\n");
+    const auto byte_ms = [](const row& r, uint64_t bytes) { return r.bw_gbs > 0 ? 1e3 * double(bytes) / (r.bw_gbs * 1e9) : 0.0; };
     for (size_t p = 0; !rows.empty() && p < rows.back().parts.size(); ++p) {
-        std::printf("| %s |", rows.back().parts[p].first.c_str());
-        for (const row& r : rows) std::printf(" %.2f |", p < r.parts.size() ? r.parts[p].second : 0.0);
+        std::printf("| %s |", rows.back().parts[p].name.c_str());
+        for (const row& r : rows) {
+            if (p >= r.parts.size()) std::printf(" - |");
+            else if (r.parts[p].bytes == 0) std::printf(" %.2f |", r.parts[p].ms);
+            else std::printf(" %.2f (%.2f) |", r.parts[p].ms, byte_ms(r, r.parts[p].bytes));
+        }
         std::printf("\n");
     }
+    std::printf("| all parts |");
+    for (const row& r : rows) {
+        double ms = 0;
+        uint64_t bytes = 0;
+        for (const phase_time& t : r.parts) ms += t.ms, bytes += t.bytes;
+        std::printf(" %.2f (%.2f) |", ms, byte_ms(r, bytes));
+    }
+    std::printf("\n");
     return 0;
 }
 
