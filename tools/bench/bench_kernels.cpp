@@ -77,11 +77,13 @@ double thread_cpu_seconds() {
 // (between the start barrier and the last thread finishing, or with use_cpu_time the most CPU time a thread took). With warm_up, each thread first runs fn
 // once untimed: a new thread's stack pages are not mapped yet (glibc hands them back when a thread
 // exits), and the attention kernels' large stack frames would otherwise fault them in while timed.
+// own_time: the longest time a thread spent in fn instead, for runs of tens of microseconds, which the
+// barrier's wake-up latency would otherwise dominate.
 std::vector<double> time_parallel(int n_threads, int repeats, const std::function<void(int, int)>& fn,
-                                  bool warm_up = false) {
+                                  bool warm_up = false, bool own_time = false) {
     std::barrier sync(n_threads + 1);
     std::vector<std::thread> threads;
-    std::vector<double> cpu_seconds(static_cast<size_t>(n_threads) * repeats);
+    std::vector<double> cpu_seconds(static_cast<size_t>(n_threads) * repeats), own_seconds(cpu_seconds.size());
     for (int t = 0; t < n_threads; ++t)
         threads.emplace_back([&, t] {
             if (warm_up) {
@@ -91,7 +93,9 @@ std::vector<double> time_parallel(int n_threads, int repeats, const std::functio
             for (int r = 0; r < repeats; ++r) {
                 sync.arrive_and_wait();
                 const double c0 = thread_cpu_seconds();
+                const auto w0 = clock_type::now();
                 fn(t, n_threads);
+                own_seconds[static_cast<size_t>(r) * n_threads + t] = std::chrono::duration<double>(clock_type::now() - w0).count();
                 cpu_seconds[static_cast<size_t>(r) * n_threads + t] = thread_cpu_seconds() - c0;
                 sync.arrive_and_wait();
             }
@@ -105,10 +109,11 @@ std::vector<double> time_parallel(int n_threads, int repeats, const std::functio
         seconds.push_back(std::chrono::duration<double>(clock_type::now() - start).count());
     }
     for (auto& th : threads) th.join();
-    if (use_cpu_time)
+    const std::vector<double>* per_thread = use_cpu_time ? &cpu_seconds : own_time ? &own_seconds : nullptr;
+    if (per_thread)
         for (int r = 0; r < repeats; ++r)
-            seconds[r] = *std::max_element(cpu_seconds.begin() + static_cast<ptrdiff_t>(r) * n_threads,
-                                           cpu_seconds.begin() + static_cast<ptrdiff_t>(r + 1) * n_threads);
+            seconds[r] = *std::max_element(per_thread->begin() + static_cast<ptrdiff_t>(r) * n_threads,
+                                           per_thread->begin() + static_cast<ptrdiff_t>(r + 1) * n_threads);
     return seconds;
 }
 
@@ -499,13 +504,13 @@ int run(int argc, char** argv) {
                 t_cached.push_back(time_parallel(n_threads, 1, [&](int i, int n) {
                     const auto [b, e] = split(cached_rows, i, n);
                     for (int pass = 0; pass < cached_passes; ++pass) cpu::matvec(w, b, e, act.data(), y.data() + b);
-                }, true)[0]);
+                }, true, true)[0]);
                 if (packed)
                     t_cached_packed.push_back(time_parallel(n_threads, 1, [&](int i, int n) {
                         const int64_t g = cpu::repack_group_rows;
                         const auto [b, e] = split(std::max<int64_t>(cached_rows / g, n), i, n);
                         for (int pass = 0; pass < cached_passes; ++pass) cpu::matvec(wp, b * g, e * g, act.data(), y.data() + b * g);
-                    }, true)[0]);
+                    }, true, true)[0]);
             }
             const double read_plain = static_cast<double>(bytes) / median(t_read[0]) / 1e9;
             const double read_prefetch = static_cast<double>(bytes) / median(t_read[1]) / 1e9;

@@ -37,6 +37,14 @@ static inline void prefetch_weights_part(const void* block, int part, int parts)
     for (int l = part * lines / parts; l < (part + 1) * lines / parts; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
 }
 
+// One line of a block's prefetches, Distance bytes ahead, for a loop that reads the block a line per
+// iteration. Keep that loop rolled (#pragma GCC unroll 1): unrolled, the compiler schedules a block's
+// prefetches together again, and the burst fills the line fill buffers ahead of the block's loads.
+template <int Distance = prefetch_distance>
+static inline void prefetch_weight_line(const void* block, int line) {
+    _mm_prefetch(static_cast<const char*>(block) + Distance + 64 * line, _MM_HINT_T0);
+}
+
 static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 static inline float hsum(__m128 v) {

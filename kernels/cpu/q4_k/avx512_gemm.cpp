@@ -24,6 +24,11 @@ static inline __m512i broadcast_dword(const void* p) {
 template <class Packed, int NT>
 struct k4_gemm16 {
     static constexpr bool fifth_bit = requires(const Packed& x) { x.qh; };
+    static constexpr int kLines = (sizeof(Packed) + 63) / 64;
+    // Up to this many tokens superblock() prefetches a line per step, in a loop kept rolled so the
+    // prefetches stay spread (the decode forms, where memory sets the pace); with more, run() prefetches
+    // each superblock's lines before it (rolled, that loop is slower where the arithmetic sets the pace).
+    static constexpr int kSpreadTokens = 2;
 
     // vpermw index: words r and 16 + r to dword r (the mins of sub-blocks 2p and 2p + 1 of row r, after
     // both 16-byte rows of mins were widened to int16).
@@ -72,12 +77,24 @@ struct k4_gemm16 {
                 __m512i isum[2][NT];
                 for (auto& h : isum)
                     for (auto& t : h) t = _mm512_setzero_si512();
-                for (int v = 0; v < 8; ++v) {
+                const auto step = [&](int v) {
                     const __m512i w[2] = {codes(x, k, 0, v), codes(x, k, 1, v)};
                     for (int half = 0; half < 2; ++half)
                         for (int t = 0; t < NT; ++t)
                             isum[half][t] = _mm512_dpbusd_epi32(isum[half][t], w[half],
                                                                 broadcast_dword(y[t][i].qs + 32 * (2 * k + half) + 4 * v));
+                };
+                if constexpr (NT <= kSpreadTokens) {
+#pragma GCC unroll 1
+                    for (int v = 0; v < 8; ++v) {
+                        // The superblock's lines a step at a time (32 steps): line 8k + v, and line
+                        // 32 + 8k + v while there is one.
+                        prefetch_weight_line(&x, 8 * k + v);
+                        if (32 + 8 * k + v < kLines) prefetch_weight_line(&x, 32 + 8 * k + v);
+                        step(v);
+                    }
+                } else {
+                    for (int v = 0; v < 8; ++v) step(v);
                 }
                 fold(isum[0], 2 * k);
                 fold(isum[1], 2 * k + 1);
@@ -129,7 +146,7 @@ struct k4_gemm16 {
             __m512 acc[NT];
             for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
             for (int64_t i = 0; i < n / QK_K; ++i) {
-                prefetch_weights<sizeof(Packed)>(x + i);
+                if constexpr (NT > kSpreadTokens) prefetch_weights<sizeof(Packed)>(x + i);
                 superblock(x[i], act, i, acc);
             }
             for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride + g * 16, acc[t]);

@@ -40,6 +40,11 @@ static void fill_terms(const block_q8_0* a, int64_t n_blocks, block_terms* out) 
 
 template <int NT>
 struct q8_0_gemm16 {
+    // Up to this many tokens a block's prefetches go a line per step, in a loop kept rolled so they stay
+    // spread (the decode forms, where memory sets the pace); with more, the loop is unrolled and the
+    // block's lines are prefetched before it (rolled, it is slower where the arithmetic sets the pace).
+    static constexpr int kSpreadTokens = 2;
+
     static void run(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, float* y,
                     int64_t y_stride) {
         const int64_t nb = n / QK8_0;
@@ -58,12 +63,22 @@ struct q8_0_gemm16 {
             __m512 acc[NT];
             for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
             for (int64_t b = 0; b < nb; ++b) {
-                prefetch_weights<sizeof(block_q8_0x16)>(x + b);
                 __m512i isum[NT];
                 for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
-                for (int v = 0; v < 8; ++v) {
+                const auto step = [&](int v) {
                     const __m512i q = _mm512_loadu_si512(x[b].qs[v]);
                     for (int t = 0; t < NT; ++t) isum[t] = _mm512_dpbusd_epi32(isum[t], q, broadcast_dword(act[t][b].qs + 4 * v));
+                };
+                if constexpr (NT <= kSpreadTokens) {
+#pragma GCC unroll 1
+                    for (int v = 0; v < 8; ++v) {
+                        prefetch_weight_line(x + b, v);  // the block's 544 bytes: lines 0-7 here, line 8 below
+                        step(v);
+                    }
+                    prefetch_weight_line(x + b, 8);
+                } else {
+                    prefetch_weights<sizeof(block_q8_0x16)>(x + b);
+                    for (int v = 0; v < 8; ++v) step(v);
                 }
                 const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].d)));
                 for (int t = 0; t < NT; ++t) {

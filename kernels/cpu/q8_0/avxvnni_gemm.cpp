@@ -46,13 +46,17 @@ struct q8_0_gemm16 {
                                float* y) {
         __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         for (int64_t b = 0; b < nb; ++b) {
-            prefetch_weights<sizeof(block_q8_0x16)>(x + b);
             __m256i part[2][2] = {};  // [h][v % 2]: two dependency chains per half
-            for (int v = 0; v < 8; ++v) {
-                const __m256i a = broadcast_dword(act[b].qs + 4 * v);
-                for (int h = 0; h < 2; ++h)
-                    part[h][v % 2] = _mm256_dpbusd_avx_epi32(part[h][v % 2], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs[v][8 * h])), a);
+#pragma GCC unroll 1
+            for (int v = 0; v < 8; v += 2) {
+                for (int u = 0; u < 2; ++u) {
+                    prefetch_weight_line(x + b, v + u);  // the block's 544 bytes: lines 0-7 here, line 8 below
+                    const __m256i a = broadcast_dword(act[b].qs + 4 * (v + u));
+                    for (int h = 0; h < 2; ++h)
+                        part[h][u] = _mm256_dpbusd_avx_epi32(part[h][u], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs[v + u][8 * h])), a);
+                }
             }
+            prefetch_weight_line(x + b, 8);
             const __m256i isum[2] = {_mm256_add_epi32(part[0][0], part[0][1]), _mm256_add_epi32(part[1][0], part[1][1])};
             const __m256 d = _mm256_set1_ps(terms[b].d);
             for (int h = 0; h < 2; ++h) {
