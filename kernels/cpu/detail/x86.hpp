@@ -45,6 +45,11 @@ static inline void prefetch_weight_line(const void* block, int line) {
     _mm_prefetch(static_cast<const char*>(block) + Distance + 64 * line, _MM_HINT_T0);
 }
 
+// The rows16 kernels prefetch a line per step up to this many tokens (the decode forms, where memory
+// sets the pace); with more, the arithmetic sets it, the rolled loop is slower, and a block's lines are
+// prefetched before it instead.
+inline constexpr int spread_prefetch_tokens = 2;
+
 static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 static inline float hsum(__m128 v) {

@@ -25,10 +25,6 @@ template <class Packed, int NT>
 struct k4_gemm16 {
     static constexpr bool fifth_bit = requires(const Packed& x) { x.qh; };
     static constexpr int kLines = (sizeof(Packed) + 63) / 64;
-    // Up to this many tokens superblock() prefetches a line per step, in a loop kept rolled so the
-    // prefetches stay spread (the decode forms, where memory sets the pace); with more, run() prefetches
-    // each superblock's lines before it (rolled, that loop is slower where the arithmetic sets the pace).
-    static constexpr int kSpreadTokens = 2;
 
     // vpermw index: words r and 16 + r to dword r (the mins of sub-blocks 2p and 2p + 1 of row r, after
     // both 16-byte rows of mins were widened to int16).
@@ -84,7 +80,7 @@ struct k4_gemm16 {
                             isum[half][t] = _mm512_dpbusd_epi32(isum[half][t], w[half],
                                                                 broadcast_dword(y[t][i].qs + 32 * (2 * k + half) + 4 * v));
                 };
-                if constexpr (NT <= kSpreadTokens) {
+                if constexpr (NT <= spread_prefetch_tokens) {
 #pragma GCC unroll 1
                     for (int v = 0; v < 8; ++v) {
                         // The superblock's lines a step at a time (32 steps): line 8k + v, and line
@@ -146,7 +142,7 @@ struct k4_gemm16 {
             __m512 acc[NT];
             for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
             for (int64_t i = 0; i < n / QK_K; ++i) {
-                if constexpr (NT > kSpreadTokens) prefetch_weights<sizeof(Packed)>(x + i);
+                if constexpr (NT > spread_prefetch_tokens) prefetch_weights<sizeof(Packed)>(x + i);
                 superblock(x[i], act, i, acc);
             }
             for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride + g * 16, acc[t]);

@@ -40,11 +40,6 @@ static void fill_terms(const block_q8_0* a, int64_t n_blocks, block_terms* out) 
 
 template <int NT>
 struct q8_0_gemm16 {
-    // Up to this many tokens a block's prefetches go a line per step, in a loop kept rolled so they stay
-    // spread (the decode forms, where memory sets the pace); with more, the loop is unrolled and the
-    // block's lines are prefetched before it (rolled, it is slower where the arithmetic sets the pace).
-    static constexpr int kSpreadTokens = 2;
-
     static void run(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, float* y,
                     int64_t y_stride) {
         const int64_t nb = n / QK8_0;
@@ -69,7 +64,7 @@ struct q8_0_gemm16 {
                     const __m512i q = _mm512_loadu_si512(x[b].qs[v]);
                     for (int t = 0; t < NT; ++t) isum[t] = _mm512_dpbusd_epi32(isum[t], q, broadcast_dword(act[t][b].qs + 4 * v));
                 };
-                if constexpr (NT <= kSpreadTokens) {
+                if constexpr (NT <= spread_prefetch_tokens) {
 #pragma GCC unroll 1
                     for (int v = 0; v < 8; ++v) {
                         prefetch_weight_line(x + b, v);  // the block's 544 bytes: lines 0-7 here, line 8 below
