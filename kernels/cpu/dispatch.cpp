@@ -62,6 +62,7 @@ static void fill_avx2_gemm(isa_table& t) {
     set_gemm16(t, ggml_type::Q3_K, gemm16_q3_k_avx2, 8, true);
     if (!vnni) return;
     t.avx_vnni = true;
+    set_dot(t, ggml_type::Q6_K, dot_q6_k_avxvnni);  // vpdpwssd: the scale step and its sum in one (same bits)
     set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avxvnni, 4, true);
     set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avxvnni, 4, true);
     set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avxvnni, 4, true);

@@ -129,6 +129,7 @@ inline void call_with_tokens(int64_t n, const void* w, const void* const* a, int
 STRATA_DOT(dot_q4_k_avx2);
 STRATA_DOT(dot_q4_k_avx512);
 STRATA_DOT(dot_q6_k_avx2);
+STRATA_DOT(dot_q6_k_avxvnni);
 STRATA_DOT(dot_q6_k_avx512);
 STRATA_DOT(dot_q8_0_avx2);
 STRATA_DOT(dot_q8_0_avx512);

@@ -1,0 +1,16 @@
+// Q6_K x Q8_K, AVX2 with AVX-VNNI (the kernel is in avx2_dot.hpp).
+#include "cpu/q6_k/avx2_dot.hpp"
+
+namespace strata::kernels::cpu::detail {
+namespace {
+
+template <int NT>
+using q6_k_avxvnni = q6_k_dot_avx2<NT, true>;
+
+}  // namespace
+
+void dot_q6_k_avxvnni(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
+    call_with_tokens<q6_k_avxvnni>(n, w, a, n_tok, out);
+}
+
+}  // namespace strata::kernels::cpu::detail
