@@ -88,12 +88,20 @@ struct q6_k_gemm16 {
     static inline void superblock(const block_q6_Kx16& x, const block_q8_K* const y[NT], int64_t i, __m512 acc[NT]) {
         __m512i total[NT];  // sum over sub-blocks of sc * (q . a), lane r: row r
         for (int t = 0; t < NT; ++t) total[t] = _mm512_setzero_si512();
-        for (int c = 0; c < 2; ++c)
+        // k and v unrolled, so codes() shifts by constants (GCC kept them as loops); c and s stay loops,
+        // which spill no accumulators. Each half c of the superblock prefetches half its lines (prefetch_distance
+        // ahead): one burst per superblock left the faster loop waiting on memory.
+#pragma GCC unroll 1
+        for (int c = 0; c < 2; ++c) {
+            prefetch_weights_part<sizeof(block_q6_Kx16)>(&x, c, 2);
+#pragma GCC unroll 4
             for (int k = 0; k < 4; ++k)
+#pragma GCC unroll 1
                 for (int s = 0; s < 2; ++s) {
                     const int j = 8 * c + 2 * k + s;  // sub-block of elements 128c + 32k + 16s ..
                     __m512i isum[NT];
                     for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
                     for (int v = 4 * s; v < 4 * s + 4; ++v) {
                         const __m512i w = codes(k, _mm512_loadu_si512(x.ql[16 * c + v]), _mm512_loadu_si512(x.ql[16 * c + 8 + v]),
                                                 _mm512_loadu_si512(x.qh[8 * c + v]));
@@ -103,6 +111,7 @@ struct q6_k_gemm16 {
                     const __m512i sc = scales_epi32(x.sc[j]);
                     for (int t = 0; t < NT; ++t) total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(isum[t], sc));
                 }
+        }
         // The code offset: dword lane r holds sc[2p][r], sc[2p + 1][r] (int16), times bsums 2p and 2p + 1.
         __m512i pairs[8];
         for (int p = 0; p < 8; ++p) {
@@ -127,11 +136,12 @@ struct q6_k_gemm16 {
             __m512 acc[NT];
             for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
             for (int64_t i = 0; i < n / QK_K; ++i) {
-                prefetch_weights<sizeof(block_q6_Kx16)>(x + i);
-                if constexpr (NT <= 2)
+                if constexpr (NT <= 2) {
+                    prefetch_weights<sizeof(block_q6_Kx16)>(x + i);
                     superblock_few(x[i], act, i, acc);
-                else
-                    superblock(x[i], act, i, acc);
+                } else {
+                    superblock(x[i], act, i, acc);  // prefetches as it goes
+                }
             }
             for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride + g * 16, acc[t]);
         }
