@@ -191,7 +191,7 @@ TEST(MoePhases, RepackedStoreIsBitwiseAcrossArmsAndNearTheReference) {
     const synthetic_moe& m = model();
     using strata::kernels::cpu::can_repack;
     const bool repacks = can_repack(ggml_type::Q4_K, test_shape.n_ff);
-    const bool repacks_q6_k = can_repack(ggml_type::Q6_K, test_shape.n_embd);  // not on every AVX2 CPU
+    const bool repacks_q6_k = can_repack(ggml_type::Q6_K, test_shape.n_embd);
     const bool repacks_iq4_nl = can_repack(ggml_type::IQ4_NL, test_shape.n_ff);
     const bool repacks_iq4_xs = can_repack(ggml_type::IQ4_XS, test_shape.n_embd);
     std::map<std::pair<int, int>, std::vector<float>> expected;
