@@ -42,10 +42,10 @@ static bool use_avx_vnni() {
 // Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, Q2_K and Q3_K, which hold decoded codes while the tokens pass over
 // them; Q4_0 and Q4_1 decode so cheaply that 8 tokens' accumulators beside their codes measured slower);
 // where the CPU has AVX-VNNI, its vpdpbusd for the formats where it saves the most and for the 32-element
-// nibble formats and MXFP4, where it measured at par or faster (the same bits either way). A repacked
-// matrix also decodes through its GEMM kernel (one token), so a format is repacked only where that form
-// reads DRAM as fast as the per-row kernel: every format here, Q6_K included (its GEMM form's compute
-// ceiling is above the dot kernel's, and its prompts run about a third faster).
+// nibble formats and MXFP4, where it measured at par or faster, and its vpdpwssd for Q6_K (the same bits
+// either way). A repacked matrix also decodes through its GEMM kernel (one token), so a format is
+// repacked only where that form reads DRAM as fast as the per-row kernel: every format here, Q6_K
+// included (its GEMM form's compute ceiling is above the dot kernel's, and its prompts run a third faster).
 static void fill_avx2_gemm(isa_table& t) {
     const bool vnni = use_avx_vnni();
     set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avx2, 8, true);
@@ -66,6 +66,7 @@ static void fill_avx2_gemm(isa_table& t) {
     set_dot(t, ggml_type::Q6_K, dot_q6_k_avxvnni);  // vpdpwssd: the scale step and its sum in one (same bits)
     set_gemm16(t, ggml_type::Q4_K, gemm16_q4_k_avxvnni, 4, true);
     set_gemm16(t, ggml_type::Q5_K, gemm16_q5_k_avxvnni, 4, true);
+    set_gemm16(t, ggml_type::Q6_K, gemm16_q6_k_avxvnni, 4, true);
     set_gemm16(t, ggml_type::Q8_0, gemm16_q8_0_avxvnni, 4, true);
     set_gemm16(t, ggml_type::IQ4_XS, gemm16_iq4_xs_avxvnni, 4, true);
     set_gemm16(t, ggml_type::Q2_K, gemm16_q2_k_avxvnni, 4, true);

@@ -198,6 +198,7 @@ STRATA_GEMM16(gemm16_iq4_nl_avx512);
 STRATA_GEMM16(gemm16_q4_k_avx2);
 STRATA_GEMM16(gemm16_q5_k_avx2);
 STRATA_GEMM16(gemm16_q6_k_avx2);
+STRATA_GEMM16(gemm16_q6_k_avxvnni);
 STRATA_GEMM16(gemm16_q8_0_avx2);
 STRATA_GEMM16(gemm16_q4_0_avx2);
 STRATA_GEMM16(gemm16_q4_1_avx2);

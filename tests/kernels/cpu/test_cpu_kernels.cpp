@@ -679,6 +679,7 @@ TEST(Repack, Avx2GemmIsBitwiseTheAvx512One) {
     detail::isa_table plain = t2;
     plain.gemm16[static_cast<size_t>(ggml_type::Q4_K)] = detail::gemm16_q4_k_avx2;
     plain.gemm16[static_cast<size_t>(ggml_type::Q5_K)] = detail::gemm16_q5_k_avx2;
+    plain.gemm16[static_cast<size_t>(ggml_type::Q6_K)] = detail::gemm16_q6_k_avx2;
     plain.gemm16[static_cast<size_t>(ggml_type::Q8_0)] = detail::gemm16_q8_0_avx2;
     plain.gemm16[static_cast<size_t>(ggml_type::IQ4_XS)] = detail::gemm16_iq4_xs_avx2;
     plain.gemm16[static_cast<size_t>(ggml_type::Q2_K)] = detail::gemm16_q2_k_avx2;
