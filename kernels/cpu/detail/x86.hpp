@@ -50,6 +50,16 @@ static inline void prefetch_weight_line(const void* block, int line) {
 // prefetched before it instead.
 inline constexpr int spread_prefetch_tokens = 2;
 
+// acc + the int16 pairs of a times those of b, in int32: vpmaddwd then an add, or AVX-VNNI's vpdpwssd
+// (Vnni: only from files built with -mavxvnni), the same sums either way.
+template <bool Vnni>
+static inline __m256i madd_add_epi16(__m256i acc, __m256i a, __m256i b) {
+    if constexpr (Vnni)
+        return _mm256_dpwssd_avx_epi32(acc, a, b);
+    else
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+}
+
 static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 static inline float hsum(__m128 v) {

@@ -19,14 +19,6 @@ using formats::QK_K;
 
 template <int NT, bool Vnni>
 struct q6_k_dot_avx2 {
-    // acc + scale . p in int32 pairs.
-    static inline __m256i madd_add(__m256i acc, __m256i scale, __m256i p) {
-        if constexpr (Vnni)
-            return _mm256_dpwssd_avx_epi32(acc, scale, p);
-        else
-            return _mm256_add_epi32(acc, _mm256_madd_epi16(scale, p));
-    }
-
     static void run(int64_t n, const void* w, const void* const* a, float* out) {
         const auto* x = static_cast<const block_q6_K*>(w);
         const block_q8_K* y[NT];
@@ -71,7 +63,7 @@ struct q6_k_dot_avx2 {
                     const __m256i scale = _mm256_shuffle_epi8(scj, pick[k]);  // 8j + 2k low, 8j + 2k + 1 high
                     for (int t = 0; t < NT; ++t) {
                         const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs + 128 * j + 32 * k));
-                        sumi[t] = madd_add(sumi[t], scale, _mm256_maddubs_epi16(q[k], q8));
+                        sumi[t] = madd_add_epi16<Vnni>(sumi[t], scale, _mm256_maddubs_epi16(q[k], q8));
                     }
                 }
             }

@@ -39,13 +39,6 @@ static inline __m256i row_word_pairs(const int8_t* a, const int8_t* b) {
 
 template <int NT, bool Vnni>
 struct q6_k_gemm16 {
-    // acc + the int16 pairs of a times those of b, in int32.
-    static inline __m256i madd_add(__m256i acc, __m256i a, __m256i b) {
-        if constexpr (Vnni)
-            return _mm256_dpwssd_avx_epi32(acc, a, b);
-        else
-            return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
-    }
 
     // Codes of quarter k (elements 128c + 32k + 4v + i) of rows 8h..8h+7.
     static inline __m256i codes(const block_q6_Kx16& x, int h, int c, int k, int v) {
@@ -90,7 +83,7 @@ struct q6_k_gemm16 {
                 }
                 for (int k = 0; k < 4; ++k) {
                     const __m256i sc = row_words_twice(x.sc[8 * c + 2 * k + s] + 8 * h);
-                    for (int t = 0; t < NT; ++t) total[t] = madd_add(total[t], s16[k][t], sc);
+                    for (int t = 0; t < NT; ++t) total[t] = madd_add_epi16<Vnni>(total[t], s16[k][t], sc);
                 }
             }
     }
@@ -110,7 +103,7 @@ struct q6_k_gemm16 {
                                 s16[t] = _mm256_add_epi16(
                                     s16[t], _mm256_maddubs_epi16(w, broadcast_dword(y[t][i].qs + 128 * c + 32 * k + 4 * v)));
                         }
-                        for (int t = 0; t < NT; ++t) total[t] = madd_add(total[t], s16[t], sc);
+                        for (int t = 0; t < NT; ++t) total[t] = madd_add_epi16<Vnni>(total[t], s16[t], sc);
                     }
                 }
     }
@@ -130,7 +123,7 @@ struct q6_k_gemm16 {
         for (int t = 0; t < NT; ++t) {
             __m256i offset = _mm256_setzero_si256();
             for (int p = 0; p < 8; ++p)
-                offset = madd_add(offset, pairs[p], broadcast_dword(y[t][i].bsums + 2 * p));
+                offset = madd_add_epi16<Vnni>(offset, pairs[p], broadcast_dword(y[t][i].bsums + 2 * p));
             const __m256i isum = _mm256_sub_epi32(total[t], _mm256_slli_epi32(offset, 5));
             acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[t][i].d)), _mm256_cvtepi32_ps(isum), acc[t]);
         }
