@@ -40,6 +40,8 @@ struct q6_k_dot_avx2 {
             prefetch_weights<sizeof(block_q6_K)>(x + i);
             const float d = half_to_float(x[i].d);
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+            const __m256i sc_half[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),  // scales 0..7, twice
+                                        _mm256_permute2x128_si256(sc16, sc16, 0x11)};  // 8..15, twice
 
             __m256i sumi[NT], bias[NT];  // bias: sum(sc * bsum) per pair of sub-blocks
             for (int t = 0; t < NT; ++t) {
@@ -58,9 +60,8 @@ struct q6_k_dot_avx2 {
                 q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, bits45));
                 q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
-                const __m256i scj = _mm256_permute2x128_si256(sc16, sc16, j == 0 ? 0x00 : 0x11);  // scales 8j..8j+7, twice
                 for (int k = 0; k < 4; ++k) {
-                    const __m256i scale = _mm256_shuffle_epi8(scj, pick[k]);  // 8j + 2k low, 8j + 2k + 1 high
+                    const __m256i scale = _mm256_shuffle_epi8(sc_half[j], pick[k]);  // 8j + 2k low, 8j + 2k + 1 high
                     for (int t = 0; t < NT; ++t) {
                         const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].qs + 128 * j + 32 * k));
                         sumi[t] = madd_add_epi16<Vnni>(sumi[t], scale, _mm256_maddubs_epi16(q[k], q8));
