@@ -711,14 +711,14 @@ TEST(Repack, Avx2GemmIsBitwiseTheAvx512One) {
 }
 
 // The AVX2 table's Q6_K dot kernel (the AVX-VNNI form where the CPU has it) gives the plain AVX2 one's
-// bits for every token count, over rows with extreme codes and scales.
+// bits for every token count, over a row whose sub-block scales differ widely (a few large values).
 TEST(Avx2Dot, Q6KFormsAgreeBitwise) {
     SKIP_UNLESS_SUPPORTED(isa::avx2);
     const auto& t2 = detail::table_for(isa::avx2);
     constexpr int64_t n_cols = 8 * 256, n_tok = 4;
     const size_t row_stride = formats::row_size(ggml_type::Q6_K, n_cols);
     auto f = random_floats(n_cols, 71, 4.0f);
-    for (int64_t i = 0; i < n_cols; i += 97) f[static_cast<size_t>(i)] = i % 2 ? 60.0f : -64.0f;  // codes 0 and 63
+    for (int64_t i = 0; i < n_cols; i += 97) f[static_cast<size_t>(i)] = i % 2 ? 60.0f : -64.0f;
     const auto w = encode_rows(ggml_type::Q6_K, f, 1, n_cols, row_stride);
     const size_t act_stride = activation_row_size(ggml_type::Q6_K, n_cols);
     const auto act = quantize_tokens(ggml_type::Q6_K, n_tok, n_cols, act_stride, 72);
