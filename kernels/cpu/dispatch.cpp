@@ -142,8 +142,8 @@ static void fill_avx2(isa_table& t) {
     fill_avx2_gemm(t);
 }
 
-// AVX-512 overrides the formats where 512-bit code pays (8 tokens per dot call with 32 registers); the other formats
-// (IQ4_XS's prompt GEMM among them), the activation quantizers and the vector ops keep their AVX2 kernels.
+// AVX-512 overrides the formats where 512-bit code pays (8 tokens per dot call with 32 registers); the other formats,
+// the activation quantizers and the vector ops keep their AVX2 kernels.
 static void fill_avx512(isa_table& t) {
     set_dot(t, ggml_type::Q4_K, dot_q4_k_avx512, 8);
     set_dot(t, ggml_type::Q5_K, dot_q5_k_avx512, 8);
@@ -178,6 +178,7 @@ static void fill_avx512(isa_table& t) {
     set_gemm16(t, ggml_type::MXFP4, gemm16_mxfp4_avx512, 8, true);
     set_gemm16(t, ggml_type::Q2_K, gemm16_q2_k_avx512, 8, true);
     set_gemm16(t, ggml_type::Q3_K, gemm16_q3_k_avx512, 8, true);
+    set_gemm16(t, ggml_type::IQ4_XS, gemm16_iq4_xs_avx512, 8, true);
     t.attn_tile = attn_tile_avx512;
     t.delta_seq = delta_seq_avx512;
     t.delta_chunk = delta_chunk_avx512;

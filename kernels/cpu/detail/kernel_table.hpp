@@ -220,6 +220,7 @@ STRATA_GEMM16(gemm16_q8_0_avxvnni);
 STRATA_GEMM16(gemm16_iq4_xs_scalar);
 STRATA_GEMM16(gemm16_iq4_xs_avx2);
 STRATA_GEMM16(gemm16_iq4_xs_avxvnni);
+STRATA_GEMM16(gemm16_iq4_xs_avx512);
 STRATA_GEMM16(gemm16_q2_k_scalar);
 STRATA_GEMM16(gemm16_q3_k_scalar);
 STRATA_GEMM16(gemm16_q2_k_avx2);
