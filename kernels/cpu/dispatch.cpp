@@ -79,7 +79,8 @@ static void fill_avx2_gemm(isa_table& t) {
     set_gemm16(t, ggml_type::MXFP4, gemm16_mxfp4_avxvnni, 8, true);
 }
 
-// The code book formats' prompt GEMM on the GGUF layout (each weight block decoded once per 64 tokens).
+// The prompt GEMM on the GGUF layout of the code book formats (each weight block decoded once per 64 tokens)
+// and of the float formats (a few rows at a time, each weight step loaded once for 3 tokens).
 static void fill_avx2_gemm_rows(isa_table& t) {
     t.gemm_rows[static_cast<size_t>(ggml_type::IQ2_XXS)] = gemm_rows_iq2_xxs_avx2;
     t.gemm_rows[static_cast<size_t>(ggml_type::IQ2_XS)] = gemm_rows_iq2_xs_avx2;
@@ -89,6 +90,9 @@ static void fill_avx2_gemm_rows(isa_table& t) {
     t.gemm_rows[static_cast<size_t>(ggml_type::IQ1_S)] = gemm_rows_iq1_s_avx2;
     t.gemm_rows[static_cast<size_t>(ggml_type::IQ1_M)] = gemm_rows_iq1_m_avx2;
     t.gemm_rows[static_cast<size_t>(ggml_type::MXFP4)] = gemm_rows_mxfp4_avx2;
+    t.gemm_rows[static_cast<size_t>(ggml_type::F32)] = gemm_rows_f32_avx2;
+    t.gemm_rows[static_cast<size_t>(ggml_type::F16)] = gemm_rows_f16_avx2;
+    t.gemm_rows[static_cast<size_t>(ggml_type::BF16)] = gemm_rows_bf16_avx2;
 }
 
 static void fill_avx512_gemm_rows(isa_table& t) {
@@ -99,6 +103,9 @@ static void fill_avx512_gemm_rows(isa_table& t) {
     t.gemm_rows[static_cast<size_t>(ggml_type::IQ3_S)] = gemm_rows_iq3_s_avx512;
     t.gemm_rows[static_cast<size_t>(ggml_type::IQ1_S)] = gemm_rows_iq1_s_avx512;
     t.gemm_rows[static_cast<size_t>(ggml_type::IQ1_M)] = gemm_rows_iq1_m_avx512;
+    t.gemm_rows[static_cast<size_t>(ggml_type::F32)] = gemm_rows_f32_avx512;
+    t.gemm_rows[static_cast<size_t>(ggml_type::F16)] = gemm_rows_f16_avx512;
+    t.gemm_rows[static_cast<size_t>(ggml_type::BF16)] = gemm_rows_bf16_avx512;
 }
 
 static void fill_avx2(isa_table& t) {

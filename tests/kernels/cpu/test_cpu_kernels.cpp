@@ -195,8 +195,10 @@ TEST_P(MatvecTest, MultiTokenAndMatmulAreBitwiseSingleToken) {
     ASSERT_NO_FATAL_FAILURE(expect_batches_match_single_tokens(table, m, 3, 17, act, act_stride, n_tok, single));
 }
 
-// The code book formats' prompt GEMM on the GGUF layout, called directly for 1 .. 64 tokens: bitwise the
-// dot kernel's one-token results, over rows wider than a decode chunk (17 super-blocks, 136 MXFP4 blocks).
+// The prompt GEMM on the GGUF layout (the code book formats, the float ones), called directly for 1 .. 64
+// tokens: bitwise the dot kernel's one-token results, over rows wider than a decode chunk (17 super-blocks,
+// 136 MXFP4 blocks; float rows 13 elements past a whole vector step, so the scalar tail runs too) and a
+// row count that leaves a partial row tile.
 class GemmRowsTest : public ::testing::TestWithParam<matvec_case> {};
 
 TEST_P(GemmRowsTest, BitwiseTheDotKernelPerToken) {
@@ -205,7 +207,9 @@ TEST_P(GemmRowsTest, BitwiseTheDotKernelPerToken) {
     const auto& table = detail::table_for(path);
     const auto id = static_cast<size_t>(type);
     ASSERT_NE(table.gemm_rows[id], nullptr);
-    constexpr int64_t n_cols = 17 * 256, n_rows = 5, n_tok = 64;
+    const bool is_float = type == ggml_type::F32 || type == ggml_type::F16 || type == ggml_type::BF16;
+    const int64_t n_cols = 17 * 256 + (is_float ? 13 : 0);
+    constexpr int64_t n_rows = 5, n_tok = 64;
     const size_t row_stride = formats::row_size(type, n_cols) + 32;
     const auto w = encode_rows(type, random_floats(n_rows * n_cols, 91), n_rows, n_cols, row_stride);
     const size_t act_stride = activation_row_size(type, n_cols) + 16;
@@ -219,7 +223,7 @@ TEST_P(GemmRowsTest, BitwiseTheDotKernelPerToken) {
     std::vector<float> want(n_tok * n_rows);
     for (int64_t t = 0; t < n_tok; ++t)
         for (int64_t r = 0; r < n_rows; ++r) table.dot[id](n_cols, w.data() + r * row_stride, &rows[t], 1, &want[t * n_rows + r]);
-    for (const int k : {1, 3, 8, 17, 64}) {
+    for (const int k : {1, 2, 3, 8, 17, 64}) {
         std::vector<float> got(k * n_rows, -1.0f);
         table.gemm_rows[id](n_cols, w.data(), row_stride, n_rows, rows.data(), k, got.data(), n_rows);
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << k << " tokens";
@@ -229,12 +233,13 @@ TEST_P(GemmRowsTest, BitwiseTheDotKernelPerToken) {
 std::vector<matvec_case> gemm_rows_cases() {
     std::vector<matvec_case> cases;
     for (ggml_type t : {ggml_type::IQ2_XXS, ggml_type::IQ2_XS, ggml_type::IQ2_S, ggml_type::IQ3_XXS, ggml_type::IQ3_S,
-                        ggml_type::IQ1_S, ggml_type::IQ1_M, ggml_type::MXFP4})
+                        ggml_type::IQ1_S, ggml_type::IQ1_M, ggml_type::MXFP4, ggml_type::F32, ggml_type::F16,
+                        ggml_type::BF16})
         for (isa i : {isa::avx2, isa::avx512}) cases.push_back({t, i});
     return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(CodeBookFormatsByIsa, GemmRowsTest, ::testing::ValuesIn(gemm_rows_cases()),
+INSTANTIATE_TEST_SUITE_P(FormatsByIsa, GemmRowsTest, ::testing::ValuesIn(gemm_rows_cases()),
                          [](const auto& info) {
                              return std::string(formats::info(info.param.type).name) + "_" + isa_label(info.param.path);
                          });
