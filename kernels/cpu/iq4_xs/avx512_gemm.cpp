@@ -6,7 +6,7 @@
 // vpdpwssd. The int32 total is the AVX2 kernels' exactly and the float step is theirs, so every form and
 // every NT give the same bits.
 #include "cpu/detail/kernel_table.hpp"
-#include "cpu/detail/x86.hpp"
+#include "cpu/detail/x86_512.hpp"
 #include "formats/blocks.hpp"
 
 namespace strata::kernels::cpu::detail {
@@ -15,28 +15,9 @@ namespace {
 using formats::block_q8_K;
 using formats::QK_K;
 
-static inline __m512i broadcast_dword(const void* p) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof(v));
-    return _mm512_set1_epi32(v);
-}
-
 template <int NT>
 struct iq4_xs_gemm16 {
     static constexpr int kLines = (sizeof(block_iq4_xsx16) + 63) / 64;
-
-    // vpermw index: words r and 16 + r to dword r (the scales of sub-blocks 2p and 2p + 1 of row r, after
-    // both 16-byte rows of scales were widened to int16).
-    struct pair_index {
-        alignas(64) int16_t idx[32];
-        constexpr pair_index() : idx{} {
-            for (int r = 0; r < 16; ++r) {
-                idx[2 * r] = static_cast<int16_t>(r);
-                idx[2 * r + 1] = static_cast<int16_t>(16 + r);
-            }
-        }
-    };
-    static constexpr pair_index kPairIndex{};
 
     // acc[t] (lane r: row r) += y.d * (d * sum_j(sc_j * w_j . a_j)) for superblock i, w_j the table values.
     static inline void superblock(const block_iq4_xsx16& x, __m512i table, const block_q8_K* const y[NT], int64_t i,
@@ -68,23 +49,15 @@ struct iq4_xs_gemm16 {
         }
         // The offset: dword lane r of pair p holds sc[2p][r], sc[2p + 1][r] (int16), times the token's sums
         // of sub-blocks 2p and 2p + 1.
-        const __m512i pair = _mm512_load_si512(kPairIndex.idx);
         __m512i scales[4];
         for (int p = 0; p < 4; ++p)
-            scales[p] = _mm512_permutexvar_epi16(
-                pair, _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sc[2 * p]))));
+            scales[p] = row_pairs_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sc[2 * p]))));
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
         for (int t = 0; t < NT; ++t) {
-            // Sub-block sums S_j = bsums[2j] + bsums[2j + 1] as int16 pairs: dwords 0, 1, 4, 5 hold
-            // (S0, S1), (S2, S3), (S4, S5), (S6, S7).
-            const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums)),
-                                                  _mm256_set1_epi16(1));
-            alignas(32) int32_t sums[8];
-            _mm256_store_si256(reinterpret_cast<__m256i*>(sums), _mm256_packs_epi32(s32, s32));
+            int32_t sums[4];
+            sub_block_sum_pairs(y[t][i].bsums, sums);
             __m512i off = _mm512_dpwssd_epi32(_mm512_setzero_si512(), scales[0], _mm512_set1_epi32(sums[0]));
-            off = _mm512_dpwssd_epi32(off, scales[1], _mm512_set1_epi32(sums[1]));
-            off = _mm512_dpwssd_epi32(off, scales[2], _mm512_set1_epi32(sums[4]));
-            off = _mm512_dpwssd_epi32(off, scales[3], _mm512_set1_epi32(sums[5]));
+            for (int p = 1; p < 4; ++p) off = _mm512_dpwssd_epi32(off, scales[p], _mm512_set1_epi32(sums[p]));
             const __m512i sumi = _mm512_sub_epi32(total[t], _mm512_slli_epi32(off, 7));
             acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y[t][i].d), _mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi)), acc[t]);
         }

@@ -9,19 +9,13 @@
 #include <memory>
 
 #include "cpu/detail/kernel_table.hpp"
-#include "cpu/detail/x86.hpp"
+#include "cpu/detail/x86_512.hpp"
 #include "formats/blocks.hpp"
 
 namespace strata::kernels::cpu::detail {
 namespace {
 
 using namespace formats;
-
-static inline __m512i broadcast_dword(const void* p) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof(v));
-    return _mm512_set1_epi32(v);
-}
 
 static inline __mmask64 load_mask(const uint8_t* p) {
     uint64_t v;

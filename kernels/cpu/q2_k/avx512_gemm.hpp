@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "cpu/detail/kernel_table.hpp"
-#include "cpu/detail/x86.hpp"
+#include "cpu/detail/x86_512.hpp"
 #include "formats/blocks.hpp"
 
 namespace strata::kernels::cpu::detail {
@@ -18,12 +18,6 @@ namespace {
 
 using formats::block_q8_K;
 using formats::QK_K;
-
-static inline __m512i broadcast_dword512(const void* p) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof(v));
-    return _mm512_set1_epi32(v);
-}
 
 // 16 bytes of rows from each of two tables -> dword r = (a[r], b[r]) as words, unsigned or signed.
 static inline __m512i word_pairs16(__m128i a, __m128i b, bool is_signed) {
@@ -76,7 +70,7 @@ struct lowk512 {
                             const int k = k0 + kk;
                             const __m512i w = codes(q, hm, j, k);
                             for (int t = 0; t < NT; ++t)
-                                isum[kk][t] = _mm512_dpbusd_epi32(isum[kk][t], w, broadcast_dword512(y[t][i].qs + 128 * j + 32 * k + 4 * v));
+                                isum[kk][t] = _mm512_dpbusd_epi32(isum[kk][t], w, broadcast_dword(y[t][i].qs + 128 * j + 32 * k + 4 * v));
                         }
                     }
                     for (int kk = 0; kk < KC; ++kk) {
@@ -101,7 +95,7 @@ struct lowk512 {
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
         for (int t = 0; t < NT; ++t) {
             __m512i bias = _mm512_setzero_si512();
-            for (int p = 0; p < 8; ++p) bias = _mm512_add_epi32(bias, _mm512_madd_epi16(pairs[p], broadcast_dword512(y[t][i].bsums + 2 * p)));
+            for (int p = 0; p < 8; ++p) bias = _mm512_add_epi32(bias, _mm512_madd_epi16(pairs[p], broadcast_dword(y[t][i].bsums + 2 * p)));
             if constexpr (third_bit) {
                 const __m512i isum = _mm512_sub_epi32(total[t], _mm512_slli_epi32(bias, 2));
                 acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(y[t][i].d)), _mm512_cvtepi32_ps(isum), acc[t]);

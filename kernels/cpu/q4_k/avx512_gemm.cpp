@@ -5,7 +5,7 @@
 // (sub-block j). Sub-block sums are scaled by their int scales and added in int32; the mins go through
 // the activation's sub-block sums with vpdpwssd; one float step per superblock.
 #include "cpu/detail/kernel_table.hpp"
-#include "cpu/detail/x86.hpp"
+#include "cpu/detail/x86_512.hpp"
 #include "formats/blocks.hpp"
 
 namespace strata::kernels::cpu::detail {
@@ -14,30 +14,11 @@ namespace {
 using formats::block_q8_K;
 using formats::QK_K;
 
-static inline __m512i broadcast_dword(const void* p) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof(v));
-    return _mm512_set1_epi32(v);
-}
-
 // Packed: block_q4_Kx16 or block_q5_Kx16 (the same fields plus qh).
 template <class Packed, int NT>
 struct k4_gemm16 {
     static constexpr bool fifth_bit = requires(const Packed& x) { x.qh; };
     static constexpr int kLines = (sizeof(Packed) + 63) / 64;
-
-    // vpermw index: words r and 16 + r to dword r (the mins of sub-blocks 2p and 2p + 1 of row r, after
-    // both 16-byte rows of mins were widened to int16).
-    struct pair_index {
-        alignas(64) int16_t idx[32];
-        constexpr pair_index() : idx{} {
-            for (int r = 0; r < 16; ++r) {
-                idx[2 * r] = static_cast<int16_t>(r);
-                idx[2 * r + 1] = static_cast<int16_t>(16 + r);
-            }
-        }
-    };
-    static constexpr pair_index kPairIndex{};
 
     // The 16 rows' codes of column set v of sub-block 2k + half (Q4_K's high half: 16 times the code).
     static inline __m512i codes(const Packed& x, int k, int half, int v) {
@@ -109,25 +90,17 @@ struct k4_gemm16 {
         }
         // mins: dword lane r of pair p holds m[2p][r], m[2p + 1][r] (int16), times the token's sums of
         // sub-blocks 2p and 2p + 1.
-        const __m512i pair = _mm512_load_si512(kPairIndex.idx);
         __m512i mins[4];
         for (int p = 0; p < 4; ++p)
-            mins[p] = _mm512_permutexvar_epi16(
-                pair, _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.m[2 * p]))));
+            mins[p] = row_pairs_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.m[2 * p]))));
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
         if constexpr (!fifth_bit) d = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 16));
         const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.dmin)));
         for (int t = 0; t < NT; ++t) {
-            // Sub-block sums S_j = bsums[2j] + bsums[2j + 1] as int16 pairs: dwords 0, 1, 4, 5 hold
-            // (S0, S1), (S2, S3), (S4, S5), (S6, S7).
-            const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][i].bsums)),
-                                                  _mm256_set1_epi16(1));
-            alignas(32) int32_t sums[8];
-            _mm256_store_si256(reinterpret_cast<__m256i*>(sums), _mm256_packs_epi32(s32, s32));
+            int32_t sums[4];
+            sub_block_sum_pairs(y[t][i].bsums, sums);
             __m512i msum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mins[0], _mm512_set1_epi32(sums[0]));
-            msum = _mm512_dpwssd_epi32(msum, mins[1], _mm512_set1_epi32(sums[1]));
-            msum = _mm512_dpwssd_epi32(msum, mins[2], _mm512_set1_epi32(sums[4]));
-            msum = _mm512_dpwssd_epi32(msum, mins[3], _mm512_set1_epi32(sums[5]));
+            for (int p = 1; p < 4; ++p) msum = _mm512_dpwssd_epi32(msum, mins[p], _mm512_set1_epi32(sums[p]));
             const __m512 z = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(msum), _mm512_mul_ps(d, _mm512_cvtepi32_ps(total[t])));
             acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y[t][i].d), z, acc[t]);
         }

@@ -6,7 +6,7 @@
 // scale (per row), minus 32 * sum(sc * bsums) (vpdpwssd on the activation's bsums) for the code offset,
 // then one (d_w * d_a) * isum per superblock, as the reference does.
 #include "cpu/detail/kernel_table.hpp"
-#include "cpu/detail/x86.hpp"
+#include "cpu/detail/x86_512.hpp"
 #include "formats/blocks.hpp"
 
 namespace strata::kernels::cpu::detail {
@@ -14,12 +14,6 @@ namespace {
 
 using formats::block_q8_K;
 using formats::QK_K;
-
-static inline __m512i broadcast_dword(const void* p) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof(v));
-    return _mm512_set1_epi32(v);
-}
 
 // 16 int8 -> 16 int32.
 static inline __m512i scales_epi32(const int8_t* p) {

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "cpu/detail/kernel_table.hpp"
-#include "cpu/detail/x86.hpp"
+#include "cpu/detail/x86_512.hpp"
 #include "formats/blocks.hpp"
 
 namespace strata::kernels::cpu::detail {
@@ -13,12 +13,6 @@ namespace {
 
 using formats::block_q8_0;
 using formats::QK8_0;
-
-static inline __m512i broadcast_dword(const void* p) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof(v));
-    return _mm512_set1_epi32(v);
-}
 
 // Per activation block: 128 * sum(qs) and d as f32.
 struct block_terms {
