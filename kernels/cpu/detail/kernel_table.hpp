@@ -28,10 +28,10 @@ using dot_fn = void (*)(int64_t n, const void* w, const void* const* a, int n_to
 // . a[t]. As with dot_fn, a token's result does not depend on n_tok or on the other tokens.
 using gemm16_fn = void (*)(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                            float* y, int64_t y_stride);
-// Prompt GEMM on the GGUF layout (the code book formats, which have no rows16 form): n_rows rows (row r at
-// w + r * row_stride) times n_tok activation rows (1 <= n_tok <= max_gemm_rows_tokens): y[t * y_stride + r]
-// = row r . a[t]. Each weight block is decoded once for all n_tok tokens, then goes through the dot
-// kernel's own per-token operations in its token groups, so every result is bitwise the dot kernel's.
+// Prompt GEMM on the GGUF layout (the code book and float formats, which have no rows16 form): n_rows rows
+// (row r at w + r * row_stride) times n_tok activation rows (1 <= n_tok <= max_gemm_rows_tokens):
+// y[t * y_stride + r] = row r . a[t]. Each weight block is decoded once for several tokens, then goes
+// through the dot kernel's own per-token operations, so every result is bitwise the dot kernel's.
 inline constexpr int max_gemm_rows_tokens = 64;
 using gemm_rows_fn = void (*)(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
                               float* y, int64_t y_stride);

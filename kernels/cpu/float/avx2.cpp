@@ -54,15 +54,15 @@ using gemm = float_gemm<v256, Load, 2, 3>;
 }  // namespace
 
 void gemm_rows_f32_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
-                         float* y, int64_t y_stride) {
+                        float* y, int64_t y_stride) {
     gemm<load_f32>::run(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void gemm_rows_f16_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
-                         float* y, int64_t y_stride) {
+                        float* y, int64_t y_stride) {
     gemm<load_f16>::run(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 void gemm_rows_bf16_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
-                          float* y, int64_t y_stride) {
+                         float* y, int64_t y_stride) {
     gemm<load_bf16>::run(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
 }
 

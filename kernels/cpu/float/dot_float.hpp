@@ -1,7 +1,7 @@
-// Internal: the float matvec kernel template shared by float/avx2.cpp and float/avx512.cpp. Each
-// includer supplies a vector traits type V (width, load-as-f32 for F32 / F16 / BF16 weights, fmadd,
-// horizontal sum); the template is instantiated in an anonymous namespace per file so AVX2 and
-// AVX-512 code never merge.
+// Internal: the float matvec kernel template and its prompt GEMM, shared by float/avx2.cpp and
+// float/avx512.cpp. Each includer supplies a vector traits type V (width, load-as-f32 for F32 / F16 / BF16
+// weights, fmadd, horizontal sum); the templates are instantiated in an anonymous namespace per file so
+// AVX2 and AVX-512 code never merge.
 #pragma once
 
 #include <cstdint>
