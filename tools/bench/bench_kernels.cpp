@@ -609,8 +609,8 @@ int run(int argc, char** argv) {
         std::printf("\nbatched matmul, %lld x %lld matrix, %d threads (activation quantization not timed)\n",
                     static_cast<long long>(matmul_rows), static_cast<long long>(n_cols),
                     *std::max_element(thread_counts.begin(), thread_counts.end()));
-        std::printf("FORMAT/dot: the code book formats through their dot kernel alone (4 or 8 tokens per weight "
-                    "decode), timed alongside their prompt GEMM\n");
+        std::printf("FORMAT/dot: a format with a prompt GEMM on the GGUF layout (code book, and on AVX-512 float) "
+                    "through its dot kernel alone (4 or 8 tokens per weight decode), timed alongside the GEMM\n");
         std::printf("%-13s %7s %12s %14s\n", "format", "tokens", "tokens/s", "GMAC/s");
         for (const auto& m : out["matmul"])
             std::printf("%-13s %7lld %12.1f %14.2f\n", m["format"].get<std::string>().c_str(),

@@ -236,9 +236,6 @@ STRATA_GEMM16(gemm16_q3_k_avx512);
     void name(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok, float* y, \
               int64_t y_stride)
 STRATA_GEMM_ROWS(gemm_rows_iq2_xxs_avx2);
-STRATA_GEMM_ROWS(gemm_rows_f32_avx2);
-STRATA_GEMM_ROWS(gemm_rows_f16_avx2);
-STRATA_GEMM_ROWS(gemm_rows_bf16_avx2);
 STRATA_GEMM_ROWS(gemm_rows_f32_avx512);
 STRATA_GEMM_ROWS(gemm_rows_f16_avx512);
 STRATA_GEMM_ROWS(gemm_rows_bf16_avx512);

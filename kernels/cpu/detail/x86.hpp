@@ -62,15 +62,6 @@ static inline __m256i madd_add_epi16(__m256i acc, __m256i a, __m256i b) {
 
 static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
-// A Q8_K block's sub-block sums S_j = bsums[2j] + bsums[2j + 1] as int16 pairs (S0, S1), (S2, S3), (S4, S5),
-// (S6, S7) in pairs[0..3], each ready for _mm512_set1_epi32.
-static inline void sub_block_sum_pairs(const int16_t* bsums, int32_t pairs[4]) {
-    const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsums)), _mm256_set1_epi16(1));
-    alignas(32) int32_t packed[8];  // dwords 0, 1, 4, 5 hold the four pairs
-    _mm256_store_si256(reinterpret_cast<__m256i*>(packed), _mm256_packs_epi32(s32, s32));
-    pairs[0] = packed[0], pairs[1] = packed[1], pairs[2] = packed[4], pairs[3] = packed[5];
-}
-
 static inline float hsum(__m128 v) {
     v = _mm_add_ps(v, _mm_movehl_ps(v, v));
     v = _mm_add_ss(v, _mm_movehdup_ps(v));

@@ -21,4 +21,16 @@ static inline __m512i row_pairs_epi16(__m512i words) {
     return _mm512_permutexvar_epi16(_mm512_load_si512(index), words);
 }
 
+// Lane r: sum over the 8 sub-blocks j of a Q8_K block of v_j[r] * S_j (S_j = bsums[2j] + bsums[2j + 1]), where
+// pairs[p] holds row r's (v_2p, v_2p+1) as int16 (row_pairs_epi16): four vpdpwssd on broadcast sum pairs.
+static inline __m512i sub_block_dot(const __m512i pairs[4], const int16_t* bsums) {
+    const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsums)), _mm256_set1_epi16(1));
+    alignas(32) int32_t packed[8];  // dwords 0, 1, 4, 5 hold (S0, S1), (S2, S3), (S4, S5), (S6, S7)
+    _mm256_store_si256(reinterpret_cast<__m256i*>(packed), _mm256_packs_epi32(s32, s32));
+    __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), pairs[0], _mm512_set1_epi32(packed[0]));
+    sum = _mm512_dpwssd_epi32(sum, pairs[1], _mm512_set1_epi32(packed[1]));
+    sum = _mm512_dpwssd_epi32(sum, pairs[2], _mm512_set1_epi32(packed[4]));
+    return _mm512_dpwssd_epi32(sum, pairs[3], _mm512_set1_epi32(packed[5]));
+}
+
 }  // namespace strata::kernels::cpu::detail

@@ -48,23 +48,7 @@ template <int NT> using f32_kernel = float_dot<v256, load_f32, NT>;
 template <int NT> using f16_kernel = float_dot<v256, load_f16, NT>;
 template <int NT> using bf16_kernel = float_dot<v256, load_bf16, NT>;
 
-template <class Load>
-using gemm = float_gemm<v256, Load, 2, 3>;
-
 }  // namespace
-
-void gemm_rows_f32_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
-                        float* y, int64_t y_stride) {
-    gemm<load_f32>::run(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
-}
-void gemm_rows_f16_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
-                        float* y, int64_t y_stride) {
-    gemm<load_f16>::run(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
-}
-void gemm_rows_bf16_avx2(int64_t n, const void* w, size_t row_stride, int64_t n_rows, const void* const* a, int n_tok,
-                         float* y, int64_t y_stride) {
-    gemm<load_bf16>::run(n, w, row_stride, n_rows, a, n_tok, y, y_stride);
-}
 
 void dot_f32_avx2(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
     call_with_tokens<f32_kernel>(n, w, a, n_tok, out);

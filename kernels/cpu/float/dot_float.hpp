@@ -1,6 +1,6 @@
-// Internal: the float matvec kernel template and its prompt GEMM, shared by float/avx2.cpp and
-// float/avx512.cpp. Each includer supplies a vector traits type V (width, load-as-f32 for F32 / F16 / BF16
-// weights, fmadd, horizontal sum); the templates are instantiated in an anonymous namespace per file so
+// Internal: the float matvec kernel template shared by float/avx2.cpp and float/avx512.cpp, and its prompt
+// GEMM (float/avx512.cpp). Each includer supplies a vector traits type V (width, load-as-f32 for F32 / F16 /
+// BF16 weights, fmadd, horizontal sum); the templates are instantiated in an anonymous namespace per file so
 // AVX2 and AVX-512 code never merge.
 #pragma once
 

@@ -54,10 +54,7 @@ struct iq4_xs_gemm16 {
             scales[p] = row_pairs_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sc[2 * p]))));
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
         for (int t = 0; t < NT; ++t) {
-            int32_t sums[4];
-            sub_block_sum_pairs(y[t][i].bsums, sums);
-            __m512i off = _mm512_dpwssd_epi32(_mm512_setzero_si512(), scales[0], _mm512_set1_epi32(sums[0]));
-            for (int p = 1; p < 4; ++p) off = _mm512_dpwssd_epi32(off, scales[p], _mm512_set1_epi32(sums[p]));
+            const __m512i off = sub_block_dot(scales, y[t][i].bsums);
             const __m512i sumi = _mm512_sub_epi32(total[t], _mm512_slli_epi32(off, 7));
             acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y[t][i].d), _mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi)), acc[t]);
         }

@@ -97,10 +97,7 @@ struct k4_gemm16 {
         if constexpr (!fifth_bit) d = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 16));
         const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.dmin)));
         for (int t = 0; t < NT; ++t) {
-            int32_t sums[4];
-            sub_block_sum_pairs(y[t][i].bsums, sums);
-            __m512i msum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mins[0], _mm512_set1_epi32(sums[0]));
-            for (int p = 1; p < 4; ++p) msum = _mm512_dpwssd_epi32(msum, mins[p], _mm512_set1_epi32(sums[p]));
+            const __m512i msum = sub_block_dot(mins, y[t][i].bsums);
             const __m512 z = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(msum), _mm512_mul_ps(d, _mm512_cvtepi32_ps(total[t])));
             acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y[t][i].d), z, acc[t]);
         }

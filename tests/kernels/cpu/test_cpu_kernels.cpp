@@ -233,9 +233,9 @@ TEST_P(GemmRowsTest, BitwiseTheDotKernelPerToken) {
 std::vector<matvec_case> gemm_rows_cases() {
     std::vector<matvec_case> cases;
     for (ggml_type t : {ggml_type::IQ2_XXS, ggml_type::IQ2_XS, ggml_type::IQ2_S, ggml_type::IQ3_XXS, ggml_type::IQ3_S,
-                        ggml_type::IQ1_S, ggml_type::IQ1_M, ggml_type::MXFP4, ggml_type::F32, ggml_type::F16,
-                        ggml_type::BF16})
+                        ggml_type::IQ1_S, ggml_type::IQ1_M, ggml_type::MXFP4})
         for (isa i : {isa::avx2, isa::avx512}) cases.push_back({t, i});
+    for (ggml_type t : {ggml_type::F32, ggml_type::F16, ggml_type::BF16}) cases.push_back({t, isa::avx512});
     return cases;
 }
 
