@@ -1,8 +1,10 @@
-// One tbb::task_arena per slice. Dispatch: the host enqueues a "slice server" task into every other
-// slice's arena (or hands the phase to a server still spinning there), runs its own slice inside its
-// arena, then spins and finally sleeps until the other slices are done. A server that finishes a
-// phase spins `spin` for the next one before it returns its thread to TBB, so back-to-back phases
-// skip the enqueue and the worker wake-up.
+// One tbb::task_arena per slice, and in it one crew member task per worker. Dispatch: the host cuts each
+// slice's items into one contiguous share per participant (itself first in its own slice), bumps the
+// slice's generation, which members still spinning from the last phase see at once, and enqueues a
+// task for each member that has retired. Every participant claims the front of its own share in
+// halving chunks, then what is left of the others', so the phase's tail is split, not waited for. A
+// member spins `spin` for the next phase before it returns its thread to TBB, so back-to-back phases
+// skip TBB's steal, the enqueue and the worker wake-up.
 #include "expert_pool.hpp"
 
 #include <sched.h>
@@ -18,9 +20,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/global_control.h>
-#include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 #include <oneapi/tbb/task_scheduler_observer.h>
 
@@ -116,16 +116,34 @@ private:
     std::atomic<std::uint64_t>& failures_;
 };
 
-enum server_state : int { server_idle = 0, server_spinning = 1, server_claimed = 2 };
+struct alignas(64) member_slot {
+    std::atomic<bool> alive{false};  // a task of this member is queued or running in the arena
+};
+
+// One participant's share of a slice's items. Its owner claims from the front; so do the others once
+// their own shares are gone, so the tail of a phase is split rather than waited for.
+struct alignas(64) item_share {
+    std::atomic<std::size_t> next{0};
+    std::size_t end = 0;
+};
 
 struct alignas(64) slice_runtime {
     std::unique_ptr<tbb::task_arena> arena;
     std::unique_ptr<pinning_observer> observer;
     cpu_record cpus;
-    std::atomic<int> server{server_idle};
-    std::atomic<std::size_t> items_done{0};
+    // Participants: the host first where the slice has it, then one crew member per worker.
+    int n_participants = 0;
+    int first_member = 0;  // participant index of member 0
+    std::unique_ptr<member_slot[]> members;
+    std::unique_ptr<item_share[]> shares;
+    alignas(64) std::atomic<std::uint64_t> generation{0};  // bumped when a phase opens
+    std::atomic<bool> open{false};                          // members may join the current phase
+    std::atomic<int> active{0};                             // members inside the current phase
+    std::atomic<int> tasks{0};                              // member tasks queued or running
+    alignas(64) std::atomic<std::size_t> items_done{0};
     std::size_t items_total = 0;
-    std::exception_ptr error;
+    std::atomic<bool> failed{false};
+    std::exception_ptr error;  // the first exception, written by the participant that set `failed`
 };
 
 }  // namespace
@@ -167,7 +185,7 @@ struct expert_pool::impl {
     std::size_t grain = 1;
     std::vector<std::size_t> same_items;  // run_phase(n_items_per_slice)'s counts, one per slice
 
-    // Join: slices still running; the host sleeps on `done_cv` once its spin runs out.
+    // Join: slices with items left; the host sleeps on `done_cv` once its spin runs out.
     std::atomic<int> remaining{0};
     std::mutex done_mutex;
     std::condition_variable done_cv;
@@ -182,23 +200,19 @@ struct expert_pool::impl {
     cpu_set_t host_mask_before{};
     bool host_pinned = false;
 
-    void run_slice(int s) {
-        happens_after(this);
-        auto& rt = *slices[static_cast<std::size_t>(s)];
-        try {
-            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rt.items_total, std::max<std::size_t>(1, grain)),
-                              [&](const tbb::blocked_range<std::size_t>& r) {
-                                  happens_after(this);
-                                  rt.cpus.note();
-                                  (*fn)(s, r.begin(), r.end());
-                                  rt.items_done.fetch_add(r.size(), std::memory_order_relaxed);
-                                  happens_before(&rt);
-                              });
-        } catch (...) {
-            happens_after(&rt);
-            rt.error = std::current_exception();
+    // Claims the front of `share`: half of what is left, at least `grain` items. false: nothing left.
+    static bool claim(item_share& share, std::size_t grain, std::size_t& begin, std::size_t& end) {
+        std::size_t cur = share.next.load(std::memory_order_relaxed);
+        while (cur < share.end) {
+            const std::size_t left = share.end - cur;
+            const std::size_t take = std::min(left, std::max(grain, (left / 2 + grain - 1) / grain * grain));
+            if (share.next.compare_exchange_weak(cur, cur + take, std::memory_order_relaxed)) {
+                begin = cur;
+                end = cur + take;
+                return true;
+            }
         }
-        happens_after(&rt);
+        return false;
     }
 
     void finish_slice() {
@@ -208,32 +222,87 @@ struct expert_pool::impl {
         }
     }
 
-    // Runs in a worker of slice s's arena: serve phases until none arrives within the spin time.
-    void serve(int s) {
-        happens_after(this);
+    // Slice s's items as participant p: its own share first, then whatever the others have left.
+    void take_part(int s, int p) {
         auto& rt = *slices[static_cast<std::size_t>(s)];
-        for (;;) {
-            run_slice(s);
-            rt.server.store(server_spinning, std::memory_order_release);
-            finish_slice();
-            const auto deadline = clock_type::now() + options.spin;
-            bool claimed = false;
-            while (!(claimed = rt.server.load(std::memory_order_acquire) == server_claimed) &&
-                   clock_type::now() < deadline)
-                cpu_relax();
-            if (claimed) continue;
-            int expected = server_spinning;
-            if (rt.server.compare_exchange_strong(expected, server_idle, std::memory_order_acq_rel)) return;
-            // The host claimed the server between the last check and the exchange: serve that phase.
+        rt.cpus.note();
+        const int n = rt.n_participants;
+        for (int k = 0; k < n; ++k) {
+            auto& share = rt.shares[static_cast<std::size_t>((p + k) % n)];
+            std::size_t begin = 0, end = 0;
+            while (claim(share, grain, begin, end)) {
+                // After a failure the rest of the phase is skipped, as a cancelled parallel_for would.
+                if (!rt.failed.load(std::memory_order_relaxed)) {
+                    try {
+                        (*fn)(s, begin, end);
+                    } catch (...) {
+                        if (!rt.failed.exchange(true, std::memory_order_relaxed)) rt.error = std::current_exception();
+                    }
+                }
+                const std::size_t n_done = end - begin;
+                if (rt.items_done.fetch_add(n_done, std::memory_order_acq_rel) + n_done == rt.items_total) finish_slice();
+            }
         }
     }
 
-    void dispatch(int s) {
+    // A crew member's task in slice s's arena: take part in every phase opened while it spins, and
+    // retire once none opens within the spin time. The host re-enqueues a retired member (open_slice).
+    void serve(int s, int m) {
+        happens_after(this);
         auto& rt = *slices[static_cast<std::size_t>(s)];
-        int expected = server_spinning;
-        if (rt.server.compare_exchange_strong(expected, server_claimed, std::memory_order_acq_rel)) return;
-        rt.server.store(server_claimed, std::memory_order_release);
-        rt.arena->enqueue([this, s] { serve(s); });
+        auto& me = rt.members[static_cast<std::size_t>(m)];
+        std::uint64_t seen = 0;
+        auto deadline = clock_type::now() + options.spin;
+        for (;;) {
+            const std::uint64_t g = rt.generation.load(std::memory_order_seq_cst);
+            if (g != seen) {
+                seen = g;
+                rt.active.fetch_add(1, std::memory_order_seq_cst);
+                if (rt.open.load(std::memory_order_seq_cst)) take_part(s, rt.first_member + m);
+                rt.active.fetch_sub(1, std::memory_order_seq_cst);
+                deadline = clock_type::now() + options.spin;
+                continue;
+            }
+            if (clock_type::now() < deadline) {
+                cpu_relax();
+                continue;
+            }
+            // Retire, unless a phase opened meanwhile and the host did not enqueue a new task for it.
+            me.alive.store(false, std::memory_order_seq_cst);
+            if (rt.generation.load(std::memory_order_seq_cst) != seen) {
+                bool expected = false;
+                if (me.alive.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) {
+                    deadline = clock_type::now() + options.spin;
+                    continue;
+                }
+            }
+            break;
+        }
+        rt.tasks.fetch_sub(1, std::memory_order_release);  // the last touch of the pool's memory
+    }
+
+    // Publishes slice s's phase (its shares are set) and wakes its crew: spinning members see the new
+    // generation; a retired one gets a new task in the slice's arena.
+    void open_slice(int s) {
+        auto& rt = *slices[static_cast<std::size_t>(s)];
+        rt.open.store(true, std::memory_order_seq_cst);
+        rt.generation.fetch_add(1, std::memory_order_seq_cst);
+        for (int m = 0; m < rt.n_participants - rt.first_member; ++m) {
+            auto& slot = rt.members[static_cast<std::size_t>(m)];
+            if (slot.alive.load(std::memory_order_seq_cst)) continue;
+            bool expected = false;
+            if (!slot.alive.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) continue;
+            rt.tasks.fetch_add(1, std::memory_order_relaxed);
+            happens_before(this);
+            rt.arena->enqueue([this, s, m] { serve(s, m); });
+        }
+    }
+
+    // After every item is done: no member may still be reading the phase when the host rewrites it.
+    void close_slice(int s) {
+        auto& rt = *slices[static_cast<std::size_t>(s)];
+        rt.open.store(false, std::memory_order_seq_cst);
+        while (rt.active.load(std::memory_order_seq_cst) != 0) cpu_relax();
     }
 
     void wait_for_slices() {
@@ -314,12 +383,19 @@ expert_pool::expert_pool(pool_plan plan, pool_options options) : impl_(std::make
     }
 
     for (const auto& s : m.plan.slices) {
+        if (s.threads() < 1)
+            throw std::invalid_argument("pool slice for node " + std::to_string(s.node) + " has no thread (" +
+                                        std::to_string(s.workers) + " workers, no host)");
         auto rt = std::make_unique<slice_runtime>();
         const int reserved = s.has_host ? 1 : 0;
         rt->arena = std::make_unique<tbb::task_arena>(std::max(1, s.threads()), reserved);
         rt->arena->initialize();
         if (s.pinned)
             rt->observer = std::make_unique<pinning_observer>(*rt->arena, s, m.plan.host_cpu, process_mask, m.pin_failures);
+        rt->first_member = s.has_host ? 1 : 0;
+        rt->n_participants = rt->first_member + std::max(0, s.workers);
+        rt->members = std::make_unique<member_slot[]>(static_cast<std::size_t>(std::max(0, s.workers)));
+        rt->shares = std::make_unique<item_share[]>(static_cast<std::size_t>(std::max(1, rt->n_participants)));
         m.slices.push_back(std::move(rt));
     }
     m.watchdog = std::thread([this] { impl_->watch(); });
@@ -333,9 +409,9 @@ expert_pool::~expert_pool() {
     }
     m.watch_cv.notify_all();
     m.watchdog.join();
-    // Let spinning servers retire before the arenas go away.
+    // Let spinning members retire before the arenas go away.
     for (auto& rt : m.slices) {
-        while (rt->server.load(std::memory_order_acquire) != server_idle) cpu_relax();
+        while (rt->tasks.load(std::memory_order_acquire) != 0) cpu_relax();
         rt->observer.reset();
         rt->arena->terminate();
     }
@@ -382,26 +458,39 @@ void expert_pool::run_phase(std::span<const std::size_t> n_items, const phase_fn
         throw std::invalid_argument("run_phase got item counts for " + std::to_string(n_items.size()) +
                                     " slices, the pool has " + std::to_string(m.slices.size()));
     m.fn = &fn;
-    m.grain = grain;
+    m.grain = std::max<std::size_t>(1, grain);
     const int host = m.plan.host_slice;
-    int others = 0;
+    int busy = 0;
     for (std::size_t s = 0; s < m.slices.size(); ++s) {
-        m.slices[s]->items_total = n_items[s];
-        m.slices[s]->items_done.store(0, std::memory_order_relaxed);
-        m.slices[s]->error = nullptr;
-        if (static_cast<int>(s) != host && n_items[s] > 0) ++others;
+        auto& rt = *m.slices[s];
+        rt.items_total = n_items[s];
+        rt.items_done.store(0, std::memory_order_relaxed);
+        rt.failed.store(false, std::memory_order_relaxed);
+        rt.error = nullptr;
+        if (n_items[s] == 0) continue;
+        ++busy;
+        // Contiguous shares in whole grains, one per participant: each thread streams its own rows.
+        const std::size_t grains = (n_items[s] + m.grain - 1) / m.grain;
+        const auto parts = static_cast<std::size_t>(std::max(1, rt.n_participants));
+        for (std::size_t p = 0; p < parts; ++p) {
+            rt.shares[p].next.store(std::min(n_items[s], grains * p / parts * m.grain), std::memory_order_relaxed);
+            rt.shares[p].end = std::min(n_items[s], grains * (p + 1) / parts * m.grain);
+        }
     }
-    m.remaining.store(others, std::memory_order_release);
+    m.remaining.store(busy, std::memory_order_release);
     happens_before(&m);
     {
         std::lock_guard lock(m.watch_mutex);
         m.phase_active = true;
     }
-    for (std::size_t s = 0; s < m.slices.size(); ++s)
-        if (static_cast<int>(s) != host && n_items[s] > 0) m.dispatch(static_cast<int>(s));
     auto& own = *m.slices[static_cast<std::size_t>(host)];
-    if (n_items[static_cast<std::size_t>(host)] > 0) own.arena->execute([&] { m.run_slice(host); });
+    for (std::size_t s = 0; s < m.slices.size(); ++s)
+        if (n_items[s] > 0 && (static_cast<int>(s) != host || own.n_participants > own.first_member))
+            m.open_slice(static_cast<int>(s));
+    if (n_items[static_cast<std::size_t>(host)] > 0 && own.first_member == 1) m.take_part(host, 0);
     m.wait_for_slices();
+    for (std::size_t s = 0; s < m.slices.size(); ++s)
+        if (n_items[s] > 0) m.close_slice(static_cast<int>(s));
     {
         std::lock_guard lock(m.watch_mutex);
         m.phase_active = false;

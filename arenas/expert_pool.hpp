@@ -1,6 +1,7 @@
 // The CPU expert pool: one oneTBB task_arena per slice of the pool plan, threads pinned one per core
 // of the slice's node (split on), the host thread taking part in its own node's slice. run_phase runs
-// a parallel_for in every slice at once and joins. No TBB or hwloc types leak from this header.
+// a parallel loop over each slice's items in every slice at once and joins. No TBB or hwloc types leak
+// from this header.
 //
 // Thread-safety: one thread (the host) calls run_phase at a time; the accessors are safe from any
 // thread between phases.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <stdexcept>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -99,6 +100,37 @@ TEST(ExpertPool, StressPhasesWithIdleGapsLongerThanTheSpin) {
     }
     EXPECT_EQ(total.load(), 1000u * 8 * 2);
     EXPECT_EQ(pool.stalls_reported(), 0u);
+}
+
+// Members retire when no phase opens within the spin and the host enqueues them again: gaps around
+// the spin time hit the window where a member retires just as a phase opens. No phase may lose an
+// item, run one twice or wait for a member that is gone.
+TEST(ExpertPool, PhasesOpeningAsMembersRetire) {
+    pool_options options;
+    options.spin = std::chrono::microseconds(5);
+    expert_pool pool(test_plan(2, 3), options);
+    std::mt19937 rng(7);
+    for (int phase = 0; phase < 3000; ++phase) {
+        expect_every_item_once(pool, 1 + phase % 23);
+        const auto gap = std::chrono::nanoseconds(rng() % 10000);
+        for (const auto until = std::chrono::steady_clock::now() + gap; std::chrono::steady_clock::now() < until;) {
+        }
+    }
+    EXPECT_EQ(pool.phases_run(), 3000u);
+}
+
+// A participant held up by a slow item does not hold up the rest of its share: the others take it.
+TEST(ExpertPool, OthersTakeTheRestOfASlowParticipantsShare) {
+    expert_pool pool(off_plan(2));  // the host and 2 workers, 10 items each
+    std::vector<std::thread::id> ran(30);
+    pool.run_phase(30, [&](int, std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) {
+            ran[i] = std::this_thread::get_id();
+            if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+    });
+    // Item 0's chunk is the front half of the host's share; the back half went to the others.
+    for (std::size_t i = 5; i < 10; ++i) EXPECT_NE(ran[i], ran[0]) << "item " << i;
 }
 
 TEST(ExpertPool, StalledPhaseIsReportedWithSliceAndItems) {
