@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "aligned_vector.hpp"
+
 namespace strata::arenas {
 
 namespace cpu = kernels::cpu;
@@ -16,7 +18,7 @@ namespace {
 struct act_buffer {
     formats::ggml_type weight_type{};
     size_t row_bytes = 0;
-    std::vector<uint8_t> data;
+    aligned_vector<uint8_t> data;
 
     // Bytes needed for n_rows rows of n_cols elements; grows only on the slice's own threads (first touch).
     size_t need(formats::ggml_type type, int64_t n_cols, int64_t n_rows) const {

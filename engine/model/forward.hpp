@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "aligned_vector.hpp"
 #include "expert_pool.hpp"
 #include "model/attention.hpp"
 #include "model/delta_net.hpp"
@@ -180,12 +181,12 @@ private:
     // The PLE block of layer l on hc_x_, each segment continuing its state's conv inputs and n-gram window
     // (a layer add-on).
     void ple_block(const layer_weights& l, std::span<const step_segment> segs, int n_tok);
-    std::vector<float> hc_x_;      // [n_tok][hc][n_embd] the wide residual
-    std::vector<float> hc_xn_;     // [n_tok][hc][n_embd] its grouped norm in a mixer
+    aligned_vector<float> hc_x_;      // [n_tok][hc][n_embd] the wide residual
+    aligned_vector<float> hc_xn_;     // [n_tok][hc][n_embd] its grouped norm in a mixer
     std::vector<float> hc_lo_;     // [n_tok][hc_rank]
     std::vector<float> hc_gate_;   // [n_tok][hc][n_embd]
     std::vector<float> hc_inj_;    // [n_tok][hc]
-    std::vector<float> blk_out_;   // [n_tok][n_embd] a block's output (MoE + shared expert)
+    aligned_vector<float> blk_out_;   // [n_tok][n_embd] a block's output (MoE + shared expert)
     std::vector<float> ple_emb_;   // [n_tok][ple_dim] gathered rows
     std::vector<float> ple_k_;     // [n_tok][hc][n_embd]
     std::vector<float> ple_v_;     // [n_tok][n_embd]
@@ -223,27 +224,27 @@ private:
     std::unique_ptr<arenas::mapped_expert_rows> mtp_rows_;
     std::unique_ptr<arenas::moe_runner> mtp_moe_;
     token_mixer* mtp_mixer_ = nullptr;  // the block's token mixer (one of the above)
-    std::vector<float> mtp_in_;   // [n_tok][(hc)][2 n_embd] the normed embedding and hidden state (per stream)
+    aligned_vector<float> mtp_in_;   // [n_tok][(hc)][2 n_embd] the normed embedding and hidden state (per stream)
     int checkpoint_interval_ = 0;
     routing_counts routing_;
     routing_scratch route_scratch_;
 
     // Scratch, sized for the largest batch seen (shape comments per token).
-    std::vector<float> x_;        // [n_tok][n_embd] residual stream
-    std::vector<float> xn_;       // [n_tok][n_embd] normed input of a block
-    std::vector<float> q_;        // [n_tok][n_q]
-    std::vector<float> k_, v_;    // [n_tok][n_kv]
-    std::vector<float> att_;      // [n_tok][n_q]
-    std::vector<float> tmp_;      // [n_tok][n_embd]
-    std::vector<float> tmp2_;     // [n_tok][n_ff_dense] with n_ff_dense = max(n_ff_shexp, n_ff)
-    std::vector<float> shexp_up_; // [n_tok][n_ff_dense]
-    std::vector<float> router_;   // [n_tok][n_expert]
+    aligned_vector<float> x_;        // [n_tok][n_embd] residual stream
+    aligned_vector<float> xn_;       // [n_tok][n_embd] normed input of a block
+    aligned_vector<float> q_;        // [n_tok][n_q]
+    aligned_vector<float> k_, v_;    // [n_tok][n_kv]
+    aligned_vector<float> att_;      // [n_tok][n_q]
+    aligned_vector<float> tmp_;      // [n_tok][n_embd]
+    aligned_vector<float> tmp2_;     // [n_tok][n_ff_dense] with n_ff_dense = max(n_ff_shexp, n_ff)
+    aligned_vector<float> shexp_up_; // [n_tok][n_ff_dense]
+    aligned_vector<float> router_;   // [n_tok][n_expert]
     std::vector<float> rope_cs_;  // [n_tok][n_rot] RoPE cosines, then sines, of each token's position
     std::vector<int32_t> ids_;    // [n_tok][n_expert_used]
     std::vector<float> weights_;  // [n_tok][n_expert_used]
-    std::vector<uint8_t> act_;    // quantized activations of a matmul
+    aligned_vector<uint8_t> act_; // quantized activations of a matmul
     std::vector<int32_t> tok_;    // [n_tok] the step's tokens, segment after segment
-    std::vector<float> head_out_; // [rows][n_vocab] logits of a multi-segment step before they are handed out
+    aligned_vector<float> head_out_; // [rows][n_vocab] logits of a multi-segment step before they are handed out
 };
 
 // A sequence's state for hp: the KV cache of its attention layers (kv heads, or deepseek2's latent rows)

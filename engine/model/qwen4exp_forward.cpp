@@ -186,7 +186,7 @@ void hc_residual::block_input(const layer_weights& l, bool ffn, int n_tok) {
 }
 
 void hc_residual::add(const float* y, bool first, int n_tok) {
-    std::vector<float>& out = f_.blk_out_;
+    aligned_vector<float>& out = f_.blk_out_;
     const size_t n = static_cast<size_t>(n_tok) * static_cast<size_t>(f_.hp_.n_embd);
     if (first) {
         std::memcpy(out.data(), y, n * sizeof(float));

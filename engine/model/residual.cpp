@@ -30,7 +30,7 @@ void plain_residual::block_input(const layer_weights& l, bool ffn, int n_tok) {
 
 void plain_residual::add(const float* y, bool first, int n_tok) {
     (void)first;
-    std::vector<float>& x = f_.x_;
+    aligned_vector<float>& x = f_.x_;
     const size_t n = static_cast<size_t>(n_tok) * static_cast<size_t>(f_.hp_.n_embd);
     for (size_t i = 0; i < n; ++i) x[i] += y[i];
 }
