@@ -16,8 +16,8 @@ constexpr int kQueryTile = 16;     // tokens per prompt work item
 constexpr int kDecodeTokens = 8;   // batches up to this many tokens split the cache into chunks instead
 constexpr int kBlocksPerThread = 4;  // decode: blocks of consecutive (kv head, chunk) items per pool thread
 
-template <class T>
-T* grown(std::vector<T>& v, size_t n) {
+template <class T, class A>
+T* grown(std::vector<T, A>& v, size_t n) {
     if (v.size() < n) v.resize(std::max(n, v.size() * 2));
     return v.data();
 }

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "aligned_vector.hpp"
 #include "expert_pool.hpp"
 #include "model/hparams.hpp"
 #include "model/kv_cache.hpp"
@@ -45,8 +46,8 @@ private:
     int group_;     // query heads per kv head
     float scale_;   // 1 / sqrt(head_dim)
     // Work-item scratch, grown geometrically and kept (shape per item, rows = tokens x group):
-    std::vector<float> q_rows_;     // [items][rows][head_dim] the item's query rows, contiguous
-    std::vector<float> state_;      // [items][rows][head_dim + 2] acc, then max and sum
+    aligned_vector<float> q_rows_;  // [items][rows][head_dim] the item's query rows, contiguous
+    aligned_vector<float> state_;   // [items][rows][head_dim + 2] acc, then max and sum
     std::vector<int64_t> last_;     // [items][rows] last position each row sees
     std::unique_ptr<std::atomic<int>[]> chunks_left_;  // [jobs][n_head_kv] decode chunks still running per kv head
     size_t chunks_left_size_ = 0;
