@@ -298,10 +298,13 @@ struct expert_pool::impl {
         }
     }
 
-    // After every item is done: no member may still be reading the phase when the host rewrites it.
-    void close_slice(int s) {
-        auto& rt = *slices[static_cast<std::size_t>(s)];
-        rt.open.store(false, std::memory_order_seq_cst);
+    // After every item is done: members that join from now on leave at once.
+    void close_slice(int s) { slices[static_cast<std::size_t>(s)]->open.store(false, std::memory_order_seq_cst); }
+
+    // Before the host rewrites a slice's phase: members still in the last one (finding its shares empty)
+    // have left. Waiting here rather than at the join keeps their exit off the phase's time.
+    void await_members(int s) {
+        const auto& rt = *slices[static_cast<std::size_t>(s)];
         while (rt.active.load(std::memory_order_seq_cst) != 0) cpu_relax();
     }
 
@@ -457,6 +460,7 @@ void expert_pool::run_phase(std::span<const std::size_t> n_items, const phase_fn
     if (n_items.size() != m.slices.size())
         throw std::invalid_argument("run_phase got item counts for " + std::to_string(n_items.size()) +
                                     " slices, the pool has " + std::to_string(m.slices.size()));
+    for (std::size_t s = 0; s < m.slices.size(); ++s) m.await_members(static_cast<int>(s));
     m.fn = &fn;
     m.grain = std::max<std::size_t>(1, grain);
     const int host = m.plan.host_slice;
