@@ -58,7 +58,11 @@ struct float_tile {
                 for (int r = 0; r < R; ++r) Load::prefetch(w[r], i);
             for (int l = 0; l < lanes; ++l) {
                 typename V::reg wv[R];
-                for (int r = 0; r < R; ++r) wv[r] = Load::load(w[r], i + l * V::width);
+                for (int r = 0; r < R; ++r) {
+                    wv[r] = Load::load(w[r], i + l * V::width);
+                    // Kept in a register: GCC otherwise folds the load into every token's FMA, loading it T times.
+                    __asm__("" : "+v"(wv[r]));
+                }
                 for (int t = 0; t < T; ++t) {
                     const typename V::reg av = V::load(y[t] + i + l * V::width);
                     for (int r = 0; r < R; ++r) acc[r][t][l] = V::fmadd(wv[r], av, acc[r][t][l]);
