@@ -3,6 +3,7 @@
 // std::vector's data starts 16 bytes into one, which halved those kernels' speed).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <new>
 #include <vector>
@@ -25,5 +26,12 @@ struct cache_aligned_allocator {
 
 template <class T>
 using aligned_vector = std::vector<T, cache_aligned_allocator<T>>;
+
+// Scratch that only grows: at least n elements, growing geometrically; returns its data.
+template <class T, class A>
+T* grown(std::vector<T, A>& v, std::size_t n) {
+    if (v.size() < n) v.resize(std::max(n, v.size() * 2));
+    return v.data();
+}
 
 }  // namespace strata

@@ -16,12 +16,6 @@ constexpr int kQueryTile = 16;     // tokens per prompt work item
 constexpr int kDecodeTokens = 8;   // batches up to this many tokens split the cache into chunks instead
 constexpr int kBlocksPerThread = 4;  // decode: blocks of consecutive (kv head, chunk) items per pool thread
 
-template <class T, class A>
-T* grown(std::vector<T, A>& v, size_t n) {
-    if (v.size() < n) v.resize(std::max(n, v.size() * 2));
-    return v.data();
-}
-
 // The state of `rows` rows laid out as [rows][head_dim] acc, then [rows] max, then [rows] sum.
 cpu::attn_state state_at(float* base, int rows, int64_t head_dim) {
     float* acc = base;

@@ -67,8 +67,7 @@ void delta_net_mixer::run(const layer_weights& l, int r, recurrent_state& state,
     const int group = n_v / n_k;
     float* S0 = state.ssm(r);
     const size_t scratch_floats = kChunk > 0 ? (cpu::delta_rule_chunked_scratch(dk, dk, kChunk) + 15) / 16 * 16 : 0;
-    if (scratch_.size() < scratch_floats * n_v + 16) scratch_.resize(scratch_floats * n_v + 16);
-    float* scratch0 = scratch_.data() + (16 - reinterpret_cast<uintptr_t>(scratch_.data()) / sizeof(float) % 16) % 16;
+    float* scratch0 = grown(scratch_, scratch_floats * n_v);
     parallel_rows(pool_, n_v, 1, [&](int64_t h0, int64_t h1) {
         for (int64_t h = h0; h < h1; ++h) {
             const int kh = hp_.ssm_v_tiled ? static_cast<int>(h % n_k) : static_cast<int>(h / group);

@@ -12,6 +12,7 @@
 
 #include <vector>
 
+#include "aligned_vector.hpp"
 #include "expert_pool.hpp"
 #include "model/hparams.hpp"
 #include "model/recurrent_state.hpp"
@@ -44,7 +45,7 @@ private:
     std::vector<float> conv_out_;  // [n_tok][conv_dim]
     std::vector<float> conv_prev_; // the conv state before a traced call (recurrent_state::start_trace)
     std::vector<float> g_, beta_;  // [n_tok][n_v_head]
-    std::vector<float> scratch_;   // [n_v_head][the chunked kernel's scratch], 64-byte aligned
+    aligned_vector<float> scratch_;  // [n_v_head][the chunked kernel's scratch]
 };
 
 }  // namespace strata::engine

@@ -48,12 +48,6 @@ constexpr int kDecodeTokens = 8;  // batches up to this many tokens split the ca
 constexpr int kMinGroupRows = 8;  // decode splits a chunk's rows into groups of at least this many
 constexpr int kDecodeWindow = 32;  // decode computes at most this many chunks' states before folding them
 
-template <class T, class A>
-T* grown(std::vector<T, A>& v, size_t n) {
-    if (v.size() < n) v.resize(std::max(n, v.size() * 2));
-    return v.data();
-}
-
 // The state of `rows` rows laid out as [rows][v_dim] acc, then [rows] max, then [rows] sum.
 cpu::attn_state state_at(float* base, int rows, int64_t v_dim) {
     float* max = base + static_cast<size_t>(rows) * v_dim;
