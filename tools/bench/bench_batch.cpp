@@ -77,6 +77,7 @@ struct row {
     int streams = 0;
     double aggregate = 0, per_stream = 0, ttft_ms = 0;
     double bytes_per_step = 0, rows_per_step = 0, bound = 0, bw_gbs = 0;
+    double bw_before = 0, bw_after = 0;  // the read probe just before and just after the decode
     double gap_p50 = 0, gap_p99 = 0, long_p50 = 0, long_p99 = 0;
     double long_s = 0;  // the long prompt's time to its first token
     int n_during = 0;   // gaps that ended while it was admitted
@@ -94,7 +95,10 @@ std::vector<phase_time> per_step(const std::vector<phase_time>& after, const std
     return out;
 }
 
-row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_gen, int n_long, int n_more, double bw_gbs) {
+// The bound takes the mean of read probes run just before and just after the decode, so a shift of the
+// memory's speed during the row shows (both are printed) instead of skewing the ratio unseen.
+row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_gen, int n_long, int n_more,
+            int probe_threads) {
     const int n_vocab = m->info().n_vocab;
     std::vector<stream> ss(static_cast<size_t>(n_streams));
     for (int i = 0; i < n_streams; ++i) {
@@ -103,7 +107,6 @@ row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_
     }
     row r;
     r.streams = n_streams;
-    r.bw_gbs = bw_gbs;
     // 1. Prompts arrive together: time to first token (the prompts share steps too).
     for (auto& s : ss) s.start(1);
     for (auto& s : ss) {
@@ -112,6 +115,7 @@ row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_
     }
     // 2. Decode: each stream continues its prompt (the cache holds it); steps hold one row per stream.
     for (auto& s : ss) s.prompt.push_back(0);
+    r.bw_before = read_bandwidth_gbs(probe_threads);
     const batch_stats before = m->batching();
     for (auto& s : ss) s.start(n_gen);
     for (auto& s : ss) {
@@ -124,10 +128,12 @@ row measure(const std::shared_ptr<model>& m, int n_streams, int n_prompt, int n_
         r.per_stream += rate / n_streams;
     }
     const batch_stats after = m->batching();
+    r.bw_after = read_bandwidth_gbs(probe_threads);
+    r.bw_gbs = (r.bw_before + r.bw_after) / 2;
     const double steps = static_cast<double>(after.steps - before.steps);
     r.bytes_per_step = static_cast<double>(after.bytes - before.bytes) / steps;
     r.rows_per_step = static_cast<double>(after.rows - before.rows) / steps;
-    r.bound = bw_gbs * 1e9 / r.bytes_per_step * r.rows_per_step;
+    r.bound = r.bw_gbs * 1e9 / r.bytes_per_step * r.rows_per_step;
     if (after.timed_steps > before.timed_steps)
         r.parts = per_step(after.step_phases, before.step_phases, static_cast<double>(after.timed_steps - before.timed_steps));
     // 3. The streams decode again; once each has a few tokens, a long prompt arrives on its own session.
@@ -222,18 +228,17 @@ int run(int argc, char** argv) {
     std::printf("model %s, %d threads, --batch %d, --prefill-pace %g; each stream: %d-token prompt, %d decoded tokens; long prompt %d "
                 "tokens\n\n", mo.path.c_str(), threads, mo.n_batch, mo.prefill_pace, n_prompt, n_gen, n_long);
     std::printf("| streams | aggregate decode tok/s | per stream tok/s | vs 1 stream | TTFT ms | MiB read per step | "
-                "rows per step | bound tok/s (read GB/s) | aggregate / bound | gap p50/p99 ms | with long prompt "
+                "rows per step | bound tok/s (read GB/s before / after) | aggregate / bound | gap p50/p99 ms | with long prompt "
                 "p50/p99 ms (gaps) | p99 / solo p99 | long prompt s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     double one = 0;
     std::vector<row> rows;
     for (int n : counts) {
-        const double bw = read_bandwidth_gbs(std::max(threads, 1));
-        const row r = measure(m, n, n_prompt, n_gen, n_long, n_more, bw);
+        const row r = measure(m, n, n_prompt, n_gen, n_long, n_more, std::max(threads, 1));
         if (n == 1 || one == 0) one = r.aggregate / n;
-        std::printf("| %d | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2f | %.1f (%.1f) | %.0f %% | %.1f / %.1f | %.1f / %.1f (%d) | "
+        std::printf("| %d | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2f | %.1f (%.1f / %.1f) | %.0f %% | %.1f / %.1f | %.1f / %.1f (%d) | "
                     "%.2fx | %.1f |\n",
                     n, r.aggregate, r.per_stream, r.aggregate / one, r.ttft_ms, r.bytes_per_step / (1 << 20),
-                    r.rows_per_step, r.bound, bw, 100 * r.aggregate / r.bound, r.gap_p50, r.gap_p99, r.long_p50,
+                    r.rows_per_step, r.bound, r.bw_before, r.bw_after, 100 * r.aggregate / r.bound, r.gap_p50, r.gap_p99, r.long_p50,
                     r.long_p99, r.n_during, r.gap_p99 > 0 ? r.long_p99 / r.gap_p99 : 0.0, r.long_s);
         std::fflush(stdout);
         rows.push_back(r);
