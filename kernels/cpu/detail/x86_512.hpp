@@ -13,6 +13,21 @@ static inline __m512i broadcast_dword(const void* p) {
     return _mm512_set1_epi32(v);
 }
 
+// vpdpbusd(acc, w, the 4 bytes at p in every lane), with p as the instruction's {1to16} broadcast operand:
+// GCC 12 loads the broadcast into a register of its own first (clang folds it), an extra instruction and
+// register per product that left the many-token kernels spilling their accumulators. Same result.
+static inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const void* p) {
+#if defined(__clang__)
+    return _mm512_dpbusd_epi32(acc, w, broadcast_dword(p));
+#else
+    struct dword {
+        int32_t v;
+    } __attribute__((may_alias));
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*static_cast<const dword*>(p)));
+    return acc;
+#endif
+}
+
 // Two rows of 16 int16 words (words 0-15 and 16-31) as 16 dword lanes, lane r the pair (word r, word 16 + r):
 // the per-row int16 pairs that vpdpwssd multiplies by a broadcast pair.
 static inline __m512i row_pairs_epi16(__m512i words) {

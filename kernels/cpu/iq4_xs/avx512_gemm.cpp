@@ -40,8 +40,8 @@ struct iq4_xs_gemm16 {
                 const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(b, low4));
                 const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(b, 4), low4));
                 for (int t = 0; t < NT; ++t) {
-                    isum[t] = _mm512_dpbusd_epi32(isum[t], lo, broadcast_dword(y[t][i].qs + 32 * j + 4 * v));
-                    isum[t] = _mm512_dpbusd_epi32(isum[t], hi, broadcast_dword(y[t][i].qs + 32 * j + 16 + 4 * v));
+                    isum[t] = dpbusd_bcast(isum[t], lo, y[t][i].qs + 32 * j + 4 * v);
+                    isum[t] = dpbusd_bcast(isum[t], hi, y[t][i].qs + 32 * j + 16 + 4 * v);
                 }
             }
             const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.sc[j])));

@@ -149,8 +149,8 @@ struct legacy_gemm16 {
                         hi = _mm512_shuffle_epi8(values, hi);
                     }
                     for (int t = 0; t < NT; ++t) {
-                        isum[0][t] = _mm512_dpbusd_epi32(isum[0][t], lo, broadcast_dword(act[t][b].qs + 4 * v));
-                        isum[chains - 1][t] = _mm512_dpbusd_epi32(isum[chains - 1][t], hi, broadcast_dword(act[t][b].qs + 16 + 4 * v));
+                        isum[0][t] = dpbusd_bcast(isum[0][t], lo, act[t][b].qs + 4 * v);
+                        isum[chains - 1][t] = dpbusd_bcast(isum[chains - 1][t], hi, act[t][b].qs + 16 + 4 * v);
                     }
                 }
                 const __m512 dw = row_scales(x[b]);

@@ -70,7 +70,7 @@ struct lowk512 {
                             const int k = k0 + kk;
                             const __m512i w = codes(q, hm, j, k);
                             for (int t = 0; t < NT; ++t)
-                                isum[kk][t] = _mm512_dpbusd_epi32(isum[kk][t], w, broadcast_dword(y[t][i].qs + 128 * j + 32 * k + 4 * v));
+                                isum[kk][t] = dpbusd_bcast(isum[kk][t], w, y[t][i].qs + 128 * j + 32 * k + 4 * v);
                         }
                     }
                     for (int kk = 0; kk < KC; ++kk) {

@@ -58,8 +58,7 @@ struct k4_gemm16 {
                     const __m512i w[2] = {codes(x, k, 0, v), codes(x, k, 1, v)};
                     for (int half = 0; half < 2; ++half)
                         for (int t = 0; t < NT; ++t)
-                            isum[half][t] = _mm512_dpbusd_epi32(isum[half][t], w[half],
-                                                                broadcast_dword(y[t][i].qs + 32 * (2 * k + half) + 4 * v));
+                            isum[half][t] = dpbusd_bcast(isum[half][t], w[half], y[t][i].qs + 32 * (2 * k + half) + 4 * v);
                 };
                 if constexpr (NT <= spread_prefetch_tokens) {
 #pragma GCC unroll 1
@@ -82,7 +81,7 @@ struct k4_gemm16 {
                     for (int v = 0; v < 8; ++v) {
                         const __m512i w = codes(x, k, half, v);
                         for (int t = 0; t < NT; ++t)
-                            isum[t] = _mm512_dpbusd_epi32(isum[t], w, broadcast_dword(y[t][i].qs + 32 * (2 * k + half) + 4 * v));
+                            isum[t] = dpbusd_bcast(isum[t], w, y[t][i].qs + 32 * (2 * k + half) + 4 * v);
                     }
                     fold(isum, 2 * k + half);
                 }

@@ -100,10 +100,15 @@ struct q6_k_gemm16 {
                         const __m512i w = codes(k, _mm512_loadu_si512(x.ql[16 * c + v]), _mm512_loadu_si512(x.ql[16 * c + 8 + v]),
                                                 _mm512_loadu_si512(x.qh[8 * c + v]));
                         for (int t = 0; t < NT; ++t)
-                            isum[t] = _mm512_dpbusd_epi32(isum[t], w, broadcast_dword(y[t][i].qs + 128 * c + 32 * k + 4 * v));
+                            isum[t] = dpbusd_bcast(isum[t], w, y[t][i].qs + 128 * c + 32 * k + 4 * v);
                     }
                     const __m512i sc = scales_epi32(x.sc[j]);
                     for (int t = 0; t < NT; ++t) total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(isum[t], sc));
+                    // Up to 7 tokens, each sub-block's sums are folded before the next one's start: GCC
+                    // otherwise runs the unrolled sub-blocks' chains side by side and spills them. At 8 the
+                    // barrier measured slower than GCC's own schedule.
+                    if constexpr (NT < 8)
+                        for (int t = 0; t < NT; ++t) __asm__ volatile("" : "+v"(total[t]));
                 }
         }
         // The code offset: dword lane r holds sc[2p][r], sc[2p + 1][r] (int16), times bsums 2p and 2p + 1.

@@ -56,7 +56,7 @@ struct q8_0_gemm16 {
                 for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
                 const auto step = [&](int v) {
                     const __m512i q = _mm512_loadu_si512(x[b].qs[v]);
-                    for (int t = 0; t < NT; ++t) isum[t] = _mm512_dpbusd_epi32(isum[t], q, broadcast_dword(act[t][b].qs + 4 * v));
+                    for (int t = 0; t < NT; ++t) isum[t] = dpbusd_bcast(isum[t], q, act[t][b].qs + 4 * v);
                 };
                 if constexpr (NT <= spread_prefetch_tokens) {
 #pragma GCC unroll 1
