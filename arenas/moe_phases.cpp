@@ -123,8 +123,9 @@ void moe_runner::prepare(int layer, int n_tok, const int32_t* ids) {
         pos_of_slot_[static_cast<size_t>(slot)] = ids[slot] >= 0 ? next[static_cast<size_t>(ids[slot])]++ : -1;
     for (int e = 0; e < shape_.n_expert; ++e) next[static_cast<size_t>(e)] -= first_of_[static_cast<size_t>(e)];  // counts again
 
-    h_.resize(static_cast<size_t>(n_pos_) * shape_.n_ff);
-    y_.resize(static_cast<size_t>(n_pos_) * shape_.n_embd);
+    // Only ever grown: a resize down for a decode step would zero-fill them again at the next prompt.
+    grown(h_, static_cast<size_t>(n_pos_) * shape_.n_ff);
+    grown(y_, static_cast<size_t>(n_pos_) * shape_.n_embd);
     // Slice buffers grow on the slice's own threads, so their pages are first touched in the slice's
     // node; this costs a phase only when a batch is larger than any before.
     const moe_layer& l = layers_[static_cast<size_t>(layer)];

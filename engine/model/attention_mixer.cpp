@@ -65,25 +65,28 @@ void attention_mixer::run(const layer_weights& l, int kvl, std::span<const step_
         if (dense)  // else the caller counts what it reads
             f.add_bytes(phase_clock::attention, kv_cache::bytes_per_token(1, hp.n_head_kv, hd, kv.type()) *
                                                     static_cast<uint64_t>(g.pos0 + g.n_tok));
-        for (int t = row0; t < row0 + g.n_tok; ++t) {
-            float* q = f.q_.data() + static_cast<size_t>(t) * n_q;
-            float* k = f.k_.data() + static_cast<size_t>(t) * n_kv;
-            float* v = f.v_.data() + static_cast<size_t>(t) * n_kv;
-            if (l.bq)
-                for (int i = 0; i < n_q; ++i) q[i] += l.bq[i];
-            if (l.bk)
-                for (int i = 0; i < n_kv; ++i) k[i] += l.bk[i];
-            if (l.bv)
-                for (int i = 0; i < n_kv; ++i) v[i] += l.bv[i];
-            if (l.q_norm) {
-                for (int h = 0; h < hp.n_head; ++h) cpu::rms_norm(q + h * hd, l.q_norm, hp.rms_eps, hd, q + h * hd);
-                for (int h = 0; h < hp.n_head_kv; ++h) cpu::rms_norm(k + h * hd, l.k_norm, hp.rms_eps, hd, k + h * hd);
+        // Each row writes only its own position of the cache.
+        f.each_row(g.n_tok, [&](int64_t i0, int64_t i1) {
+            for (int t = row0 + static_cast<int>(i0); t < row0 + static_cast<int>(i1); ++t) {
+                float* q = f.q_.data() + static_cast<size_t>(t) * n_q;
+                float* k = f.k_.data() + static_cast<size_t>(t) * n_kv;
+                float* v = f.v_.data() + static_cast<size_t>(t) * n_kv;
+                if (l.bq)
+                    for (int i = 0; i < n_q; ++i) q[i] += l.bq[i];
+                if (l.bk)
+                    for (int i = 0; i < n_kv; ++i) k[i] += l.bk[i];
+                if (l.bv)
+                    for (int i = 0; i < n_kv; ++i) v[i] += l.bv[i];
+                if (l.q_norm) {
+                    for (int h = 0; h < hp.n_head; ++h) cpu::rms_norm(q + h * hd, l.q_norm, hp.rms_eps, hd, q + h * hd);
+                    for (int h = 0; h < hp.n_head_kv; ++h) cpu::rms_norm(k + h * hd, l.k_norm, hp.rms_eps, hd, k + h * hd);
+                }
+                const float* cs = f.rope_cs_.data() + static_cast<size_t>(t) * hp.n_rot;
+                cpu::rope_apply(q, hp.n_head, hd, hp.n_rot, cs, hp.arch.rope);
+                cpu::rope_apply(k, hp.n_head_kv, hd, hp.n_rot, cs, hp.arch.rope);
+                kv.store(kvl, g.pos0 + t - row0, k, v);
             }
-            const float* cs = f.rope_cs_.data() + static_cast<size_t>(t) * hp.n_rot;
-            cpu::rope_apply(q, hp.n_head, hd, hp.n_rot, cs, hp.arch.rope);
-            cpu::rope_apply(k, hp.n_head_kv, hd, hp.n_rot, cs, hp.arch.rope);
-            kv.store(kvl, g.pos0 + t - row0, k, v);
-        }
+        });
         if (dense)
             jobs_.push_back({&kv, f.q_.data() + static_cast<size_t>(row0) * n_q, g.n_tok, g.pos0,
                              f.att_.data() + static_cast<size_t>(row0) * n_q});

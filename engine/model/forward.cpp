@@ -153,6 +153,15 @@ void forward_pass::matmul(const weight_matrix& w, int n_tok, const float* in, fl
     matmul_same_input(ws, n_tok, in, ys);
 }
 
+void forward_pass::each_row(int n_tok, arenas::function_ref<void(int64_t t0, int64_t t1)> fn) {
+    constexpr int kPoolRows = 32;  // fewer rows stay on the host
+    constexpr int64_t kRowGrain = 8;
+    if (n_tok < kPoolRows)
+        fn(0, n_tok);
+    else
+        parallel_rows(pool_, n_tok, kRowGrain, fn);
+}
+
 void forward_pass::matmul_same_input(std::span<const weight_matrix* const> w, int n_tok, const float* in,
                                      std::span<float* const> y) {
     // The input is quantized once per activation format the matrices read (at most kMaxFormats).
@@ -184,10 +193,12 @@ void forward_pass::matmul_same_input(std::span<const weight_matrix* const> w, in
     }
     const int64_t n_cols = w[0]->cpu().n_cols;
     if (act_.size() < total_bytes) act_.resize(total_bytes);
-    for (size_t f = 0; f < n_formats; ++f)
-        for (int t = 0; t < n_tok; ++t)
-            cpu::quantize_activation(fmt_weight[f], in + static_cast<size_t>(t) * n_cols,
-                                     act_.data() + offsets[f] + t * row_bytes[f], n_cols);
+    each_row(n_tok, [&](int64_t t0, int64_t t1) {
+        for (size_t f = 0; f < n_formats; ++f)
+            for (int64_t t = t0; t < t1; ++t)
+                cpu::quantize_activation(fmt_weight[f], in + static_cast<size_t>(t) * n_cols,
+                                         act_.data() + offsets[f] + t * row_bytes[f], n_cols);
+    });
     // Rows of the matrices one after the other; a range is cut where one matrix ends.
     parallel_rows(pool_, total, kDenseGrain, [&](int64_t r0, int64_t r1) {
         int64_t first = 0;

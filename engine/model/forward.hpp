@@ -169,6 +169,10 @@ private:
     // matmul() of each w[i] into y[i], all on the same input, as one pool phase (one dispatch and one
     // join instead of one each) where they share an activation format and whole work items; else in turn.
     void matmul_same_input(std::span<const weight_matrix* const> w, int n_tok, const float* in, std::span<float* const> y);
+    // fn(t0, t1) over the rows [0, n_tok) of per-row work (norms, RoPE, cache writes, quantization): on
+    // the pool for a prompt's many rows, which the host alone would take while the workers wait; on the
+    // host for a few (a pool phase costs more than it saves). Each row's result is the same either way.
+    void each_row(int n_tok, arenas::function_ref<void(int64_t t0, int64_t t1)> fn);
 
     // qwen4exp (qwen4exp_forward.cpp): the MTP block over the hc residual streams.
     void mtp_qwen4(const int32_t* tokens, const float* h, int n_tok, int pos0, kv_cache& kv, float* h_out,

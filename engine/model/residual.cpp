@@ -24,15 +24,19 @@ void plain_residual::block_input(const layer_weights& l, bool ffn, int n_tok) {
     forward_pass& f = f_;
     const size_t n_embd = static_cast<size_t>(f.hp_.n_embd);
     const float* norm = ffn ? l.ffn_norm : l.attn_norm;
-    for (int t = 0; t < n_tok; ++t)
-        cpu::rms_norm(f.x_.data() + t * n_embd, norm, f.hp_.rms_eps, f.hp_.n_embd, f.xn_.data() + t * n_embd);
+    f.each_row(n_tok, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t)
+            cpu::rms_norm(f.x_.data() + t * n_embd, norm, f.hp_.rms_eps, f.hp_.n_embd, f.xn_.data() + t * n_embd);
+    });
 }
 
 void plain_residual::add(const float* y, bool first, int n_tok) {
     (void)first;
-    aligned_vector<float>& x = f_.x_;
-    const size_t n = static_cast<size_t>(n_tok) * static_cast<size_t>(f_.hp_.n_embd);
-    for (size_t i = 0; i < n; ++i) x[i] += y[i];
+    float* x = f_.x_.data();
+    const size_t n_embd = static_cast<size_t>(f_.hp_.n_embd);
+    f_.each_row(n_tok, [&](int64_t t0, int64_t t1) {
+        for (size_t i = static_cast<size_t>(t0) * n_embd; i < static_cast<size_t>(t1) * n_embd; ++i) x[i] += y[i];
+    });
 }
 
 void plain_residual::finish(std::span<const step_segment> segs, int n_tok) {
