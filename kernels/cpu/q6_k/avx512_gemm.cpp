@@ -106,7 +106,7 @@ struct q6_k_gemm16 {
                     for (int t = 0; t < NT; ++t) total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(isum[t], sc));
                     // Up to 7 tokens, each sub-block's sums are folded before the next one's start: GCC
                     // otherwise runs the unrolled sub-blocks' chains side by side and spills them. At 8 the
-                    // barrier measured slower than GCC's own schedule.
+                    // barrier makes it spill the totals instead.
                     if constexpr (NT < 8)
                         for (int t = 0; t < NT; ++t) __asm__ volatile("" : "+v"(total[t]));
                 }
