@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "cpu/attention.hpp"
 #include "cpu/kernels.hpp"
@@ -103,24 +104,19 @@ isa choose_isa(const char* forced);
 void run_rows(const isa_table& t, const matrix& w, int64_t row_begin, int64_t row_end, const void* act,
               size_t act_stride, int64_t n_tok, float* y, int64_t y_stride);
 
-// Calls the right NT instantiation of a kernel template for a runtime token count (1 <= n_tok <= Max).
+// Calls fn.template operator()<NT>() with NT = n_tok, for 1 <= n_tok <= Max: a kernel template's
+// instantiation for a runtime token count.
+template <int Max, class Fn>
+inline void with_tokens(int n_tok, Fn&& fn) {
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+        (void)((n_tok == I + 1 && (fn.template operator()<I + 1>(), true)) || ...);
+    }(std::make_integer_sequence<int, Max>{});
+}
+
+// The dot kernels' form: K<n_tok>::run(n, w, a, out).
 template <template <int> class K, int Max = 4>
 inline void call_with_tokens(int64_t n, const void* w, const void* const* a, int n_tok, float* out) {
-    static_assert(Max == 4 || Max == 8);
-    switch (n_tok) {
-        case 1: K<1>::run(n, w, a, out); return;
-        case 2: K<2>::run(n, w, a, out); return;
-        case 3: K<3>::run(n, w, a, out); return;
-        case 4: K<4>::run(n, w, a, out); return;
-    }
-    if constexpr (Max == 8) {
-        switch (n_tok) {
-            case 5: K<5>::run(n, w, a, out); return;
-            case 6: K<6>::run(n, w, a, out); return;
-            case 7: K<7>::run(n, w, a, out); return;
-            case 8: K<8>::run(n, w, a, out); return;
-        }
-    }
+    with_tokens<Max>(n_tok, [&]<int NT>() { K<NT>::run(n, w, a, out); });
 }
 
 // ---- kernels per file (format first, ISA second) ----

@@ -116,20 +116,9 @@ struct iq4_xs_gemm16 {
 template <bool Vnni>
 static void gemm16_iq4_xs(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                           float* y, int64_t y_stride) {
-    switch (n_tok) {
-        case 1: iq4_xs_gemm16<1, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 2: iq4_xs_gemm16<2, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 3: iq4_xs_gemm16<3, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 4: iq4_xs_gemm16<4, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-    }
-    if constexpr (!Vnni) {
-        switch (n_tok) {
-            case 5: iq4_xs_gemm16<5, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-            case 6: iq4_xs_gemm16<6, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-            case 7: iq4_xs_gemm16<7, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-            case 8: iq4_xs_gemm16<8, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        }
-    }
+    with_tokens<Vnni ? 4 : 8>(n_tok, [&]<int NT>() {
+        iq4_xs_gemm16<NT, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride);
+    });
 }
 
 }  // namespace

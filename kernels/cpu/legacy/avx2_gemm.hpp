@@ -256,20 +256,9 @@ template <class F, bool Vnni>
 static void gemm16(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                    float* y, int64_t y_stride) {
     constexpr bool many_tokens = F::has_qh || F::lookup;
-    switch (n_tok) {
-        case 1: legacy_gemm16<F, 1, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 2: legacy_gemm16<F, 2, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 3: legacy_gemm16<F, 3, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 4: legacy_gemm16<F, 4, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-    }
-    if constexpr (many_tokens) {
-        switch (n_tok) {
-            case 5: legacy_gemm16<F, 5, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-            case 6: legacy_gemm16<F, 6, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-            case 7: legacy_gemm16<F, 7, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-            case 8: legacy_gemm16<F, 8, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        }
-    }
+    with_tokens<many_tokens ? 8 : 4>(n_tok, [&]<int NT>() {
+        legacy_gemm16<F, NT, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride);
+    });
 }
 
 }  // namespace

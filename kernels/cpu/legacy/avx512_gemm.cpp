@@ -173,16 +173,9 @@ struct legacy_gemm16 {
 template <class F>
 static void gemm16(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                    float* y, int64_t y_stride) {
-    switch (n_tok) {
-        case 1: legacy_gemm16<F, 1>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 2: legacy_gemm16<F, 2>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 3: legacy_gemm16<F, 3>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 4: legacy_gemm16<F, 4>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 5: legacy_gemm16<F, 5>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 6: legacy_gemm16<F, 6>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 7: legacy_gemm16<F, 7>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 8: legacy_gemm16<F, 8>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-    }
+    with_tokens<8>(n_tok, [&]<int NT>() {
+        legacy_gemm16<F, NT>::run(n, w, group_bytes, n_groups, a, y, y_stride);
+    });
 }
 
 }  // namespace

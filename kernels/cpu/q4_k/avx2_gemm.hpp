@@ -194,20 +194,9 @@ struct k4_gemm16 {
 template <class Packed, bool Vnni>
 static void gemm16(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                    float* y, int64_t y_stride) {
-    switch (n_tok) {
-        case 1: k4_gemm16<Packed, 1, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 2: k4_gemm16<Packed, 2, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 3: k4_gemm16<Packed, 3, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 4: k4_gemm16<Packed, 4, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-    }
-    if constexpr (!Vnni) {
-        switch (n_tok) {
-            case 5: k4_gemm16<Packed, 5, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-            case 6: k4_gemm16<Packed, 6, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-            case 7: k4_gemm16<Packed, 7, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-            case 8: k4_gemm16<Packed, 8, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        }
-    }
+    with_tokens<Vnni ? 4 : 8>(n_tok, [&]<int NT>() {
+        k4_gemm16<Packed, NT, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride);
+    });
 }
 
 }  // namespace

@@ -163,12 +163,9 @@ struct q6_k_gemm16 {
 template <bool Vnni>
 void gemm16_q6_k(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok, float* y,
                  int64_t y_stride) {
-    switch (n_tok) {
-        case 1: q6_k_gemm16<1, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 2: q6_k_gemm16<2, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 3: q6_k_gemm16<3, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 4: q6_k_gemm16<4, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-    }
+    with_tokens<4>(n_tok, [&]<int NT>() {
+        q6_k_gemm16<NT, Vnni>::run(n, w, group_bytes, n_groups, a, y, y_stride);
+    });
 }
 
 }  // namespace

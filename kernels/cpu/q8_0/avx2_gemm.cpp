@@ -110,16 +110,9 @@ struct q8_0_gemm16 {
 
 void gemm16_q8_0_avx2(int64_t n, const void* w, size_t group_bytes, int64_t n_groups, const void* const* a, int n_tok,
                       float* y, int64_t y_stride) {
-    switch (n_tok) {
-        case 1: q8_0_gemm16<1>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 2: q8_0_gemm16<2>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 3: q8_0_gemm16<3>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 4: q8_0_gemm16<4>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 5: q8_0_gemm16<5>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 6: q8_0_gemm16<6>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 7: q8_0_gemm16<7>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-        case 8: q8_0_gemm16<8>::run(n, w, group_bytes, n_groups, a, y, y_stride); return;
-    }
+    with_tokens<8>(n_tok, [&]<int NT>() {
+        q8_0_gemm16<NT>::run(n, w, group_bytes, n_groups, a, y, y_stride);
+    });
 }
 
 }  // namespace strata::kernels::cpu::detail
