@@ -260,16 +260,21 @@ static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const 
 
 // scores() for the 8 positions [t0, t0 + 8) of R rows of an F16 tile, read straight from their key
 // block: the same key values (load_keys8's) and FMA chains, so the same scores. score: [R][lds].
-// step() is called once per dimension.
+// step() is called once per two dimensions.
 template <int R, class Step>
 static void scores_blocked8(const float* q, int64_t head_dim, const kv_tile& kv, int t0, float scale, float* score,
                             int lds, Step&& step) {
     __m256 acc[R];
     for (auto& a : acc) a = _mm256_setzero_ps();
-    for (int64_t j = 0; j < head_dim; ++j) {
+    // load_keys8's address, made once: step() stores to memory, and kv read after it costs a load and
+    // a multiply per dimension.
+    const auto* keys = static_cast<const uint8_t*>(kv.k) + attn_key_offset(ggml_type::F16, kv.row_bytes, t0, 0);
+    for (int64_t j = 0; j < head_dim; j += 2) {  // head_dim is even (a multiple of 8 here)
         step();
-        const __m256 kj = load_keys8(kv, t0, j);
-        for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + i * head_dim + j), kj, acc[i]);
+        for (int64_t u = j; u < j + 2; ++u) {
+            const __m256 ku = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keys + 2 * attn_key_block * u)));
+            for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + i * head_dim + u), ku, acc[i]);
+        }
     }
     const __m256 s = _mm256_set1_ps(scale);
     for (int i = 0; i < R; ++i) _mm256_storeu_ps(score + i * lds, _mm256_mul_ps(acc[i], s));
@@ -320,8 +325,8 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
     const int64_t chunk_lines = static_cast<int64_t>((chunk_bytes + 63) / 64);
     const int n_kb = (n_pad + attn_key_block - 1) / attn_key_block;
     const int n_vc = (max_vis + kValueChunk - 1) / kValueChunk;
-    // Steps of one key block: per 8 positions and block of rows, one per dimension (F16) or per 4 (Q8_0).
-    const int64_t key_steps = (T == ggml_type::F16 ? head_dim : head_dim / 4) * (attn_key_block / 8) *
+    // Steps of one key block: per 8 positions and block of rows, one per 2 dimensions (F16) or per 4 (Q8_0).
+    const int64_t key_steps = (T == ggml_type::F16 ? head_dim / 2 : head_dim / 4) * (attn_key_block / 8) *
                               ((n_rows + kFewBlock - 1) / kFewBlock);
     const auto item = [&](int i, int64_t steps) -> prefetch_stream {
         if (i < n_kb) return {reinterpret_cast<const char*>(k) + i * block_bytes, block_lines, steps};
