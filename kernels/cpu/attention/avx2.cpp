@@ -266,13 +266,14 @@ static void scores_blocked8(const float* q, int64_t head_dim, const kv_tile& kv,
                             int lds, Step&& step) {
     __m256 acc[R];
     for (auto& a : acc) a = _mm256_setzero_ps();
-    // load_keys8's address, made once: step() stores to memory, and kv read after it costs a load and
-    // a multiply per dimension.
-    const auto* keys = static_cast<const uint8_t*>(kv.k) + attn_key_offset(ggml_type::F16, kv.row_bytes, t0, 0);
+    // kv's fields as locals: step() stores to memory, and kv read after it costs a load and a multiply
+    // per dimension.
+    const auto* k = static_cast<const uint8_t*>(kv.k);
+    const size_t row_bytes = kv.row_bytes;
     for (int64_t j = 0; j < head_dim; j += 2) {  // head_dim is even (a multiple of 8 here)
         step();
         for (int64_t u = j; u < j + 2; ++u) {
-            const __m256 ku = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keys + 2 * attn_key_block * u)));
+            const __m256 ku = load_keys8(k, row_bytes, t0, u);
             for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + i * head_dim + u), ku, acc[i]);
         }
     }

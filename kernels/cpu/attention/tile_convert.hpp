@@ -52,8 +52,8 @@ static inline __m256 load8(const uint8_t* row, int64_t j) {
 
 // Element j of keys t .. t + 7 (t a multiple of 8) of an F16 tile, as f32, from the blocked layout of
 // attention.hpp.
-static inline __m256 load_keys8(const kv_tile& kv, int t, int64_t j) {
-    const auto* at = static_cast<const uint8_t*>(kv.k) + attn_key_offset(ggml_type::F16, kv.row_bytes, t, j);
+static inline __m256 load_keys8(const uint8_t* k, size_t row_bytes, int t, int64_t j) {
+    const uint8_t* at = k + attn_key_offset(ggml_type::F16, row_bytes, t, j);
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
 }
 
@@ -81,7 +81,7 @@ static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* 
         const int width = n_pad - b0 < attn_key_block ? n_pad - b0 : attn_key_block;
         for (int64_t j = 0; j < head_dim; ++j)
             for (int c = 0; c < width; c += 8) {
-                __m256 x = load_keys8(kv, b0 + c, j);
+                __m256 x = load_keys8(static_cast<const uint8_t*>(kv.k), kv.row_bytes, b0 + c, j);
                 if (b0 + c + 8 > kv.n) x = _mm256_and_ps(x, lanes_below(kv.n - b0 - c));
                 _mm256_store_ps(kt + j * ldk + b0 + c, x);
             }
