@@ -33,7 +33,7 @@ namespace {
 constexpr int kRows = 4;      // query rows per register block
 constexpr int kPosStep = 16;  // positions per score register block (2 vectors); n_pad is a multiple
 constexpr int kFewRows = 16;  // calls with at most this many rows (decode) take attn_tile_few
-constexpr int kFewBlock = 8;  // attn_tile_few's query rows per register block (one vector each)
+constexpr int kFewBlock = 8;  // attn_tile_few's query rows per block (split into register blocks by few_split)
 constexpr int kValueChunk = attn_key_block;  // attn_tile_few's value rows per chunk (f16, head_dim 128: 8 KiB)
 constexpr int kLdp = attn_tile_max;  // floats between rows of scores / probabilities: a constant, so the
                                      // value pass's broadcasts address rows by displacement, not registers
@@ -88,55 +88,77 @@ static float softmax_row(float* s, int n_vis, int n_score, float* max_out) {
     return hsum(sum);
 }
 
-// acc[i][:] = sum_{t < n_t} p[i][t] v_t[:] for the block's R rows (acc: [R][v_dim]), the positions in
-// chunks of C: every pass over the elements (8 D at a time) of one chunk, then the next chunk, the
-// accumulators stored and reloaded in between (exact, so each acc element is still one FMA chain over the
-// positions in order, whatever C). p: [R][kLdp]; value(t, j) gives v_t[j..j+7] (j a multiple of 8) as
-// f32; chunk(t0) is called before each chunk and step() once per S positions (and left-over position) and
-// pass.
-template <int R, int D, int C, int S = 1, class Value, class Chunk, class Step>
-static void weighted_values(const float* p, int n_t, int64_t v_dim, float* acc, Value value, Chunk&& chunk,
-                            Step&& step) {
-    for (int t0 = 0; t0 < n_t; t0 += C) {
-        const int t1 = std::min(n_t, t0 + C);
-        chunk(t0);
-        int64_t j = 0;
-        for (; j + 8 * D <= v_dim; j += 8 * D) {
-            __m256 a[R][D];
-            for (int i = 0; i < R; ++i)
-                for (int c = 0; c < D; ++c)
-                    a[i][c] = t0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + i * v_dim + j + 8 * c);
-            const auto position = [&](int t) {
-                __m256 vt[D];
-                for (int c = 0; c < D; ++c) vt[c] = value(t, j + 8 * c);
-                for (int i = 0; i < R; ++i) {
-                    const __m256 pt = _mm256_broadcast_ss(p + i * kLdp + t);
-                    for (int c = 0; c < D; ++c) a[i][c] = _mm256_fmadd_ps(pt, vt[c], a[i][c]);
-                }
-            };
-            int t = t0;
-            for (; t + S <= t1; t += S) {
-                step();
-                for (int u = 0; u < S; ++u) position(t + u);
-            }
-            for (; t < t1; ++t) {
-                step();
-                position(t);
-            }
-            for (int i = 0; i < R; ++i)
-                for (int c = 0; c < D; ++c) _mm256_storeu_ps(acc + i * v_dim + j + 8 * c, a[i][c]);
-        }
-        for (; j < v_dim; j += 8) {  // v_dim not a multiple of 8 D
-            __m256 a[R];
-            for (int i = 0; i < R; ++i) a[i] = t0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + i * v_dim + j);
-            for (int t = t0; t < t1; ++t) {
-                step();
-                const __m256 v0 = value(t, j);
-                for (int i = 0; i < R; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * kLdp + t), v0, a[i]);
-            }
-            for (int i = 0; i < R; ++i) _mm256_storeu_ps(acc + i * v_dim + j, a[i]);
-        }
+// Asks for the cache lines of [at, at + lines * 64) at an even rate over `steps` calls of step(), one
+// request per call (a line is asked for steps / lines times in a row; at most one new line per call).
+// Branch-free: a counting loop mispredicts on every irregular lines / steps ratio (Q8_0 rows).
+struct prefetch_stream {
+    const char* at;
+    uint64_t pos = 0, inc = 0;  // the current line in 24-bit fixed point, and its advance per call
+    prefetch_stream(const char* at_, int64_t lines, int64_t steps)
+        : at(at_), inc((static_cast<uint64_t>(lines) << 24) / static_cast<uint64_t>(std::max<int64_t>(1, steps))) {}
+    void step() {
+        _mm_prefetch(at + (pos >> 24) * 64, _MM_HINT_T0);
+        pos += inc;
     }
+};
+
+// The stream of calls that prefetch nothing (the converted-tile kernels).
+struct no_prefetch {
+    void step() {}
+};
+
+// acc[i][:] += sum_{t0 <= t < t1} p[i][t] v_t[:] for the block's R rows (acc: [R][v_dim]; t0 == 0 starts
+// it from zero), D vectors of 8 elements at a time, the positions in order, so each acc element is one FMA
+// chain over the positions whatever the blocking. p: [R][kLdp]; value(t, j) gives v_t[j..j+7] (j a
+// multiple of 8) as f32; stream.step() is called once per S positions (and left-over position) and pass,
+// on a local copy (a stream reached through a reference is stored and reloaded at every step).
+template <int R, int D, int S = 1, class Value, class Stream>
+static void weighted_values_chunk(const float* p, int t0, int t1, int64_t v_dim, float* acc, Value value,
+                                  Stream& stream) {
+    Stream ahead = stream;
+    const auto step = [&] { ahead.step(); };
+    int64_t j = 0;
+    for (; j + 8 * D <= v_dim; j += 8 * D) {
+        __m256 a[R][D];
+        for (int i = 0; i < R; ++i)
+            for (int c = 0; c < D; ++c)
+                a[i][c] = t0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + i * v_dim + j + 8 * c);
+        const auto position = [&](int t) {
+            __m256 vt[D];
+            for (int c = 0; c < D; ++c) vt[c] = value(t, j + 8 * c);
+            for (int i = 0; i < R; ++i) {
+                const __m256 pt = _mm256_broadcast_ss(p + i * kLdp + t);
+                for (int c = 0; c < D; ++c) a[i][c] = _mm256_fmadd_ps(pt, vt[c], a[i][c]);
+            }
+        };
+        int t = t0;
+        for (; t + S <= t1; t += S) {
+            step();
+            for (int u = 0; u < S; ++u) position(t + u);
+        }
+        for (; t < t1; ++t) {
+            step();
+            position(t);
+        }
+        for (int i = 0; i < R; ++i)
+            for (int c = 0; c < D; ++c) _mm256_storeu_ps(acc + i * v_dim + j + 8 * c, a[i][c]);
+    }
+    for (; j < v_dim; j += 8) {  // v_dim not a multiple of 8 D
+        __m256 a[R];
+        for (int i = 0; i < R; ++i) a[i] = t0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + i * v_dim + j);
+        for (int t = t0; t < t1; ++t) {
+            step();
+            const __m256 v0 = value(t, j);
+            for (int i = 0; i < R; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * kLdp + t), v0, a[i]);
+        }
+        for (int i = 0; i < R; ++i) _mm256_storeu_ps(acc + i * v_dim + j, a[i]);
+    }
+    stream = ahead;
+}
+
+// The step() calls of one weighted_values_chunk over n_t positions.
+static constexpr int64_t value_steps(int n_t, int64_t v_dim, int D, int S) {
+    return v_dim / (8 * D) * (n_t / S + n_t % S) + v_dim % (8 * D) / 8 * n_t;
 }
 
 // quantize_query (q8_query.hpp) on 8 lanes, bit for bit: the largest |x| of each block of 32, its half
@@ -203,13 +225,13 @@ static inline void score8_rows_q8(const q8_buf& qq, int i0, int64_t b, const uin
 // multiple of 8), rows [i0, i0 + R) of qq: score[i][0..7] (stride lds). Per block of 32 dimensions, 8
 // steps over 4 dimensions of 8 positions: |k| times q with k's sign (pmaddubsw: pairs stay below 2^15),
 // summed to int32 exactly; then one f32 FMA per block, in block order, as the AVX-512 kernel does.
-// Rows go in groups of at most 4. step() is called head_dim / 4 times, 8 before each block of 32.
-template <int R, class Step>
+// Rows go in groups of at most 4. stream.step() is called head_dim / 4 times, 8 before each block of 32.
+template <int R, class Stream>
 static inline void score8_q8(const q8_buf& qq, int i0, const uint8_t* kb, int tb, float scale, float* score, int lds,
-                             Step&& step) {
+                             Stream& stream) {
     const uint8_t* scales = kb + qq.head_dim * attn_key_block;
     for (int64_t b = 0; b < qq.n_b; ++b) {
-        for (int st = 0; st < 8; ++st) step();
+        for (int st = 0; st < 8; ++st) stream.step();
         const __m256 dk = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 64 * b + 2 * tb)));
         int i = 0;
         for (; i + 4 <= R; i += 4) score8_rows_q8<4>(qq, i0 + i, b, kb, tb, dk, scale, score + i * lds, lds);
@@ -233,15 +255,17 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
     } else {
         const q8_buf qq(q + r0 * head_dim, head_dim, R);
         const auto* k = static_cast<const uint8_t*>(kv.k);
+        no_prefetch none;
         for (int t = 0; t < n_score; t += 8)
             score8_q8<R>(qq, 0, k + t / attn_key_block * attn_key_block * kv.row_bytes, t % attn_key_block, scale,
-                         p + t, kLdp, [] {});
+                         p + t, kLdp, none);
     }
     float max[R], sum[R];
     for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * kLdp, n_vis[i], n_score, max + i);
     const int64_t ldv = v_dim + kRowPad;
-    weighted_values<R, 2, attn_tile_max>(
-        p, max_vis, v_dim, acc, [=](int t, int64_t j) { return _mm256_load_ps(vf + t * ldv + j); }, [](int) {}, [] {});
+    no_prefetch none;
+    weighted_values_chunk<R, 2>(
+        p, 0, max_vis, v_dim, acc, [=](int t, int64_t j) { return _mm256_load_ps(vf + t * ldv + j); }, none);
     for (int i = 0; i < R; ++i)
         if (n_vis[i] > 0)
             attn_merge_row(v_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * v_dim, max[i], sum[i],
@@ -258,47 +282,68 @@ static void row_tail(const kv_tile& kv, int64_t head_dim, const float* q, const 
     }
 }
 
-// scores() for the 8 positions [t0, t0 + 8) of R rows of an F16 tile, read straight from their key
-// block: the same key values (load_keys8's) and FMA chains, so the same scores. score: [R][lds].
-// step() is called once per two dimensions.
-template <int R, class Step>
-static void scores_blocked8(const float* q, int64_t head_dim, const kv_tile& kv, int t0, float scale, float* score,
-                            int lds, Step&& step) {
-    __m256 acc[R];
-    for (auto& a : acc) a = _mm256_setzero_ps();
-    // kv's fields as locals: step() stores to memory, and kv read after it costs a load and a multiply
-    // per dimension.
-    const auto* k = static_cast<const uint8_t*>(kv.k);
-    const size_t row_bytes = kv.row_bytes;
-    for (int64_t j = 0; j < head_dim; j += 2) {  // head_dim is even (a multiple of 8 here)
-        step();
-        for (int64_t u = j; u < j + 2; ++u) {
-            const __m256 ku = load_keys8(k, row_bytes, t0, u);
-            for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + i * head_dim + u), ku, acc[i]);
+// scores() for the 8 NP positions [t0, t0 + 8 NP) of R rows of an F16 tile, within the key block k, read
+// straight from it: the same key values (load_keys8's) and FMA chains, so the same scores. score:
+// [R][lds]. stream.step() is called once per two dimensions, on a local copy (see weighted_values_chunk).
+template <int R, int NP, class Stream>
+static void scores_blocked(const float* q, int64_t head_dim, const uint8_t* k, size_t row_bytes, int t0, float scale,
+                           float* score, int lds, Stream& stream) {
+    Stream ahead = stream;
+    __m256 acc[R][NP];
+    for (int i = 0; i < R; ++i)
+        for (int c = 0; c < NP; ++c) acc[i][c] = _mm256_setzero_ps();
+    // A do-while (head_dim >= 8 here): with a possibly empty loop GCC keeps acc in memory for R * NP > 8
+    // and stores it at every dimension.
+    int64_t u = 0;
+    do {
+        if (u % 2 == 0) ahead.step();
+        __m256 ku[NP];
+        for (int c = 0; c < NP; ++c) ku[c] = load_keys8(k, row_bytes, t0 + 8 * c, u);
+        for (int i = 0; i < R; ++i) {
+            const __m256 qu = _mm256_broadcast_ss(q + i * head_dim + u);
+            for (int c = 0; c < NP; ++c) acc[i][c] = _mm256_fmadd_ps(qu, ku[c], acc[i][c]);
         }
-    }
+    } while (++u < head_dim);
+    stream = ahead;
     const __m256 s = _mm256_set1_ps(scale);
-    for (int i = 0; i < R; ++i) _mm256_storeu_ps(score + i * lds, _mm256_mul_ps(acc[i], s));
+    for (int i = 0; i < R; ++i)
+        for (int c = 0; c < NP; ++c) _mm256_storeu_ps(score + i * lds + 8 * c, _mm256_mul_ps(acc[i][c], s));
 }
 
-// Asks for the cache lines of [at, at + lines * 64) at an even rate over `steps` calls of step(), one
-// request per call (a line is asked for steps / lines times in a row; at most one new line per call).
-// Branch-free: a counting loop mispredicts on every irregular lines / steps ratio (Q8_0 rows).
-struct prefetch_stream {
-    const char* at;
-    uint64_t pos = 0, inc = 0;  // the current line in 24-bit fixed point, and its advance per call
-    prefetch_stream(const char* at_, int64_t lines, int64_t steps)
-        : at(at_), inc((static_cast<uint64_t>(lines) << 24) / static_cast<uint64_t>(std::max<int64_t>(1, steps))) {}
-    void step() {
-        _mm_prefetch(at + (pos >> 24) * 64, _MM_HINT_T0);
-        pos += inc;
-    }
+// How attn_tile_few splits a block of R rows (R <= kFewBlock) into register blocks: `wide` rows over 16
+// positions or 16 elements at a time (12 FMA chains for 6 rows: 8 leave the FMA units waiting on their
+// latency), then the other R - wide rows over 32 (keys) or 32 elements (values).
+template <int R>
+struct few_split {
+    static constexpr int wide = R >= 6 ? 6 : R >= 3 ? R : 0;
+    static constexpr int rest = R - wide;
+    // scores_blocked passes over a whole key block, each calling step() head_dim / 2 times.
+    static constexpr int key_passes = (wide > 0 ? attn_key_block / 16 : 0) + (rest > 0 ? 1 : 0);
 };
 
+// The scores of positions [0, n_in) (16 or 32) of the key block k for R rows, split as few_split<R>.
+template <int R, class Stream>
+static void scores_key_block(const float* q, int64_t head_dim, const uint8_t* k, size_t row_bytes, int n_in,
+                             float scale, float* score, int lds, Stream& stream) {
+    using split = few_split<R>;
+    if constexpr (split::wide > 0)
+        for (int t = 0; t < n_in; t += 16)
+            scores_blocked<split::wide, 2>(q, head_dim, k, row_bytes, t, scale, score + t, lds, stream);
+    if constexpr (split::rest > 0) {
+        const float* qr = q + split::wide * head_dim;
+        float* sr = score + split::wide * lds;
+        if (n_in == attn_key_block)
+            scores_blocked<split::rest, attn_key_block / 8>(qr, head_dim, k, row_bytes, 0, scale, sr, lds, stream);
+        else
+            scores_blocked<split::rest, 2>(qr, head_dim, k, row_bytes, 0, scale, sr, lds, stream);
+    }
+}
+
+
 // NOTE: calls with few rows (decode: one token's query heads of a kv head) stream the tile instead of
-// converting it: scores straight from the key blocks for kFewBlock rows at once (a key vector is
-// converted once for all of them), values read and converted in registers, kValueChunk positions at a
-// time so the chunk stays in L1 over the passes of head_dim. Every score, exp, sum and acc element is the
+// converting it: scores straight from the key blocks, each key vector converted once for a register
+// block of rows (few_split), values read and converted in registers, kValueChunk positions at a time so
+// the chunk stays in L1 over the passes of head_dim. Every score, exp, sum and acc element is the
 // same operation sequence as row_block's, so prompts and decode agree bitwise. Memory is read in order
 // (key blocks, value chunks, the next tile's first key blocks) and each item is prefetched
 // kPrefetchItems items ahead, a line per step of the work (the hardware prefetchers stop at 4 KiB pages,
@@ -326,9 +371,14 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
     const int64_t chunk_lines = static_cast<int64_t>((chunk_bytes + 63) / 64);
     const int n_kb = (n_pad + attn_key_block - 1) / attn_key_block;
     const int n_vc = (max_vis + kValueChunk - 1) / kValueChunk;
-    // Steps of one key block: per 8 positions and block of rows, one per 2 dimensions (F16) or per 4 (Q8_0).
-    const int64_t key_steps = (T == ggml_type::F16 ? head_dim / 2 : head_dim / 4) * (attn_key_block / 8) *
-                              ((n_rows + kFewBlock - 1) / kFewBlock);
+    // Steps of one key block: F16, one per 2 dimensions of each scores_blocked pass; Q8_0, one per 4
+    // dimensions of each 8 positions and block of rows.
+    int64_t key_steps = 0;
+    for (int r0 = 0; r0 < n_rows; r0 += kFewBlock)
+        with_rows<kFewBlock>(std::min(kFewBlock, n_rows - r0), [&](auto rows) {
+            key_steps += T == ggml_type::F16 ? head_dim / 2 * few_split<rows()>::key_passes
+                                             : head_dim / 4 * (attn_key_block / 8);
+        });
     const auto item = [&](int i, int64_t steps) -> prefetch_stream {
         if (i < n_kb) return {reinterpret_cast<const char*>(k) + i * block_bytes, block_lines, steps};
         if (i < n_kb + n_vc) return {reinterpret_cast<const char*>(v) + (i - n_kb) * chunk_bytes, chunk_lines, steps};
@@ -337,20 +387,21 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         return {reinterpret_cast<const char*>(k), 0, steps};  // nothing left: the first line, already here
     };
     prefetch_stream ahead = item(kPrefetchItems, key_steps);
-    const auto step = [&] { ahead.step(); };
     // Positions per step of the value pass: Q8_0 converts more per position, and a step every other one
     // leaves it more of the issue width (F16 is slower so).
     constexpr int step_pos = T == ggml_type::F16 ? 1 : 2;
     prefetch_rows(kv, kv.k, kv.row_bytes, 0, kPrefetchItems * attn_key_block);
-    for (int t0 = 0; t0 < n_pad; t0 += 8) {
-        if (t0 % attn_key_block == 0) ahead = item(t0 / attn_key_block + kPrefetchItems, key_steps);
+    for (int t0 = 0; t0 < n_pad; t0 += attn_key_block) {
+        ahead = item(t0 / attn_key_block + kPrefetchItems, key_steps);
+        const uint8_t* kb = k + t0 / attn_key_block * block_bytes;
+        const int n_in = std::min(attn_key_block, n_pad - t0);  // 16 or 32 (n_pad is a multiple of 16)
         for (int r0 = 0; r0 < n_rows; r0 += kFewBlock)
             with_rows<kFewBlock>(std::min(kFewBlock, n_rows - r0), [&](auto rows) {
+                float* score = p + r0 * kLdp + t0;
                 if constexpr (T == ggml_type::F16)
-                    scores_blocked8<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * kLdp + t0, kLdp, step);
+                    scores_key_block<rows()>(q + r0 * head_dim, head_dim, kb, kv.row_bytes, n_in, scale, score, kLdp, ahead);
                 else
-                    score8_q8<rows()>(*qq, r0, k + t0 / attn_key_block * attn_key_block * kv.row_bytes,
-                                      t0 % attn_key_block, scale, p + r0 * kLdp + t0, kLdp, step);
+                    for (int tb = 0; tb < n_in; tb += 8) score8_q8<rows()>(*qq, r0, kb, tb, scale, score + tb, kLdp, ahead);
             });
     }
     for (int r0 = 0; r0 < n_rows; r0 += kFewBlock) {
@@ -360,14 +411,21 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         if (block_vis == 0) continue;
         float max[kFewBlock], sum[kFewBlock];
         for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * kLdp, n_vis[r0 + i], n_pad, max + i);
-        const auto chunk = [&](int t0) {
-            const int n_t = std::min(kValueChunk, block_vis - t0);
-            ahead = item(n_kb + t0 / kValueChunk + kPrefetchItems, (n_t + step_pos - 1) / step_pos * (v_dim / 8));
-        };
+        const auto value = [=](int t, int64_t j) { return load8<T>(v + t * v_stride, j); };
         with_rows<kFewBlock>(nr, [&](auto rows) {
-            weighted_values<rows(), 1, kValueChunk, step_pos>(
-                p + r0 * kLdp, block_vis, v_dim, acc, [=](int t, int64_t j) { return load8<T>(v + t * v_stride, j); },
-                chunk, step);
+            // few_split's blocks: `wide` rows 16 elements at a time, the rest 32.
+            using split = few_split<rows()>;
+            for (int t0 = 0; t0 < block_vis; t0 += kValueChunk) {
+                const int t1 = std::min(block_vis, t0 + kValueChunk);
+                ahead = item(n_kb + t0 / kValueChunk + kPrefetchItems,
+                             value_steps(t1 - t0, v_dim, 2, step_pos) * (split::wide > 0) +
+                                 value_steps(t1 - t0, v_dim, 4, step_pos) * (split::rest > 0));
+                if constexpr (split::wide > 0)
+                    weighted_values_chunk<split::wide, 2, step_pos>(p + r0 * kLdp, t0, t1, v_dim, acc, value, ahead);
+                if constexpr (split::rest > 0)
+                    weighted_values_chunk<split::rest, 4, step_pos>(p + (r0 + split::wide) * kLdp, t0, t1, v_dim,
+                                                                    acc + split::wide * v_dim, value, ahead);
+            }
         });
         for (int i = 0; i < nr; ++i)
             if (n_vis[r0 + i] > 0)
