@@ -387,9 +387,9 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         return {reinterpret_cast<const char*>(k), 0, steps};  // nothing left: the first line, already here
     };
     prefetch_stream ahead = item(kPrefetchItems, key_steps);
-    // Positions per step of the value pass: Q8_0 converts more per position, and a step every other one
-    // leaves it more of the issue width (F16 is slower so).
-    constexpr int step_pos = T == ggml_type::F16 ? 1 : 2;
+    // Positions per step of the value pass: a step every other one leaves the loads and FMAs more of the
+    // issue width.
+    constexpr int step_pos = 2;
     prefetch_rows(kv, kv.k, kv.row_bytes, 0, kPrefetchItems * attn_key_block);
     for (int t0 = 0; t0 < n_pad; t0 += attn_key_block) {
         ahead = item(t0 / attn_key_block + kPrefetchItems, key_steps);
