@@ -30,7 +30,7 @@
 namespace strata::kernels::cpu::detail {
 namespace {
 
-constexpr int kRows = 4;      // query rows per register block
+constexpr int kRows = 6;      // query rows per register block
 constexpr int kPosStep = 16;  // positions per score register block (2 vectors); n_pad is a multiple
 constexpr int kFewRows = 16;  // calls with at most this many rows (decode) take attn_tile_few
 constexpr int kFewBlock = 8;  // attn_tile_few's query rows per block (split into register blocks by few_split)
@@ -53,14 +53,16 @@ static void scores(const float* q, int64_t head_dim, const float* kt, int n_pad,
         __m256 acc[R][2];
         for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
         const float* k = kt + t;  // k[j * (n_pad + kRowPad) + 0..15] = k_{t..t+15}[j]
-        for (int64_t j = 0; j < head_dim; ++j, k += n_pad + kRowPad) {
+        int64_t j = 0;
+        do {  // head_dim >= 8; a do-while keeps acc in registers (see scores_blocked)
             const __m256 k0 = _mm256_load_ps(k), k1 = _mm256_load_ps(k + 8);
             for (int i = 0; i < R; ++i) {
                 const __m256 qj = _mm256_broadcast_ss(q + i * head_dim + j);
                 acc[i][0] = _mm256_fmadd_ps(qj, k0, acc[i][0]);
                 acc[i][1] = _mm256_fmadd_ps(qj, k1, acc[i][1]);
             }
-        }
+            k += n_pad + kRowPad;
+        } while (++j < head_dim);
         const __m256 s = _mm256_set1_ps(scale);
         for (int i = 0; i < R; ++i) {
             _mm256_store_ps(score + i * kLdp + t, _mm256_mul_ps(acc[i][0], s));
@@ -70,18 +72,29 @@ static void scores(const float* q, int64_t head_dim, const float* kt, int n_pad,
 }
 
 // One row: s[t] <- exp(s[t] - max) for t < n_vis, 0 for n_vis <= t < n_score; returns the sum, sets max.
+// The max over 4 chains (max is exact in any order); the sum one chain in position order.
 static float softmax_row(float* s, int n_vis, int n_score, float* max_out) {
-    __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-    for (int t = 0; t < n_vis; t += 8)
-        m = _mm256_max_ps(m, _mm256_blendv_ps(m, _mm256_load_ps(s + t), lanes_below(n_vis - t)));
-    const float max = hmax(m);
+    const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    const int n_full = n_vis / 8 * 8;
+    __m256 m[4] = {ninf, ninf, ninf, ninf};
+    int t = 0;
+    for (; t + 32 <= n_full; t += 32)
+        for (int c = 0; c < 4; ++c) m[c] = _mm256_max_ps(m[c], _mm256_load_ps(s + t + 8 * c));
+    for (; t < n_full; t += 8) m[0] = _mm256_max_ps(m[0], _mm256_load_ps(s + t));
+    if (t < n_vis) m[1] = _mm256_max_ps(m[1], _mm256_blendv_ps(ninf, _mm256_load_ps(s + t), lanes_below(n_vis - t)));
+    const float max = hmax(_mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3])));
     const __m256 vmax = _mm256_set1_ps(max);
     __m256 sum = _mm256_setzero_ps();
-    int t = 0;
-    for (; t < n_vis; t += 8) {
+    for (t = 0; t < n_full; t += 8) {
+        const __m256 p = exp_avx2(_mm256_sub_ps(_mm256_load_ps(s + t), vmax));
+        _mm256_store_ps(s + t, p);
+        sum = _mm256_add_ps(sum, p);
+    }
+    if (t < n_vis) {
         const __m256 p = _mm256_and_ps(exp_avx2(_mm256_sub_ps(_mm256_load_ps(s + t), vmax)), lanes_below(n_vis - t));
         _mm256_store_ps(s + t, p);
         sum = _mm256_add_ps(sum, p);
+        t += 8;
     }
     for (; t < n_score; t += 8) _mm256_store_ps(s + t, _mm256_setzero_ps());
     *max_out = max;
