@@ -101,25 +101,6 @@ static float softmax_row(float* s, int n_vis, int n_score, float* max_out) {
     return hsum(sum);
 }
 
-// Asks for the cache lines of [at, at + lines * 64) at an even rate over `steps` calls of step(), one
-// request per call (a line is asked for steps / lines times in a row; at most one new line per call).
-// Branch-free: a counting loop mispredicts on every irregular lines / steps ratio (Q8_0 rows).
-struct prefetch_stream {
-    const char* at;
-    uint64_t pos = 0, inc = 0;  // the current line in 24-bit fixed point, and its advance per call
-    prefetch_stream(const char* at_, int64_t lines, int64_t steps)
-        : at(at_), inc((static_cast<uint64_t>(lines) << 24) / static_cast<uint64_t>(std::max<int64_t>(1, steps))) {}
-    void step() {
-        _mm_prefetch(at + (pos >> 24) * 64, _MM_HINT_T0);
-        pos += inc;
-    }
-};
-
-// The stream of calls that prefetch nothing (the converted-tile kernels).
-struct no_prefetch {
-    void step() {}
-};
-
 // acc[i][:] += sum_{t0 <= t < t1} p[i][t] v_t[:] for the block's R rows (acc: [R][v_dim]; t0 == 0 starts
 // it from zero), D vectors of 8 elements at a time, the positions in order, so each acc element is one FMA
 // chain over the positions whatever the blocking. p: [R][kLdp]; value(t, j) gives v_t[j..j+7] (j a

@@ -60,16 +60,6 @@ static inline __mmask16 first_lanes(int n_valid) {
     return n_valid >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n_valid) - 1);
 }
 
-// Asks for the cache lines of [at, at + lines * 64) at an even rate over `steps` calls of step(): the
-// memory stays busy without bursts (a burst fills the miss buffers and stalls the loads the FMAs wait on).
-struct prefetch_stream {
-    const char* at = nullptr;
-    int64_t lines = 0, steps = 1, credit = 0;
-    void step() {
-        for (credit += lines; credit >= steps; credit -= steps, at += 64) _mm_prefetch(at, _MM_HINT_T0);
-    }
-};
-
 // One block of kPosStep scores for the block's R rows (q: [R][head_dim]): score[i][0..31] =
 // scale * sum_j q_i[j] k_{0..31}[j], each one FMA chain over the dimensions in order; keys(j, k0, k1)
 // gives dimension j of the 32 keys.
@@ -224,21 +214,25 @@ static inline void score_block_q8(const q8_rows& q, const uint8_t* kb, float sca
 }
 
 // scores() for the kPosStep positions [t0, t0 + kPosStep) of an F16 tile read straight from their key
-// block: the same key values and FMA chains, so the same scores as from convert_tile. step() is called
-// once per dimension (decode's prefetches, so the memory streams while the FMAs run).
-template <int R, class Step>
+// block: the same key values and FMA chains, so the same scores as from convert_tile. stream.step() is
+// called once per dimension, on a local copy (decode's prefetches, so the memory streams while the FMAs
+// run).
+template <int R, class Stream>
 static void scores_blocked(const float* q, int64_t head_dim, const kv_tile& kv, int t0, float scale, float* score,
-                           int lds, Step&& step) {
+                           int lds, Stream& stream) {
     static_assert(kPosStep == attn_key_block);
     const auto* k = static_cast<const uint8_t*>(kv.k);
+    const size_t row_bytes = kv.row_bytes;
+    Stream ahead = stream;
     score_block<R>(
         q, head_dim,
         [&](int64_t j, __m512& k0, __m512& k1) {
-            step();
-            k0 = load_keys16(k, kv.row_bytes, t0, j);
-            k1 = load_keys16(k, kv.row_bytes, t0 + 16, j);
+            ahead.step();
+            k0 = load_keys16(k, row_bytes, t0, j);
+            k1 = load_keys16(k, row_bytes, t0 + 16, j);
         },
         scale, score, lds);
+    stream = ahead;
 }
 
 // Elements j..j+15 (j a multiple of 16) of one Q8_0 tile row, as f32: d * q, as load8 gives them.
@@ -261,14 +255,17 @@ static inline __m512 load16_f16(const uint8_t* row, int64_t j) {
 // accumulators stored and reloaded in between (exact, so each acc element is still one FMA chain over the
 // positions in order, whatever C). Decode takes chunks of kPosStep rows (8 KiB of f16 values), which stay
 // in L1 over the passes. p: [R][kLdp]; value(t, j) gives v_t[j..j+15] (j a multiple of 16) as f32;
-// chunk(t0) is called before each chunk and step() once per position and pass.
-template <int R, int D, int C, class Value, class Chunk, class Step>
+// chunk(t0) is called before each chunk (it may set stream) and stream.step() once per position and pass,
+// on a local copy.
+template <int R, int D, int C, class Value, class Chunk, class Stream>
 static void weighted_values(const float* p, int n_t, int64_t v_dim, float* acc, Value value, Chunk&& chunk,
-                            Step&& step) {
+                            Stream& stream) {
     constexpr int ldp = kLdp;
     for (int t0 = 0; t0 < n_t; t0 += C) {
         const int t1 = std::min(n_t, t0 + C);
         chunk(t0);
+        Stream ahead = stream;
+        const auto step = [&] { ahead.step(); };
         int64_t j = 0;
         for (; j + 16 * D <= v_dim; j += 16 * D) {
             __m512 a[R][D];
@@ -297,6 +294,7 @@ static void weighted_values(const float* p, int n_t, int64_t v_dim, float* acc, 
             }
             for (int i = 0; i < R; ++i) _mm512_storeu_ps(acc + i * v_dim + j, a[i]);
         }
+        stream = ahead;
     }
 }
 
@@ -329,7 +327,8 @@ static void row_block(const kv_tile& kv, int64_t head_dim, const float* q, const
     for (int i = 0; i < R; ++i) sum[i] = softmax_row(p + i * kLdp, n_vis[i], n_score, max + i);
     const int64_t ldv = v_dim + kRowPad;
     const auto value = [=](int t, int64_t j) { return _mm512_loadu_ps(vf + t * ldv + j); };
-    weighted_values<R, 2, attn_tile_max>(p, max_vis, v_dim, acc, value, [](int) {}, [] {});
+    no_prefetch none;
+    weighted_values<R, 2, attn_tile_max>(p, max_vis, v_dim, acc, value, [](int) {}, none);
     for (int i = 0; i < R; ++i)
         if (n_vis[i] > 0)
             attn_merge_row(v_dim, st.max + r0 + i, st.sum + r0 + i, st.acc + (r0 + i) * v_dim, max[i], sum[i],
@@ -380,28 +379,31 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         if (i < n_kb) return {kb + i * block_bytes, block_lines, steps};
         if (i < 2 * n_kb) return {vb + (i - n_kb) * v_block_bytes, v_block_lines, steps};
         if (kv.next_k) return {static_cast<const char*>(kv.next_k) + (i - 2 * n_kb) * block_bytes, block_lines, steps};
-        return {};
+        return {kb, 0, steps};  // nothing left: the first line, already here
     };
-    prefetch_stream ahead;
-    const auto step = [&] { ahead.step(); };
+    prefetch_stream ahead = item(kPrefetchItems, 1);
     const int groups = (n_rows + kRows - 1) / kRows;
     if constexpr (T == ggml_type::F16) {
         for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
             ahead = item(t0 / kPosStep + kPrefetchItems, head_dim * groups);
             for (int r0 = 0; r0 < n_rows; r0 += kRows)
                 with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
-                    scores_blocked<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * kLdp + t0, kLdp, step);
+                    scores_blocked<rows()>(q + r0 * head_dim, head_dim, kv, t0, scale, p + r0 * kLdp + t0, kLdp, ahead);
                 });
         }
     } else {
         const q8_buf qq(q, head_dim, n_rows);
         for (int t0 = 0; t0 < n_pad; t0 += kPosStep) {
-            ahead = item(t0 / kPosStep + kPrefetchItems, head_dim / 4 * groups);
+            // 4 steps per call of pf: a key block has more lines (68 at head_dim 128) than calls, and a
+            // step asks for one line.
+            ahead = item(t0 / kPosStep + kPrefetchItems, head_dim * groups);
             for (int r0 = 0; r0 < n_rows; r0 += kRows)
                 with_rows<kRows>(std::min(kRows, n_rows - r0), [&](auto rows) {
                     score_block_q8<rows()>(qq.rows(r0),
                                            static_cast<const uint8_t*>(kv.k) + t0 / kPosStep * block_bytes, scale,
-                                           p + r0 * kLdp + t0, kLdp, [&](int64_t) { step(); });
+                                           p + r0 * kLdp + t0, kLdp, [&](int64_t) {
+                                               for (int s = 0; s < 4; ++s) ahead.step();
+                                           });
                 });
         }
     }
@@ -422,11 +424,11 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
             if constexpr (T == ggml_type::F16) {
                 weighted_values<rows(), kValueVectors, kPosStep>(
                     pr, block_vis, v_dim, acc, [=](int t, int64_t j) { return load16_f16(v + t * v_stride, j); }, chunk,
-                    step);
+                    ahead);
             } else {
                 weighted_values<rows(), kValueVectors, kPosStep>(
                     pr, block_vis, v_dim, acc, [=](int t, int64_t j) { return load16_q8(v + t * v_stride, j); }, chunk,
-                    step);
+                    ahead);
             }
         });
         for (int i = 0; i < nr; ++i)

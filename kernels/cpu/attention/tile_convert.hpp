@@ -88,6 +88,31 @@ static void convert_tile(const kv_tile& kv, int64_t head_dim, int n_pad, float* 
     }
 }
 
+namespace {  // each including file its own copy, compiled with its own flags
+
+// Asks for the cache lines of [at, at + lines * 64) at an even rate over `steps` calls of step(), one
+// request per call (a line is asked for steps / lines times in a row; at most one new line per call), so
+// the memory stays busy without bursts (a burst fills the miss buffers and stalls the loads the FMAs wait
+// on). Branch-free: a counting loop mispredicts on every irregular lines / steps ratio (Q8_0 rows). Loops
+// step a local copy: one reached through a reference is stored and reloaded at every step.
+struct prefetch_stream {
+    const char* at;
+    uint64_t pos = 0, inc = 0;  // the current line in 24-bit fixed point, and its advance per call
+    prefetch_stream(const char* at_, int64_t lines, int64_t steps)
+        : at(at_), inc((static_cast<uint64_t>(lines) << 24) / static_cast<uint64_t>(steps > 1 ? steps : 1)) {}
+    void step() {
+        _mm_prefetch(at + (pos >> 24) * 64, _MM_HINT_T0);
+        pos += inc;
+    }
+};
+
+// The stream of calls that prefetch nothing (the converted-tile kernels).
+struct no_prefetch {
+    void step() {}
+};
+
+}  // namespace
+
 // f(std::integral_constant<int, n>{}) for 1 <= n <= R.
 template <int R, class F>
 static inline void with_rows(int n, F&& f) {
