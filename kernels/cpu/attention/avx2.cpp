@@ -333,7 +333,6 @@ static void scores_key_block(const float* q, int64_t head_dim, const uint8_t* k,
     }
 }
 
-
 // NOTE: calls with few rows (decode: one token's query heads of a kv head) stream the tile instead of
 // converting it: scores straight from the key blocks, each key vector converted once for a register
 // block of rows (few_split), values read and converted in registers, kValueChunk positions at a time so
