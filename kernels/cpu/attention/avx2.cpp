@@ -311,8 +311,10 @@ template <int R>
 struct few_split {
     static constexpr int wide = R >= 6 ? 6 : R >= 3 ? R : 0;
     static constexpr int rest = R - wide;
+    // 8-float vectors per register block: of positions (scores) or of elements (values).
+    static constexpr int wide_vectors = 2, rest_vectors = attn_key_block / 8;
     // scores_blocked passes over a whole key block, each calling step() head_dim / 2 times.
-    static constexpr int key_passes = (wide > 0 ? attn_key_block / 16 : 0) + (rest > 0 ? 1 : 0);
+    static constexpr int key_passes = (wide > 0 ? attn_key_block / (8 * wide_vectors) : 0) + (rest > 0 ? 1 : 0);
 };
 
 // The scores of positions [0, n_in) (16 or 32) of the key block k for R rows, split as few_split<R>.
@@ -321,13 +323,14 @@ static void scores_key_block(const float* q, int64_t head_dim, const uint8_t* k,
                              float scale, float* score, int lds, Stream& stream) {
     using split = few_split<R>;
     if constexpr (split::wide > 0)
-        for (int t = 0; t < n_in; t += 16)
-            scores_blocked<split::wide, 2>(q, head_dim, k, row_bytes, t, scale, score + t, lds, stream);
+        for (int t = 0; t < n_in; t += 8 * split::wide_vectors)
+            scores_blocked<split::wide, split::wide_vectors>(q, head_dim, k, row_bytes, t, scale, score + t, lds,
+                                                             stream);
     if constexpr (split::rest > 0) {
         const float* qr = q + split::wide * head_dim;
         float* sr = score + split::wide * lds;
         if (n_in == attn_key_block)
-            scores_blocked<split::rest, attn_key_block / 8>(qr, head_dim, k, row_bytes, 0, scale, sr, lds, stream);
+            scores_blocked<split::rest, split::rest_vectors>(qr, head_dim, k, row_bytes, 0, scale, sr, lds, stream);
         else
             scores_blocked<split::rest, 2>(qr, head_dim, k, row_bytes, 0, scale, sr, lds, stream);
     }
@@ -406,18 +409,18 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
         for (int i = 0; i < nr; ++i) sum[i] = softmax_row(p + (r0 + i) * kLdp, n_vis[r0 + i], n_pad, max + i);
         const auto value = [=](int t, int64_t j) { return load8<T>(v + t * v_stride, j); };
         with_rows<kFewBlock>(nr, [&](auto rows) {
-            // few_split's blocks: `wide` rows 16 elements at a time, the rest 32.
             using split = few_split<rows()>;
             for (int t0 = 0; t0 < block_vis; t0 += kValueChunk) {
                 const int t1 = std::min(block_vis, t0 + kValueChunk);
                 ahead = item(n_kb + t0 / kValueChunk + kPrefetchItems,
-                             value_steps(t1 - t0, v_dim, 2, step_pos) * (split::wide > 0) +
-                                 value_steps(t1 - t0, v_dim, 4, step_pos) * (split::rest > 0));
+                             value_steps(t1 - t0, v_dim, split::wide_vectors, step_pos) * (split::wide > 0) +
+                                 value_steps(t1 - t0, v_dim, split::rest_vectors, step_pos) * (split::rest > 0));
                 if constexpr (split::wide > 0)
-                    weighted_values_chunk<split::wide, 2, step_pos>(p + r0 * kLdp, t0, t1, v_dim, acc, value, ahead);
+                    weighted_values_chunk<split::wide, split::wide_vectors, step_pos>(p + r0 * kLdp, t0, t1, v_dim,
+                                                                                      acc, value, ahead);
                 if constexpr (split::rest > 0)
-                    weighted_values_chunk<split::rest, 4, step_pos>(p + (r0 + split::wide) * kLdp, t0, t1, v_dim,
-                                                                    acc + split::wide * v_dim, value, ahead);
+                    weighted_values_chunk<split::rest, split::rest_vectors, step_pos>(
+                        p + (r0 + split::wide) * kLdp, t0, t1, v_dim, acc + split::wide * v_dim, value, ahead);
             }
         });
         for (int i = 0; i < nr; ++i)

@@ -1,6 +1,7 @@
 // Internal: converting an attention tile (F16 or Q8_0 rows) to f32 once per attn_tile call, and small
 // helpers, shared by the AVX2 and AVX-512 files (every helper `static` or in an unnamed namespace, so
-// each file keeps its own copy compiled with its own flags). Include only from files compiled with at least -mavx2 -mfma -mf16c.
+// each file keeps its own copy compiled with its own flags). Include only from files compiled with at
+// least -mavx2 -mfma -mf16c.
 #pragma once
 
 #include <cstdint>
