@@ -34,7 +34,7 @@ struct q8_0_gemm16 {
             __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 1
             for (int v = 0; v < 8; ++v) {
-                prefetch_weight_line(x + b, v);  // the block's 544 bytes: lines 0-7 here, line 8 below
+                prefetch_weight_line_l2(x + b, v);  // the block's 544 bytes: lines 0-7 here, line 8 below
                 const __m256i a = broadcast_dword(act[b].qs + 4 * v);
                 for (int h = 0; h < 2; ++h) {
                     const __m256i q = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs[v][8 * h])), top);
@@ -42,7 +42,7 @@ struct q8_0_gemm16 {
                     isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(p, ones));
                 }
             }
-            prefetch_weight_line(x + b, 8);
+            prefetch_weight_line_l2(x + b, 8);
             const __m256 d = _mm256_set1_ps(da[b]);
             for (int h = 0; h < 2; ++h) {
                 const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].d + 8 * h)));
