@@ -37,7 +37,7 @@ constexpr int kFewBlock = 8;  // attn_tile_few's query rows per block (split int
 constexpr int kValueChunk = attn_key_block;  // attn_tile_few's value rows per chunk (f16, head_dim 128: 8 KiB)
 constexpr int kLdp = attn_tile_max;  // floats between rows of scores / probabilities: a constant, so the
                                      // value pass's broadcasts address rows by displacement, not registers
-constexpr int kPrefetchItems = 2;  // how many key blocks or value chunks ahead attn_tile_few prefetches
+constexpr int kPrefetchItems = 1;  // how many key blocks or value chunks ahead attn_tile_few prefetches
 
 static inline float hmax(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
