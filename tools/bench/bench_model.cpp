@@ -157,6 +157,7 @@ struct measured {
     int passes = 0;
     std::vector<double> decode_each;  // decode tok/s of each repeat, in order
     std::vector<double> read_each;    // CPU arms: the read bandwidth probed just before each repeat's decode
+    std::vector<double> fma_each;     // CPU arms at depth: one thread's FMA peak, probed likewise
     // qwen4exp: the cold PLE table during the timed decodes (deltas), and its residency after them.
     uint64_t cold_tokens = 0, cold_rows = 0, cold_faults = 0, cold_resident = 0, cold_mapped = 0;
     std::vector<phase_time> prompt_phases;  // --breakdown: the timed prompts of every repeat, by part
@@ -180,11 +181,13 @@ void add_phases(std::vector<phase_time>& sum, const std::vector<phase_time>& mor
 // reuse). Each repeat then times -p new tokens after those D (prompt tok/s) and -n tokens decoded after
 // them (decode tok/s; the first comes from the prompt's logits, the other n - 1 each take a forward
 // pass at depth D + 1 .. D + n - 1). probe, when given, is called just before each timed decode: the
-// machine's read bandwidth at that moment, the base of that repeat's ratio. synthetic: each depth's
+// machine's read bandwidth at that moment, the base of that repeat's ratio; so is fma_probe at depths
+// above 0 (one thread's FMA peak, the base of the FMA-aware bound). synthetic: each depth's
 // context is not evaluated but filled with pseudo-random state (session::fill_synthetic).
 std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int n_gen, int reps,
                               const std::vector<int>& depths, const std::string& what,
-                              const std::function<double()>& probe, bool synthetic) {
+                              const std::function<double()>& probe, const std::function<double()>& fma_probe,
+                              bool synthetic) {
     const int threads = pool_threads(m->info());
     std::mt19937 rng(7);
     std::uniform_int_distribution<int32_t> tok(0, m->info().n_vocab - 1);
@@ -211,7 +214,7 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
             s.generate(before, go);
         }
         const expert_stats stats0 = m->info().gpu_hybrid ? m->statistics() : expert_stats{};
-        std::vector<double> pp, tg, rd;
+        std::vector<double> pp, tg, rd, fm;
         for (int r = 0; r < reps; ++r) {
             std::fprintf(stderr, "\r%s: depth %d, repeat %d/%d ", what.c_str(), depth, r + 1, reps);
             std::vector<int32_t> prompt(before.begin(), before.end());
@@ -228,6 +231,7 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
             prompt.push_back(tok(rng));
             go.max_tokens = n_gen;
             if (probe) rd.push_back(probe());
+            if (fma_probe && depth > 0) fm.push_back(fma_probe());
             const std::vector<cold_region_stats> cold0 = m->cold_regions();
             const generation_result dr = s.generate(prompt, go);
             for (const cold_region_stats& c1 : m->cold_regions()) {
@@ -241,7 +245,7 @@ std::vector<measured> measure(const std::shared_ptr<model>& m, int n_prompt, int
             add_phases(phases, dr.time.decode_phases);
             passes += dr.time.decode_passes;
         }
-        measured d{depth, threads, summarize(pp), summarize(tg), std::nullopt, std::move(phases), passes, tg, rd,
+        measured d{depth, threads, summarize(pp), summarize(tg), std::nullopt, std::move(phases), passes, tg, rd, fm,
                    cold_tokens, cold_rows, cold_faults, cold_resident, cold_mapped};
         if (m->info().gpu_hybrid) {
             const expert_stats stats1 = m->statistics();
@@ -355,7 +359,6 @@ int run(int argc, char** argv) {
     std::vector<std::string> skipped;          // arms not run because the engine ran CPU-only
     std::vector<std::string> notes;            // lines after the table (JSON: {"note": ...} entries)
     double cpu_bytes_per_token = 0;
-    double fma_gflops = -1;                    // one thread's FMA peak, measured when first needed
     std::string kv_per_position;               // the header's KV cache bytes per token of context, per --kv
     std::string breakdowns;                    // --breakdown tables, after the main one
     for (size_t ai = 0; ai < arms.size(); ++ai) {
@@ -400,12 +403,17 @@ int run(int argc, char** argv) {
         const std::string kv_line = fmt::format("{:.2f} KiB ({})", double(m->info().kv_bytes_per_token) / 1024, arm.kv);
         if (kv_per_position.find(kv_line) == std::string::npos)
             kv_per_position += (kv_per_position.empty() ? "" : ", ") + kv_line;
-        // Probed on the arm's threads just before each repeat's decode (the machine's bandwidth drifts over
-        // minutes): each repeat's decode is compared with its own probe, and the ratio is their median.
+        // Probed on the arm's threads just before each repeat's decode (the machine's bandwidth and speed
+        // drift over minutes): each repeat's decode is compared with its own probes, and the ratio is
+        // their median.
         const int probe_threads = std::max(pool_threads(m->info()), 1);
-        std::function<double()> probe;
-        if (!arm.residency) probe = [probe_threads] { return read_bandwidth_gbs(probe_threads); };
-        const std::vector<measured> runs = measure(m, n_prompt, n_gen, reps, depths, what, probe, synthetic);
+        std::function<double()> probe, fma_probe;
+        if (!arm.residency) {
+            probe = [probe_threads] { return read_bandwidth_gbs(probe_threads); };
+            fma_probe = [] { return fma_peak_gflops(); };
+        }
+        const std::vector<measured> runs =
+            measure(m, n_prompt, n_gen, reps, depths, what, probe, fma_probe, synthetic);
         for (const measured& r : runs) {
             const figure &p = r.prompt, &g = r.decode;
             nlohmann::ordered_json row = {{"arm", arm.label()}, {"depth", r.depth}, {"fill", fill}, {"threads", r.threads},
@@ -447,29 +455,33 @@ int run(int argc, char** argv) {
                 const double per_head = mi.kv_lora_rank > 0 ? 2.0 * (2 * mi.kv_lora_rank + mi.n_rot)
                                                             : (arm.kv == "int8" ? 2.0 : 4.0) * mi.head_dim;
                 const double attn_flops = per_head * mi.n_head * reads.positions + reads.indexer_flops;
-                if (fma_gflops < 0) fma_gflops = fma_peak_gflops();
-                if (r.depth > 0 && fma_gflops > 0) {
-                    const double fma_s = attn_flops / (fma_gflops * 1e9 * std::max(r.threads, 1));
-                    // Seconds per token at a read bandwidth: the weights, then the longer of KV read and FMA.
-                    const auto bound_at = [&](double gbs) {
+                if (r.depth > 0 && r.fma_each.size() == r.decode_each.size()) {
+                    const int threads = std::max(r.threads, 1);
+                    // Seconds per token at a read bandwidth and FMA peak: the weights, then the longer of
+                    // KV read and FMA work.
+                    const auto bound_at = [&](double gbs, double gflops) {
+                        const double fma_s = attn_flops / (gflops * 1e9 * threads);
                         return (bpt + std::max(kv_bpt, fma_s * gbs * 1e9)) / (gbs * 1e9);
                     };
-                    const double bound_s = bound_at(bw);
-                    // Each repeat against the bound at its own probe, as the table's ratio is.
+                    const double fma_gflops = summarize(r.fma_each).median;
+                    const double fma_s = attn_flops / (fma_gflops * 1e9 * threads);
+                    const double bound_s = bound_at(bw, fma_gflops);
+                    // Each repeat against the bound at its own probes, as the table's ratio is.
                     std::vector<double> reached;
                     for (size_t i = 0; i < r.decode_each.size(); ++i)
-                        reached.push_back(r.decode_each[i] * bound_at(r.read_each[i]));
+                        reached.push_back(r.decode_each[i] * bound_at(r.read_each[i], r.fma_each[i]));
                     const figure fr = summarize(reached);
                     notes.push_back(fmt::format(
                         "{} at depth {}: attention's {:.2f} GFLOP of f32 FMA per token take at least {:.2f} ms at {} x {:.1f} "
-                        "GFLOP/s (one thread's FMA peak, measured), against {:.2f} ms to read its KV: decode is "
-                        "bounded by {:.1f} tok/s (weights read + the longer of the two, at the median probe); "
-                        "each repeat against the bound at its own probe: {:.0f} % reached (median).",
-                        arm.label(), r.depth, attn_flops / 1e9, 1e3 * fma_s, std::max(r.threads, 1), fma_gflops,
+                        "GFLOP/s (one thread's FMA peak, the median of the probes before each repeat's decode), "
+                        "against {:.2f} ms to read its KV: decode is bounded by {:.1f} tok/s (weights read + the "
+                        "longer of the two, at the median probes); each repeat against the bound at its own "
+                        "probes: {:.0f} % reached (median).",
+                        arm.label(), r.depth, attn_flops / 1e9, 1e3 * fma_s, threads, fma_gflops,
                         1e3 * kv_bpt / (bw * 1e9), 1 / bound_s, 100.0 * fr.median));
                     row.update({{"attention_gflop_per_token", attn_flops / 1e9}, {"fma_peak_gflops", fma_gflops},
-                                {"fma_bound_tps", 1 / bound_s}, {"fma_bound_ratio", fr.median},
-                                {"fma_bound_ratio_each", reached}});
+                                {"fma_peak_each_gflops", r.fma_each}, {"fma_bound_tps", 1 / bound_s},
+                                {"fma_bound_ratio", fr.median}, {"fma_bound_ratio_each", reached}});
                 }
             }
             if (r.passes > 0) {
