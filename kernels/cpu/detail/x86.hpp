@@ -40,14 +40,15 @@ static inline void prefetch_weights_part(const void* block, int part, int parts)
 // One line of a block's prefetches, Distance bytes ahead, for a loop that reads the block a line per
 // iteration. Keep that loop rolled (#pragma GCC unroll 1): unrolled, the compiler schedules a block's
 // prefetches together again, and the burst fills the line fill buffers ahead of the block's loads.
-// Hint: _MM_HINT_T1 (prefetch_weight_line_l2) asks for the line into L2 only, so a request waiting on
-// memory holds no L1 miss buffer; the AVX2 Q8_0 decode loop reads faster so, the others do not.
-template <int Distance = prefetch_distance, _mm_hint Hint = _MM_HINT_T0>
+// Locality 3 is prefetcht0; 2 (prefetch_weight_line_l2) is prefetcht1, the line into L2 only, so a
+// request waiting on memory holds no L1 miss buffer: the AVX2 Q8_0 decode loop reads faster so, the
+// others do not.
+template <int Distance = prefetch_distance, int Locality = 3>
 static inline void prefetch_weight_line(const void* block, int line) {
-    _mm_prefetch(static_cast<const char*>(block) + Distance + 64 * line, Hint);
+    __builtin_prefetch(static_cast<const char*>(block) + Distance + 64 * line, 0, Locality);
 }
 static inline void prefetch_weight_line_l2(const void* block, int line) {
-    prefetch_weight_line<prefetch_distance, _MM_HINT_T1>(block, line);
+    prefetch_weight_line<prefetch_distance, 2>(block, line);
 }
 
 // The rows16 kernels prefetch a line per step up to this many tokens (the decode forms, where memory
