@@ -457,14 +457,15 @@ int run(int argc, char** argv) {
                 const double attn_flops = per_head * mi.n_head * reads.positions + reads.indexer_flops;
                 if (r.depth > 0 && r.fma_each.size() == r.decode_each.size()) {
                     const int threads = std::max(r.threads, 1);
+                    // Seconds of attention FMA work per token at a one-thread peak, on every thread.
+                    const auto fma_seconds = [&](double gflops) { return attn_flops / (gflops * 1e9 * threads); };
                     // Seconds per token at a read bandwidth and FMA peak: the weights, then the longer of
                     // KV read and FMA work.
                     const auto bound_at = [&](double gbs, double gflops) {
-                        const double fma_s = attn_flops / (gflops * 1e9 * threads);
-                        return (bpt + std::max(kv_bpt, fma_s * gbs * 1e9)) / (gbs * 1e9);
+                        return (bpt + std::max(kv_bpt, fma_seconds(gflops) * gbs * 1e9)) / (gbs * 1e9);
                     };
                     const double fma_gflops = summarize(r.fma_each).median;
-                    const double fma_s = attn_flops / (fma_gflops * 1e9 * threads);
+                    const double fma_s = fma_seconds(fma_gflops);
                     const double bound_s = bound_at(bw, fma_gflops);
                     // Each repeat against the bound at its own probes, as the table's ratio is.
                     std::vector<double> reached;
