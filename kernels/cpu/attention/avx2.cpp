@@ -336,11 +336,29 @@ static void scores_key_block(const float* q, int64_t head_dim, const uint8_t* k,
     }
 }
 
+// n Q8_0 value rows (stride bytes apart) as f32, [n][v_dim]: load8's scale times load8's converted
+// codes, so the same values; the scale converted once per block.
+static inline void stage_values_q8(const uint8_t* v, size_t stride, int n, int64_t v_dim, float* out) {
+    for (int t = 0; t < n; ++t, out += v_dim) {
+        const auto* b = reinterpret_cast<const formats::block_q8_0*>(v + t * stride);
+        for (int64_t j = 0; j < v_dim; j += formats::QK8_0, ++b) {
+            uint16_t d;
+            std::memcpy(&d, &b->d, sizeof(d));
+            const __m256 scale = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(d)));
+            for (int c = 0; c < formats::QK8_0; c += 8) {
+                const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + c));
+                _mm256_store_ps(out + j + c, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+            }
+        }
+    }
+}
+
 // NOTE: calls with few rows (decode: one token's query heads of a kv head) stream the tile instead of
 // converting it: scores straight from the key blocks, each key vector converted once for a register
-// block of rows (few_split), values read and converted in registers, kValueChunk positions at a time so
-// the chunk stays in L1 over the passes of head_dim. Every score, exp, sum and acc element is the
-// same operation sequence as row_block's, so prompts and decode agree bitwise. Memory is read in order
+// block of rows (few_split), values kValueChunk positions at a time so the chunk stays in L1 over the
+// passes of head_dim (F16 values converted in registers, Q8_0 ones dequantized once per chunk). Every
+// score, exp, sum and acc element is the same operation sequence as row_block's, so prompts and decode
+// agree bitwise. Memory is read in order
 // (key blocks, value chunks, the next tile's first key blocks) and each item is prefetched
 // kPrefetchItems items ahead, a line per step of the work (the hardware prefetchers stop at 4 KiB pages,
 // and a burst of requests per block leaves the FMAs waiting).
@@ -349,6 +367,9 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
                           float scale, const attn_state& st) {
     alignas(32) float p[kFewRows * kLdp];                 // [n_rows][kLdp] scores, then probabilities
     alignas(32) float acc[kFewBlock * kStreamMaxHeadDim];  // [kFewBlock][v_dim]
+    // Q8_0 values up to kSimdMaxHeadDim wide: each chunk dequantized once into L1, [t - t0][v_dim], for
+    // both passes of rows (wide and rest) instead of once per pass.
+    alignas(32) float staged[T == ggml_type::Q8_0 ? kValueChunk * kSimdMaxHeadDim : 1];
     const int64_t v_dim = attn_value_dim(kv, head_dim);
     const size_t v_stride = attn_value_stride(kv);
     int n_vis[kFewRows], max_vis = 0;
@@ -415,6 +436,23 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
                 ahead = item(n_kb + t0 / kValueChunk + kPrefetchItems,
                              value_steps(t1 - t0, v_dim, split::wide_vectors, step_pos) * (split::wide > 0) +
                                  value_steps(t1 - t0, v_dim, split::rest_vectors, step_pos) * (split::rest > 0));
+                if constexpr (T == ggml_type::Q8_0) {
+                    if (v_dim <= kSimdMaxHeadDim) {
+                        stage_values_q8(v + t0 * v_stride, v_stride, t1 - t0, v_dim, staged);
+                        const float* vs = staged;
+                        const auto staged_value = [=](int t, int64_t j) {
+                            return _mm256_load_ps(vs + (t - t0) * v_dim + j);
+                        };
+                        if constexpr (split::wide > 0)
+                            weighted_values_chunk<split::wide, split::wide_vectors, step_pos>(
+                                p + r0 * kLdp, t0, t1, v_dim, acc, staged_value, ahead);
+                        if constexpr (split::rest > 0)
+                            weighted_values_chunk<split::rest, split::rest_vectors, step_pos>(
+                                p + (r0 + split::wide) * kLdp, t0, t1, v_dim, acc + split::wide * v_dim, staged_value,
+                                ahead);
+                        continue;
+                    }
+                }
                 if constexpr (split::wide > 0)
                     weighted_values_chunk<split::wide, split::wide_vectors, step_pos>(p + r0 * kLdp, t0, t1, v_dim,
                                                                                       acc, value, ahead);
