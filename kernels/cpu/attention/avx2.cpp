@@ -358,10 +358,9 @@ static inline void stage_values_q8(const uint8_t* v, size_t stride, int n, int64
 // block of rows (few_split), values kValueChunk positions at a time so the chunk stays in L1 over the
 // passes of head_dim (F16 values converted in registers, Q8_0 ones dequantized once per chunk). Every
 // score, exp, sum and acc element is the same operation sequence as row_block's, so prompts and decode
-// agree bitwise. Memory is read in order
-// (key blocks, value chunks, the next tile's first key blocks) and each item is prefetched
-// kPrefetchItems items ahead, a line per step of the work (the hardware prefetchers stop at 4 KiB pages,
-// and a burst of requests per block leaves the FMAs waiting).
+// agree bitwise. Memory is read in order (key blocks, value chunks, the next tile's first key blocks)
+// and each item is prefetched kPrefetchItems items ahead, a line per step of the work (the hardware
+// prefetchers stop at 4 KiB pages, and a burst of requests per block leaves the FMAs waiting).
 template <ggml_type T>
 static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, int n_rows, const int64_t* last_pos,
                           float scale, const attn_state& st) {
