@@ -435,6 +435,8 @@ static void attn_tile_few(const kv_tile& kv, int64_t head_dim, const float* q, i
                 ahead = item(n_kb + t0 / kValueChunk + kPrefetchItems,
                              value_steps(t1 - t0, v_dim, split::wide_vectors, step_pos) * (split::wide > 0) +
                                  value_steps(t1 - t0, v_dim, split::rest_vectors, step_pos) * (split::rest > 0));
+                // Q8_0's passes written out beside the shared ones below: routing both through one generic
+                // lambda changed how GCC inlines F16's passes, and F16 decode ran slower.
                 if constexpr (T == ggml_type::Q8_0) {
                     if (v_dim <= kSimdMaxHeadDim) {
                         stage_values_q8(v + t0 * v_stride, v_stride, t1 - t0, v_dim, staged);
